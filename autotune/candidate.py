@@ -1,0 +1,123 @@
+"""A candidate: one full setting of every knob the tuner may turn, as a frozen value."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from autotune import verl
+
+RECOMPUTE_CHOICES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Defaults are verl 0.9.1's config defaults (the `stock` candidate below fills what verl leaves null)."""
+
+    tp: int = 1
+    pp: int = 1
+    vpp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    sequence_parallel: bool = True
+    recompute: str = "none"  # none | selective | full (verl's recompute_granularity, null for none)
+    recompute_method: str | None = None  # uniform | block, with full
+    recompute_num_layers: int | None = None
+    recompute_modules: str = "core_attn"  # comma-separated, with selective
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 16384
+    log_prob_max_token_len_per_gpu: int = 16384
+    ppo_micro_batch_size_per_gpu: int | None = None
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    rollout_tp: int = 2
+    gpu_memory_utilization: float = 0.5
+    max_num_batched_tokens: int = 8192
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    use_fused_kernels: bool = False
+
+    @classmethod
+    def param_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], base: Candidate | None = None) -> Candidate:
+        unknown = set(params) - set(cls.param_names())
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {sorted(unknown)}; known: {', '.join(cls.param_names())}")
+        return replace(base or cls(), **params).normalized()
+
+    def normalized(self) -> Candidate:
+        """The form verl actually runs: settings that verl ignores or forces are made explicit."""
+        c = self
+        if c.tp == 1 and c.sequence_parallel:
+            c = replace(c, sequence_parallel=False)  # verl forces it off with TP=1
+        if c.pp == 1 and c.vpp is not None:
+            c = replace(c, vpp=None)
+        if c.recompute != "full":
+            c = replace(c, recompute_method=None, recompute_num_layers=None)
+        elif c.recompute_method is None:
+            c = replace(c, recompute_method="uniform", recompute_num_layers=c.recompute_num_layers or 1)
+        if c.use_dynamic_bsz:
+            c = replace(c, ppo_micro_batch_size_per_gpu=None, log_prob_micro_batch_size_per_gpu=None)
+        return c
+
+    def params(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def key(self) -> str:
+        """A stable id of the configuration (for duplicates and joins across tables)."""
+        return hashlib.sha1(json.dumps(self.params(), sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def vpp_or_1(self) -> int:
+        return self.vpp or 1
+
+    @property
+    def etp_or_tp(self) -> int:
+        return self.etp if self.etp is not None else self.tp
+
+    def layout(self) -> str:
+        """Short human label, in the measured tables' style: tp4pp2vpp2cp2 / rollout tp."""
+        s = f"tp{self.tp}"
+        if self.pp > 1:
+            s += f"pp{self.pp}"
+        if self.vpp:
+            s += f"vpp{self.vpp}"
+        if self.cp > 1:
+            s += f"cp{self.cp}"
+        if self.ep > 1:
+            s += f"ep{self.ep}"
+        return f"{s} | rollout tp{self.rollout_tp}"
+
+    def verl_overrides(self) -> dict[str, Any]:
+        """verl key -> value for every parameter, in verl's own value forms."""
+        out: dict[str, Any] = {}
+        for name, value in self.params().items():
+            if name == "recompute":
+                value = None if value == "none" else value
+            elif name == "recompute_modules":
+                if self.recompute != "selective":
+                    continue
+                value = [m.strip() for m in value.split(",") if m.strip()]
+            elif name in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu") and not self.use_dynamic_bsz:
+                continue
+            for key in verl.keys_for(name):
+                out[key] = value
+        return out
+
+
+# verl's own Megatron GRPO example (examples/grpo_trainer/run_qwen2-7b_math_megatron.sh in verl) on top of the
+# config defaults: what a user gets by starting from verl's documentation.
+STOCK = Candidate(
+    tp=2,
+    pp=2,
+    rollout_tp=2,
+    gpu_memory_utilization=0.6,
+    ppo_micro_batch_size_per_gpu=4,
+    log_prob_micro_batch_size_per_gpu=4,
+    use_fused_kernels=True,
+).normalized()

@@ -1,0 +1,399 @@
+"""The `autotune` command: run, status, best, export, estimate, models, spaces."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autotune import __version__, verl
+from autotune.candidate import Candidate
+from autotune.cluster import GPU_TYPES, ClusterError, make_cluster
+from autotune.estimate import evaluate
+from autotune.export import FORMATS, ExportInfo, render
+from autotune.job import Job, JobError
+from autotune.model import CATALOG, UnknownModelError, get_model
+from autotune.runners import BACKENDS, RunnerUnavailable, auto_backend, make_runner
+from autotune.space import SpaceError, builtin_spaces, default_space_name, load_space
+from autotune.store import Store, StoreError, TrialRow
+from autotune.study import Setup, StudyMismatchError, Tuner, open_storage, setup_from_row
+
+DEFAULT_STORAGE = "sqlite:///trials/autotune.db"
+USER_ERRORS = (UnknownModelError, JobError, SpaceError, StoreError, StudyMismatchError, ClusterError,
+               RunnerUnavailable, ValueError)
+
+_WIDTH = None if sys.stdout.isatty() else 200  # pipes and files get whole rows, not 80 columns
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
+
+
+class CLIError(ValueError):
+    pass
+
+
+def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+    p.add_argument("--model", required=model_required,
+                   help="catalog name (see `autotune models`) or a Hugging Face model dir / config.json")
+    p.add_argument("--gpus", type=int, help="GPUs per node (default: the local GPUs, else 8)")
+    p.add_argument("--nodes", type=int, help="number of nodes (default 1)")
+    p.add_argument("--gpu-type", help=f"one of {', '.join(GPU_TYPES)} (default: detected, else h100)")
+    p.add_argument("--job", help="YAML mapping of verl override keys to values (default: a typical GRPO job)")
+    p.add_argument("--space", help="built-in space name (dense, moe) or a YAML file (default: by model type)")
+    p.add_argument("--measure-step", type=int, default=3, help="the step whose throughput is the objective")
+
+
+def _storage_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL (default {DEFAULT_STORAGE})")
+    p.add_argument("--study", help="study name (default: derived from model, cluster and job)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="autotune", description="Find the fastest verl Megatron GRPO configuration.")
+    ap.add_argument("--version", action="version", version=f"autotune {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run (or resume) a tuning study")
+    _setup_args(p)
+    _storage_args(p)
+    p.add_argument("--backend", choices=["auto", *BACKENDS], default="auto",
+                   help="auto: verl where GPUs and verl are present, else simulate")
+    p.add_argument("--n-trials", type=int, default=20, help="launched trials the study should hold (default 20)")
+    p.add_argument("--timeout", type=float, help="stop launching after this many seconds")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model-seeds", type=int, default=4, help="best candidates by the model to try first")
+    p.add_argument("--workdir", default="trials", help="per-trial folders go under WORKDIR/<study>/")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    p = sub.add_parser("status", help="table of a study's trials")
+    _storage_args(p)
+    p.add_argument("--all", action="store_true", help="include trials pruned before launch")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("best", help="the best trial of a study")
+    _storage_args(p)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("export", help="write the best (or a chosen) trial as a verl job")
+    _storage_args(p)
+    p.add_argument("--format", choices=FORMATS, default="sh")
+    p.add_argument("--trial", type=int, help="trial number (default: the best)")
+    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+
+    p = sub.add_parser("estimate", help="memory and throughput estimate of the job's own configuration")
+    _setup_args(p)
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="change a parameter (search-space names, e.g. tp=4, use_dynamic_bsz=true)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("models", help="list the model catalog")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("spaces", help="list the built-in search spaces")
+    p.add_argument("--json", action="store_true")
+    return ap
+
+
+def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
+    model = get_model(args.model)
+    cluster = make_cluster(args.gpus, args.nodes, args.gpu_type)
+    job = Job.from_file(args.job) if args.job else Job.default()
+    space_ref = getattr(args, "space", None) or default_space_name(model.is_moe)
+    space = load_space(space_ref)
+    if args.measure_step < 1:
+        raise CLIError("--measure-step must be at least 1")
+    return Setup(model, cluster, job, space, args.measure_step), Path(space.source).read_text()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    setup, space_text = make_setup(args)
+    backend = args.backend if args.backend != "auto" else auto_backend()
+    runner = make_runner(backend)
+    if runner.simulated:
+        why = "no GPU on this machine" if args.backend == "auto" else "--backend simulate"
+        out.print(f"[bold yellow]autotune: {why}: using the simulate runner; every result is SIMULATED "
+                  "(a model estimate, not a measurement).[/]")
+    else:
+        out.print(f"autotune: backend {runner.describe()} on {setup.cluster.describe()}")
+    tuner = Tuner(setup, runner, args.storage, args.study, seed=args.seed, n_model_seeds=args.model_seeds,
+                  space_text=space_text, workdir=Path(args.workdir))
+    out.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
+              f"job {setup.job.source}, space {setup.space.name}")
+    counts = {"pruned": 0}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=out, transient=True, disable=args.json) as bar:
+        task = bar.add_task("trials", total=args.n_trials, completed=tuner.launched_count())
+
+        def on_trial(row: TrialRow) -> None:
+            if row.launched:
+                bar.update(task, completed=tuner.launched_count())
+                if not args.json:
+                    bar.console.print(_trial_line(row))
+            else:
+                counts["pruned"] += 1
+            bar.update(task, description=f"trials ({counts['pruned']} pruned before launch)")
+
+        try:
+            summary = tuner.run(args.n_trials, args.timeout, on_trial=on_trial)
+        except KeyboardInterrupt:
+            err.print("autotune: interrupted; the running trial is recorded as interrupted. "
+                      "Re-run the same command to resume the study.")
+            runner.close()
+            return 130
+    runner.close()
+    best = tuner.store.best(tuner.study_name)
+    summary["pruned_this_run"] = counts["pruned"]
+    summary["best"] = _best_dict(best, tuner.study_name) if best else None
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+        return 0
+    out.print(f"{summary['launched']} trials launched ({summary['stopped']}); "
+              f"{counts['pruned']} candidates pruned before launch this run.")
+    if best:
+        out.print(f"best: trial {best.number}, {_speed(best)} ({_layout(best)})")
+        out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
+    else:
+        out.print("no trial ran to its measured step yet")
+    return 0
+
+
+def _speed(row: TrialRow) -> str:
+    if row.throughput is None:
+        return "-"
+    return f"{row.throughput:.1f} tokens/s/GPU" + (" [SIMULATED]" if row.simulated else " measured")
+
+
+def _layout(row: TrialRow) -> str:
+    return Candidate(**row.params).layout()
+
+
+def _trial_line(row: TrialRow) -> str:
+    return f"  #{row.number:<4} {row.status:<12} {_speed(row):<38} {_layout(row)}  {row.reason[:80] if row.status != 'ok' else ''}"
+
+
+def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
+    open_storage(args.storage)  # a clear error for an unreachable database
+    store = Store(args.storage)
+    names = [s.name for s in store.list_studies()]
+    if args.study:
+        if args.study not in names:
+            raise CLIError(f"no study {args.study!r} in {args.storage}; studies there: {', '.join(names) or 'none'}")
+        return store, args.study
+    if not names:
+        raise CLIError(f"no study in {args.storage}; start one with `autotune run --model ...`")
+    if len(names) > 1:
+        raise CLIError(f"{args.storage} holds several studies; choose one with --study: {', '.join(names)}")
+    return store, names[0]
+
+
+def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
+    return {
+        "study": study,
+        "trial": row.number,
+        "throughput": row.throughput,
+        "simulated": row.simulated,
+        "measured": not row.simulated,
+        "layout": _layout(row),
+        "params": row.params,
+        "verl_overrides": row.verl_overrides,
+        "predicted_throughput": row.predicted_throughput,
+        "predicted_peak_gib": row.predicted_peak_gib,
+        "peak_memory_gib": row.peak_memory_gib,
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    store, name = _open_study(args)
+    meta = store.get_study(name)
+    rows = store.trials(name)
+    shown = rows if args.all else [r for r in rows if r.launched]
+    if args.json:
+        print(json.dumps({
+            "study": name, "backend": meta.backend, "simulated": meta.simulated,
+            "counts": _counts(rows),
+            "trials": [{**{k: getattr(r, k) for k in (
+                "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
+                "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": _layout(r)} for r in shown],
+        }, indent=2, default=str))
+        return 0
+    sim = " [SIMULATED]" if meta.simulated else ""
+    table = Table(title=f"study {name}: {meta.model_name}, backend {meta.backend}{sim}")
+    for col in ("#", "status", "origin", "layout", "tokens/s/GPU", "predicted", "mem pred GiB", "mem meas GiB",
+                "reason"):
+        table.add_column(col)
+    for r in shown:
+        table.add_row(
+            str(r.number), r.status, r.origin, _layout(r),
+            "-" if r.throughput is None else f"{r.throughput:.1f}{' (sim)' if r.simulated else ''}",
+            "-" if r.predicted_throughput is None else f"{r.predicted_throughput:.1f}",
+            "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}",
+            "-" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.1f}",
+            "" if r.status == "ok" else r.reason[:70],
+        )
+    out.print(table)
+    out.print(", ".join(f"{k}: {v}" for k, v in _counts(rows).items()))
+    return 0
+
+
+def _counts(rows: list[TrialRow]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    return counts
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    store, name = _open_study(args)
+    best = store.best(name)
+    if best is None:
+        raise CLIError(f"study {name!r} has no trial that ran to its measured step yet")
+    if args.json:
+        print(json.dumps(_best_dict(best, name), indent=2, default=str))
+        return 0
+    out.print(f"study {name}: best trial {best.number}, {_speed(best)}")
+    out.print(f"layout: {_layout(best)}")
+    for k, v in best.params.items():
+        out.print(f"  {k:34} {v!r:>10}   {', '.join(verl.keys_for(k))}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    store, name = _open_study(args)
+    row = store.trial(name, args.trial) if args.trial is not None else store.best(name)
+    if row is None:
+        raise CLIError(f"study {name!r}: no trial {args.trial}" if args.trial is not None
+                       else f"study {name!r} has no trial that ran to its measured step yet")
+    text = export_text(store, name, row, args.format)
+    if args.output:
+        Path(args.output).write_text(text)
+        if args.format in ("sh", "ray"):
+            Path(args.output).chmod(0o755)
+        err.print(f"wrote {args.output} (trial {row.number}{', SIMULATED' if row.simulated else ''})")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
+    """The export of one trial, as `autotune export` and the dashboard's download buttons give it."""
+    setup = setup_from_row(store.get_study(study))
+    info = ExportInfo(study, row.number, row.throughput, row.simulated, _layout(row), setup.model.name)
+    return render(fmt, info, setup.job, setup.cluster, Candidate(**row.params))
+
+
+def _parse_sets(sets: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in sets:
+        if "=" not in item:
+            raise CLIError(f"--set {item!r}: expected NAME=VALUE, e.g. --set tp=4")
+        name, raw = item.split("=", 1)
+        name = name.strip()
+        if name not in Candidate.param_names():
+            param = verl.param_for_key(name)
+            hint = f" (that verl key is the parameter {param!r})" if param else ""
+            raise CLIError(f"--set {name}: unknown parameter{hint}; known: {', '.join(Candidate.param_names())}")
+        params[name] = yaml.safe_load(raw) if raw.strip() else None
+    return params
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    setup, _ = make_setup(args)
+    cand = Candidate.from_params(_parse_sets(args.set), setup.job.candidate(Candidate()))
+    ev = evaluate(setup.model, setup.cluster, setup.job, cand)
+    doc: dict[str, Any] = {
+        "model": setup.model.name, "cluster": setup.cluster.describe(), "job": setup.job.source,
+        "layout": cand.layout(), "params": cand.params(),
+        "fits": ev.feasible,
+        "violations": [dataclasses.asdict(v) for v in ev.violations],
+        "memory": ev.memory.as_dict() if ev.memory else None,
+        "throughput": ev.throughput.as_dict() if ev.throughput else None,
+        "estimate": "model estimate, not a measurement",
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    out.print(f"{setup.model.name} on {setup.cluster.describe()}, job {setup.job.source}: {cand.layout()}")
+    for v in ev.violations:
+        out.print(f"[red]breaks {v.rule}:[/] {v.message}")
+    if ev.memory:
+        mem = ev.memory
+        table = Table(title="predicted per-GPU memory (GiB)")
+        table.add_column("term")
+        for m in mem.moments:
+            table.add_column(m.name, justify="right")
+        terms = list(dict.fromkeys(k for m in mem.moments for k, _ in m.terms))
+        for term in terms:
+            table.add_row(term, *(f"{dict(m.terms)[term] / 2**30:.2f}" if term in dict(m.terms) else ""
+                                  for m in mem.moments))
+        table.add_row("[bold]peak", *(f"[bold]{m.peak / 2**30:.2f}" for m in mem.moments))
+        table.add_row("capacity", *(f"{m.capacity / 2**30:.2f}" for m in mem.moments))
+        table.add_row("fits", *("yes" if m.fits else "[red]NO" for m in mem.moments))
+        out.print(table)
+        out.print(f"vLLM KV cache: {mem.kv_cache_bytes / 2**30:.2f} GiB per GPU; one max_model_len request needs "
+                  f"{mem.kv_needed_bytes / 2**30:.2f} GiB")
+        for r in mem.reasons():
+            out.print(f"[red]OOM predicted:[/] {r}")
+    if ev.throughput:
+        t = ev.throughput
+        phases = ", ".join(f"{k} {v:.1f}s" for k, v in t.phases)
+        out.print(f"predicted step {t.step_time:.1f}s ({phases}); {t.throughput:.1f} tokens/s/GPU (estimate)")
+    out.print(f"fits: {'yes' if ev.feasible else 'no'}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps({k: dataclasses.asdict(m) | {"params_b": round(m.total_params() / 1e9, 2)}
+                          for k, m in CATALOG.items()}, indent=2))
+        return 0
+    table = Table(title="model catalog (or pass --model PATH to a Hugging Face config)")
+    for col in ("name", "params", "layers", "hidden", "heads/kv", "vocab", "MoE"):
+        table.add_column(col)
+    for m in CATALOG.values():
+        moe = f"{m.num_experts} experts, top-{m.moe_top_k}" if m.is_moe else "-"
+        table.add_row(m.name, f"{m.total_params() / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+                      f"{m.num_attention_heads}/{m.num_kv_heads}", str(m.vocab_size), moe)
+    out.print(table)
+    return 0
+
+
+def cmd_spaces(args: argparse.Namespace) -> int:
+    spaces = {name: load_space(str(path)) for name, path in builtin_spaces().items()}
+    if args.json:
+        print(json.dumps({n: {"source": s.source, "dimensions": s.describe()} for n, s in spaces.items()}, indent=2))
+        return 0
+    for name, s in spaces.items():
+        out.print(f"[bold]{name}[/] ({s.source}): {s.description}")
+        for d in s.describe():
+            when = f"  when {' and '.join(d['when'])}" if d["when"] else ""
+            out.print(f"  {d['name']:34} {d['choices']}{when}")
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run, "status": cmd_status, "best": cmd_best, "export": cmd_export, "estimate": cmd_estimate,
+    "models": cmd_models, "spaces": cmd_spaces,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (CLIError, *USER_ERRORS) as e:
+        err.print(f"autotune: error: {e}", markup=False)
+        return 2
+    except KeyboardInterrupt:
+        err.print("autotune: interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The GPUs a job runs on: GPU type figures, node count, and detection through NVML."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1024**3
+
+
+class ClusterError(ValueError):
+    """A cluster description that cannot be used (unknown GPU type, non-positive counts)."""
+
+
+@dataclass(frozen=True)
+class GPUType:
+    """Figures of one GPU model that the estimates need."""
+
+    name: str
+    memory_gib: float  # what the driver reports as total (what vLLM's utilisation multiplies)
+    bf16_tflops: float  # dense bf16 vendor peak
+    hbm_tbps: float  # memory bandwidth, TB/s
+    link_gbps: float  # intra-node GPU-GPU bandwidth per direction, GB/s (NVLink, or PCIe)
+    inter_node_gbps: float = 50.0  # per GPU, GB/s (400 Gb/s InfiniBand)
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * GIB
+
+
+# Vendor figures; memory as reported by nvidia-smi where seen (../shared/reference/MODELS.md).
+GPU_TYPES: dict[str, GPUType] = {
+    g.name: g
+    for g in [
+        GPUType("h100", 81559 / 1024, 989.0, 3.35, 450.0),
+        GPUType("h200", 143771 / 1024, 989.0, 4.8, 450.0),
+        GPUType("h800", 81559 / 1024, 989.0, 3.35, 200.0),
+        GPUType("h20", 97871 / 1024, 148.0, 4.0, 450.0),
+        GPUType("a100", 81920 / 1024, 312.0, 2.0, 300.0),
+        GPUType("a100-40gb", 40960 / 1024, 312.0, 1.55, 300.0),
+        GPUType("a800", 81920 / 1024, 312.0, 2.0, 200.0),
+        GPUType("l40s", 46068 / 1024, 362.0, 0.864, 32.0),
+        GPUType("b200", 183359 / 1024, 2250.0, 8.0, 900.0),
+    ]
+}
+
+
+def get_gpu_type(name: str) -> GPUType:
+    key = name.strip().lower().replace("_", "-")
+    for prefix in ("nvidia-", "nvidia "):
+        key = key.removeprefix(prefix)
+    if key not in GPU_TYPES:
+        raise ClusterError(f"unknown GPU type {name!r}; known: {', '.join(GPU_TYPES)}")
+    return GPU_TYPES[key]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpu: GPUType
+    gpus_per_node: int = 8
+    nodes: int = 1
+    detected: bool = False  # True when read from the local GPUs with NVML
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node < 1 or self.nodes < 1:
+            raise ClusterError(f"--gpus and --nodes must be at least 1 (got {self.gpus_per_node}, {self.nodes})")
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    def describe(self) -> str:
+        return f"{self.nodes}x{self.gpus_per_node}x{self.gpu.name}"
+
+
+def gpu_type_from_device_name(device_name: str) -> GPUType | None:
+    """Map an NVML device name ('NVIDIA H100 80GB HBM3') to a known type."""
+    n = device_name.lower()
+    for key in ("h200", "h100", "h800", "h20", "a800", "l40s", "b200"):
+        if key in n:
+            return GPU_TYPES[key]
+    if "a100" in n:
+        return GPU_TYPES["a100-40gb" if "40gb" in n else "a100"]
+    return None
+
+
+def detect_local_gpus() -> tuple[int, str, float] | None:
+    """(count, device name, total GiB) of the local GPUs via nvidia-ml-py, or None without GPUs or NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver: NVMLError_LibraryNotFound and friends
+        return None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        if count == 0:
+            return None
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else name
+        total = pynvml.nvmlDeviceGetMemoryInfo(handle).total / GIB
+        return count, name, total
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def make_cluster(gpus: int | None, nodes: int | None, gpu_type: str | None) -> Cluster:
+    """Cluster from the CLI options; what the user leaves out is read from the local GPUs, else 8 x H100."""
+    local = detect_local_gpus()
+    if gpu_type:
+        gtype = get_gpu_type(gpu_type)
+    elif local and (found := gpu_type_from_device_name(local[1])):
+        gtype = found
+    elif local:
+        gtype = GPUType(local[1], local[2], 989.0, 3.35, 450.0)
+    else:
+        gtype = GPU_TYPES["h100"]
+    return Cluster(
+        gpu=gtype,
+        gpus_per_node=gpus if gpus is not None else (local[0] if local else 8),
+        nodes=nodes if nodes is not None else 1,
+        detected=local is not None and gpus is None and gpu_type is None,
+    )

@@ -1,0 +1,347 @@
+"""Per-GPU peak memory at the moments that run out of memory in verl's hybrid engine.
+
+Formulas and sources: ../shared/reference/MEMORY.md. All sizes in bytes; pure functions of
+(model, cluster, job, candidate). The constants in `Calibration` are the model's only free numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from autotune.candidate import Candidate
+from autotune.cluster import GIB, Cluster
+from autotune.job import Job
+from autotune.model import ModelArch
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Free constants of the memory model (bytes per token per layer are multiples of widths)."""
+
+    act_h: float = 8.0  # norm inputs and residual stream (bytes per element of h)
+    act_q: float = 6.0  # query-sized tensors: q, rotated q, attention output (between 4 and 8, MEMORY.md)
+    act_kv: float = 4.0
+    act_f: float = 6.0  # SwiGLU: fc1 output (2f) and activation output (f), bf16
+    logits_bytes: float = 10.0  # unfused logits per [token, vocab/TP] element: bf16 + fp32 copy + grad
+    logprob_logits_bytes: float = 10.0  # forward-only logits: bf16 + fp32 + log-softmax
+    fused_logits_bytes_per_h: float = 8.0  # fused kernels: O(T*h)
+    cuda_context: float = 0.6 * GIB  # per process (the actor and the vLLM server each hold one)
+    nccl: float = 1.0 * GIB  # communicator buffers of the actor's process groups
+    cudagraph_pool: float = 1.0 * GIB  # vLLM CUDA graphs (outside its memory budget; none with enforce_eager)
+    fragmentation: float = 0.05  # allocator reserve over what tensors hold, share of torch-managed memory
+    vllm_nontorch: float = 0.3 * GIB
+
+
+DEFAULT_CALIBRATION = Calibration()
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One moment's per-GPU memory as named terms (bytes) against the card's capacity."""
+
+    name: str
+    terms: tuple[tuple[str, float], ...]
+    capacity: float
+    what: str = ""
+
+    @property
+    def peak(self) -> float:
+        return sum(v for _, v in self.terms)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    def as_dict(self) -> dict:
+        return {
+            "peak_gib": round(self.peak / GIB, 3),
+            "capacity_gib": round(self.capacity / GIB, 3),
+            "fits": self.fits,
+            "what": self.what,
+            "terms_gib": {k: round(v / GIB, 3) for k, v in self.terms},
+        }
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    moments: tuple[Moment, ...]
+    kv_cache_bytes: float  # per GPU, what vLLM can give the KV cache
+    kv_needed_bytes: float  # one request of max_model_len
+    kv_bytes_per_token: float  # per GPU of a rollout replica
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def peak(self) -> float:
+        return max(m.peak for m in self.moments)
+
+    @property
+    def binding(self) -> Moment:
+        return max(self.moments, key=lambda m: m.peak / m.capacity)
+
+    @property
+    def kv_fits(self) -> bool:
+        return self.kv_cache_bytes >= self.kv_needed_bytes
+
+    @property
+    def fits(self) -> bool:
+        return all(m.fits for m in self.moments) and self.kv_fits
+
+    def reasons(self) -> list[str]:
+        """Why it does not fit, in words (empty when it fits)."""
+        out = [
+            f"{m.name}: predicted {m.peak / GIB:.1f} GiB > {m.capacity / GIB:.1f} GiB "
+            f"(largest: {max(m.terms, key=lambda t: t[1])[0]})"
+            for m in self.moments
+            if not m.fits
+        ]
+        if not self.kv_fits:
+            out.append(
+                f"vllm_kv_cache: {self.kv_cache_bytes / GIB:.2f} GiB of KV cache cannot hold one request of "
+                f"max_model_len ({self.kv_needed_bytes / GIB:.2f} GiB needed)"
+            )
+        return out
+
+    def moment(self, name: str) -> Moment:
+        return next(m for m in self.moments if m.name == name)
+
+    def as_dict(self) -> dict:
+        return {
+            "fits": self.fits,
+            "peak_gib": round(self.peak / GIB, 3),
+            "binding_moment": self.binding.name,
+            "moments": {m.name: m.as_dict() for m in self.moments},
+            "kv_cache_gib": round(self.kv_cache_bytes / GIB, 3),
+            "kv_needed_gib": round(self.kv_needed_bytes / GIB, 3),
+            "reasons": self.reasons(),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameters held by the most loaded GPU (first or last pipeline stage)."""
+
+    dense: float  # sharded by TP/PP, replicated over DP*CP
+    expert: float  # sharded by EP*ETP/PP, replicated over expert DP
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def params_per_gpu(m: ModelArch, c: Candidate) -> ParamCounts:
+    t, p = c.tp, c.pp
+    h = m.hidden_size
+    dense_layers = m.num_dense_layers / p
+    moe_layers = m.num_moe_layers / p
+    layer = m.attention_params_per_layer() / t + 2 * h
+    body = (m.num_layers / p) * layer + dense_layers * m.dense_mlp_params_per_layer(False) / t
+    body += moe_layers * (m.dense_mlp_params_per_layer(True) / t + h * m.num_experts)
+    emb = m.vocab_size * h / t
+    if p == 1:
+        dense = body + emb * (1 if m.tie_word_embeddings else 2)
+    else:
+        dense = body + emb  # first stage: embedding; last stage: output layer (a copy when tied)
+    expert = moe_layers * m.expert_params_per_layer() / (c.ep * c.etp_or_tp) if m.is_moe else 0.0
+    return ParamCounts(dense, expert)
+
+
+def model_state_bytes(m: ModelArch, cl: Cluster, c: Candidate) -> dict[str, float]:
+    """bf16 params, fp32 grads, and the distributed optimizer's fp32 master + Adam moments (sharded)."""
+    pc = params_per_gpu(m, c)
+    d_dense = cl.world_size / (c.tp * c.pp)
+    d_expert = cl.world_size / (c.pp * c.ep * c.etp_or_tp)
+    return {
+        "params": 2 * pc.total,
+        "grads": 4 * pc.total,
+        "optimizer_master": 4 * (pc.dense / d_dense + pc.expert / d_expert),
+        "optimizer_adam": 8 * (pc.dense / d_dense + pc.expert / d_expert),
+    }
+
+
+def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_layer: bool) -> float:
+    """Saved activations of one layer per token on one GPU (before recompute and pipelining)."""
+    t = c.tp
+    sp = t if c.sequence_parallel and t > 1 else 1
+    attn = cal.act_q * m.q_size + cal.act_kv * m.kv_size
+    if m.qk_norm:
+        attn += 2 * (m.q_size + m.kv_size)
+    modules = set(c.recompute_modules.split(",")) if c.recompute == "selective" else set()
+    if "core_attn" in modules:
+        attn -= 2 * m.q_size  # the attention output is recomputed; with flash attention that is all it saves
+    if moe_layer:
+        mlp = cal.act_f * (m.moe_top_k * m.moe_ffn_hidden_size / c.etp_or_tp * t + m.shared_expert_ffn_hidden_size)
+        mlp += 4 * m.num_experts + 4 * m.moe_top_k * m.hidden_size  # router logits, dispatched tokens
+    else:
+        mlp = cal.act_f * m.ffn_hidden_size
+    if "mlp" in modules:
+        mlp = 0.0
+    return (attn + mlp) / t + cal.act_h * m.hidden_size / sp
+
+
+def micro_batch_tokens(job: Job, c: Candidate, log_prob: bool) -> float:
+    """Tokens of one micro-batch on one GPU (after CP splits it)."""
+    if c.use_dynamic_bsz:
+        return float(c.log_prob_max_token_len_per_gpu if log_prob else c.ppo_max_token_len_per_gpu)
+    mbs = (c.log_prob_micro_batch_size_per_gpu if log_prob else c.ppo_micro_batch_size_per_gpu) or 1
+    return mbs * job.max_seq_len / c.cp
+
+
+def micro_batches_per_step(job: Job, cl: Cluster, c: Candidate, mean_seq_len: float) -> int:
+    """Micro-batches per mini-batch on one data-parallel rank (what the pipeline schedule sees)."""
+    dp = max(1, cl.world_size // (c.tp * c.pp * c.cp))
+    samples = job.ppo_mini_batch_size * job.rollout_n / dp
+    if c.use_dynamic_bsz:
+        return max(1, math.ceil(samples * mean_seq_len / (c.ppo_max_token_len_per_gpu * c.cp)))
+    return max(1, math.ceil(samples / (c.ppo_micro_batch_size_per_gpu or 1)))
+
+
+def activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration) -> float:
+    """Activations held on the first pipeline stage at the peak of the 1F1B (or interleaved) schedule."""
+    s = micro_batch_tokens(job, c, log_prob=False)
+    a_dense = act_bytes_per_token_layer(m, c, cal, False)
+    a_moe = act_bytes_per_token_layer(m, c, cal, True)
+    layers_chunk = m.num_layers / (c.pp * c.vpp_or_1)
+    a_layer = (m.num_dense_layers * a_dense + m.num_moe_layers * a_moe) / m.num_layers
+    sp = c.tp if c.sequence_parallel and c.tp > 1 else 1
+    layer_input = 2 * m.hidden_size / sp
+    if c.recompute == "full":
+        n = c.recompute_num_layers or 1
+        if c.recompute_method == "block":
+            kept = min(n, layers_chunk) * layer_input + max(0.0, layers_chunk - n) * a_layer
+        else:
+            kept = layers_chunk / n * layer_input
+        per_chunk = kept
+        transient = n * a_layer if c.recompute_method != "block" else a_layer
+    else:
+        per_chunk = layers_chunk * a_layer
+        transient = 0.0
+    m_batches = micro_batches_per_step(job, cl, c, mean_seq_len=job.max_seq_len)
+    if c.pp > 1:
+        in_flight = min(c.pp, m_batches) * c.vpp_or_1
+        if c.vpp_or_1 > 1:
+            in_flight *= 1 + (c.pp - 1) / (c.pp * c.vpp_or_1)
+    else:
+        in_flight = 1
+    return s * (per_chunk * in_flight + transient)
+
+
+def logits_bytes(m: ModelArch, c: Candidate, tokens: float, per_element: float, cal: Calibration) -> float:
+    if c.use_fused_kernels:
+        return tokens * m.hidden_size * cal.fused_logits_bytes_per_h
+    return tokens * m.vocab_size / c.tp * per_element
+
+
+def kv_bytes_per_token(m: ModelArch, rollout_tp: int) -> float:
+    """vLLM KV cache per token on one GPU of a replica (KV heads replicate past their count; MLA keeps a latent)."""
+    if m.is_mla:
+        return m.num_layers * (m.kv_lora_rank + m.qk_rope_head_dim) * 2
+    return 2 * m.num_layers * max(1.0, m.num_kv_heads / rollout_tp) * m.head_dim * 2
+
+
+def vllm_weight_bytes(m: ModelArch, rollout_tp: int) -> float:
+    return 2 * m.total_params() / rollout_tp
+
+
+def vllm_activation_bytes(m: ModelArch, job: Job, c: Candidate) -> float:
+    """vLLM's profiling run at max_num_batched_tokens (its forward keeps only a few tensors alive)."""
+    tokens = c.max_num_batched_tokens
+    width = 3 * (m.ffn_hidden_size or m.moe_top_k * m.moe_ffn_hidden_size) + 4 * m.hidden_size + m.q_size
+    return tokens * 2 * width / c.rollout_tp + job.max_num_seqs * m.vocab_size * 4
+
+
+def estimate_memory(
+    m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration = DEFAULT_CALIBRATION
+) -> MemoryEstimate:
+    total = cl.gpu.memory_bytes
+    states = model_state_bytes(m, cl, c)
+    vllm_graphs = 0.0 if job.enforce_eager else cal.cudagraph_pool
+
+    # vLLM start: the Megatron actor is built (Adam moments are created lazily at the first step).
+    resident_start = (0.0 if c.param_offload else states["params"] + states["grads"]) + (
+        0.0 if c.optimizer_offload else states["optimizer_master"]
+    )
+    budget = total * c.gpu_memory_utilization
+    vllm_start = Moment(
+        "vllm_start",
+        (
+            ("actor_resident", resident_start),
+            ("cuda_contexts", 2 * cal.cuda_context),
+            ("nccl", cal.nccl),
+            ("vllm_budget", budget),
+        ),
+        total,
+        "vLLM needs gpu_memory_utilization * total free when it starts",
+    )
+
+    # Rollout (every later step): what the actor keeps on the GPU, vLLM's budget, its CUDA graphs.
+    resident = (0.0 if c.param_offload else states["params"] + states["grads"]) + (
+        0.0 if c.optimizer_offload else states["optimizer_master"] + states["optimizer_adam"]
+    )
+    rollout = Moment(
+        "rollout",
+        (
+            ("actor_resident", resident),
+            ("vllm_budget", budget),
+            ("vllm_cudagraphs", vllm_graphs),
+            ("cuda_contexts", 2 * cal.cuda_context),
+            ("nccl", cal.nccl),
+        ),
+        total,
+        "actor left on the GPU + vLLM weights and KV cache (gpu_memory_utilization) + CUDA graphs",
+    )
+
+    # Log-prob passes (old policy, reference): forward only, optimizer stays offloaded if it was.
+    s_lp = micro_batch_tokens(job, c, log_prob=True)
+    a_layer = max(act_bytes_per_token_layer(m, c, cal, m.is_moe), 0.0)
+    lp_states = states["params"] + states["grads"] + (
+        0.0 if c.optimizer_offload else states["optimizer_master"] + states["optimizer_adam"]
+    )
+    lp_torch = lp_states + s_lp * (a_layer + 4 * m.hidden_size) + logits_bytes(
+        m, c, s_lp, cal.logprob_logits_bytes, cal
+    )
+    log_prob = Moment(
+        "log_prob",
+        (
+            ("model_states", lp_states),
+            ("activations", s_lp * (a_layer + 4 * m.hidden_size)),
+            ("logits", logits_bytes(m, c, s_lp, cal.logprob_logits_bytes, cal)),
+            ("fragmentation", cal.fragmentation * lp_torch),
+            ("cuda_contexts", 2 * cal.cuda_context),
+            ("nccl", cal.nccl),
+            ("vllm_cudagraphs", vllm_graphs),
+        ),
+        total,
+        "forward-only passes over log_prob_max_token_len_per_gpu tokens (vLLM asleep)",
+    )
+
+    # Update: everything loaded back (offload does not lower this peak), activations in flight, logits.
+    s = micro_batch_tokens(job, c, log_prob=False)
+    acts = activation_bytes(m, cl, job, c, cal)
+    logit = logits_bytes(m, c, s, cal.logits_bytes, cal)
+    torch_managed = sum(states.values()) + acts + logit
+    update = Moment(
+        "update",
+        (
+            ("params", states["params"]),
+            ("grads", states["grads"]),
+            ("optimizer", states["optimizer_master"] + states["optimizer_adam"]),
+            ("activations", acts),
+            ("logits", logit),
+            ("fragmentation", cal.fragmentation * torch_managed),
+            ("cuda_contexts", 2 * cal.cuda_context),
+            ("nccl", cal.nccl),
+            ("vllm_cudagraphs", vllm_graphs),
+        ),
+        total,
+        "update_actor: weights, fp32 grads, distributed optimizer, in-flight activations, logits",
+    )
+
+    kv_per_token = kv_bytes_per_token(m, c.rollout_tp)
+    kv_cache = budget - vllm_weight_bytes(m, c.rollout_tp) - vllm_activation_bytes(m, job, c) - cal.vllm_nontorch
+    kv_needed = math.ceil(job.max_model_len / 16) * 16 * kv_per_token
+    notes = []
+    if c.param_offload or c.optimizer_offload:
+        notes.append("offload lowers what stays on the GPU during rollout, not the update peak")
+    return MemoryEstimate((vllm_start, rollout, log_prob, update), kv_cache, kv_needed, kv_per_token, tuple(notes))

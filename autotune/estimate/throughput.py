@@ -1,0 +1,183 @@
+"""Analytic step time per phase of a verl GRPO step, and tokens/s/GPU.
+
+It ranks candidates and seeds the study; absolute numbers are rough. Phases follow verl's timing metrics:
+gen (vLLM decode, limited by KV capacity and memory bandwidth), old_log_prob and ref (forward FLOPs), update_actor
+(training FLOPs at a calibrated efficiency, TP/CP/DP communication, pipeline bubble, recompute), update_weights
+(reshard). Rank correlation against measured tables: benchmarks/throughput_rank.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autotune.candidate import Candidate
+from autotune.cluster import Cluster
+from autotune.estimate.memory import MemoryEstimate, estimate_memory, micro_batches_per_step, params_per_gpu
+from autotune.job import Job
+from autotune.model import ModelArch
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the lengths look like at the measured step, as a share of the job's maxima.
+
+    From verl_megatron_practice's DAPO runs: update MFU and step times imply about 1.6k tokens per 10k-token
+    sample at step 3 (short math prompts, responses far below the cap).
+    """
+
+    prompt_fraction: float = 0.12
+    response_fraction: float = 0.18
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Free constants of the time model."""
+
+    train: float = 0.45  # share of bf16 peak that the update's GEMMs reach at a large micro-batch
+    forward: float = 0.32  # the same for verl's log-prob passes (more Python and gather overhead)
+    tokens_half: float = 2048.0  # micro-batch size (tokens) at which GEMM efficiency halves
+    tp_penalty: float = 0.04  # per extra TP rank: smaller GEMMs and exposed all-gather/reduce-scatter
+    cp_penalty: float = 0.03  # per extra CP rank: KV exchange
+    hbm: float = 0.8  # share of HBM bandwidth decode reaches
+    decode_compute: float = 0.5
+    prefill: float = 0.5
+    decode_step_overhead_s: float = 0.007  # scheduler and sampler per decode step
+    rollout_tp_comm_s_per_layer: float = 3.5e-5  # two all-reduces per layer per decode step
+    pcie_gbps: float = 25.0  # host <-> device for offload
+    reshard_gbps: float = 6.0  # effective weight-sync bandwidth (per-tensor overheads dominate)
+    fixed_step_s: float = 3.0  # advantage computation, reward, data loading
+
+
+DEFAULT_WORKLOAD = Workload()
+DEFAULT_EFFICIENCY = Efficiency()
+
+
+@dataclass(frozen=True)
+class ThroughputEstimate:
+    phases: tuple[tuple[str, float], ...]  # verl phase name -> seconds
+    tokens_per_step: float
+    world_size: int
+    concurrency: float  # sequences decoded at once per rollout replica
+
+    @property
+    def step_time(self) -> float:
+        return sum(v for _, v in self.phases)
+
+    @property
+    def throughput(self) -> float:
+        """tokens/s/GPU, as verl's perf/throughput."""
+        return self.tokens_per_step / (self.step_time * self.world_size)
+
+    def as_dict(self) -> dict:
+        return {
+            "throughput": round(self.throughput, 2),
+            "step_time_s": round(self.step_time, 2),
+            "phases_s": {k: round(v, 2) for k, v in self.phases},
+            "rollout_concurrency": round(self.concurrency, 1),
+        }
+
+
+def active_params(m: ModelArch) -> float:
+    """Parameters one token passes through (all of a dense model; the routed top-k of an MoE)."""
+    if not m.is_moe:
+        return float(m.total_params())
+    inactive = m.num_moe_layers * m.expert_params_per_layer() * (1 - m.moe_top_k / m.num_experts)
+    return m.total_params() - inactive
+
+
+def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
+    """verl's flops_counter: 6 * tokens * matmul params + causal attention (halved), per optimizer pass."""
+    matmul = active_params(m) - m.vocab_size * m.hidden_size * (0 if m.tie_word_embeddings else 1)
+    attention = 6 * m.num_layers * m.q_size * tokens * seq_len / 2
+    return 6 * tokens * matmul + attention
+
+
+def estimate_throughput(
+    m: ModelArch,
+    cl: Cluster,
+    job: Job,
+    c: Candidate,
+    mem: MemoryEstimate | None = None,
+    wl: Workload = DEFAULT_WORKLOAD,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+) -> ThroughputEstimate:
+    mem = mem or estimate_memory(m, cl, job, c)
+    g = cl.gpu
+    peak = g.bf16_tflops * 1e12
+    world = cl.world_size
+    seqs = job.train_batch_size * job.rollout_n
+    lp = wl.prompt_fraction * job.max_prompt_length
+    lr = wl.response_fraction * job.max_response_length
+    seq_len = lp + lr
+    tokens = seqs * seq_len
+
+    # gen: replicas of rollout_tp GPUs; decode batch limited by max_num_seqs and by KV blocks.
+    replicas = world / c.rollout_tp
+    per_replica = seqs / replicas
+    kv_tokens = max(mem.kv_cache_bytes, 0.0) / mem.kv_bytes_per_token
+    conc = max(1.0, min(job.max_num_seqs, per_replica, kv_tokens / seq_len))
+    weights_gpu = 2 * active_params(m) / c.rollout_tp
+    kv_read = conc * (lp + lr / 2) * mem.kv_bytes_per_token
+    t_mem = (weights_gpu + kv_read) / (g.hbm_tbps * 1e12 * eff.hbm)
+    t_cmp = 2 * active_params(m) * conc / c.rollout_tp / (peak * eff.decode_compute)
+    t_comm = (c.rollout_tp > 1) * 2 * m.num_layers * eff.rollout_tp_comm_s_per_layer
+    step = max(t_mem, t_cmp) + t_comm + eff.decode_step_overhead_s
+    decode_steps = max(per_replica * lr / conc, job.max_response_length * 0.9)
+    prefill = per_replica * lp * 2 * active_params(m) / c.rollout_tp / (peak * eff.prefill)
+    gen = decode_steps * step + prefill
+
+    # Training-side efficiency of this layout.
+    mbs_tokens = (
+        c.ppo_max_token_len_per_gpu * c.cp
+        if c.use_dynamic_bsz
+        else (c.ppo_micro_batch_size_per_gpu or 1) * seq_len
+    )
+    tokens_gpu = mbs_tokens / c.cp
+    size_eff = tokens_gpu / (tokens_gpu + eff.tokens_half)
+    layout_eff = 1 / (1 + eff.tp_penalty * (c.tp - 1)) / (1 + eff.cp_penalty * (c.cp - 1))
+    if m.is_moe:
+        layout_eff /= 1 + 0.05 * math.log2(max(c.ep, 1)) * (1 + (c.ep * c.tp > cl.gpus_per_node))
+    n_micro = micro_batches_per_step(job, cl, c, seq_len)
+    bubble = (c.pp - 1) / (c.vpp_or_1 * n_micro) if c.pp > 1 else 0.0
+
+    f_train = train_flops(m, tokens, seq_len)
+    recompute = {"none": 0.0, "selective": 0.03, "full": 1 / 3}[c.recompute]
+    if c.recompute == "selective" and "mlp" in c.recompute_modules:
+        recompute += 0.2
+    update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * eff.train * size_eff * layout_eff)
+    update *= 1 + bubble
+
+    # Data-parallel gradient reduce-scatter + parameter all-gather once per mini-batch.
+    pc = params_per_gpu(m, c)
+    dp = world // (c.tp * c.pp * c.cp)
+    mini_batches = job.train_batch_size / job.ppo_mini_batch_size * job.ppo_epochs
+    link = g.link_gbps if world <= cl.gpus_per_node else g.inter_node_gbps
+    if dp * c.cp > 1:
+        update += mini_batches * pc.total * 6 / (link * 1e9)
+
+    lp_tokens = c.log_prob_max_token_len_per_gpu * c.cp if c.use_dynamic_bsz else (
+        (c.log_prob_micro_batch_size_per_gpu or 1) * seq_len
+    )
+    lp_size_eff = (lp_tokens / c.cp) / (lp_tokens / c.cp + eff.tokens_half)
+    fwd = f_train / 3 / (world * peak * eff.forward * lp_size_eff * layout_eff)
+    lp_micro = max(1, math.ceil(seqs / dp * seq_len / lp_tokens))
+    fwd *= 1 + ((c.pp - 1) / lp_micro if c.pp > 1 else 0.0)
+
+    offload_bytes = (6 * pc.total if c.param_offload else 0.0) + (
+        12 * pc.total / max(dp * c.cp, 1) if c.optimizer_offload else 0.0
+    )
+    offload = 2 * offload_bytes / (eff.pcie_gbps * 1e9)
+    reshard = 1.0 + 2 * m.total_params() / c.rollout_tp / (eff.reshard_gbps * 1e9) + 2 * pc.total / (
+        eff.reshard_gbps * 1e9 * 2
+    )
+    phases = [
+        ("gen", gen),
+        ("old_log_prob", fwd + offload / 2),
+        ("update_actor", update + offload / 2),
+        ("update_weights", reshard),
+        ("adv", eff.fixed_step_s),
+    ]
+    if job.has_ref_model:
+        phases.insert(2, ("ref", fwd))
+    return ThroughputEstimate(tuple(phases), tokens, world, conc)

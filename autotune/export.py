@@ -1,0 +1,125 @@
+"""Export a trial's configuration as a ready-to-run verl job: bash script, Hydra overrides (YAML), JSON, Ray job.
+
+The trial launcher of the verl runner builds its argv with `launch_argv` too, so what was measured is what is
+exported.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from autotune import __version__, verl
+from autotune.candidate import Candidate
+from autotune.cluster import Cluster
+from autotune.job import Job
+
+FORMATS = ("sh", "yaml", "json", "ray")
+
+
+def launch_values(job: Job, cluster: Cluster, cand: Candidate, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """verl key -> value: base arguments, the job's fixed keys, the candidate's keys, the cluster, then `extra`."""
+    values: dict[str, Any] = dict(verl.BASE_ARGS)
+    values.update(job.mapping)
+    tuned = cand.verl_overrides()
+    for key in tuned:
+        values.pop("+" + key, None)
+    values.update(tuned)
+    values[verl.N_GPUS_PER_NODE] = cluster.gpus_per_node
+    values[verl.NNODES] = cluster.nodes
+    values.setdefault(verl.MAX_MODEL_LEN, job.max_seq_len)  # left null, vLLM sizes KV for max_position_embeddings
+    values.update(extra or {})
+    return values
+
+
+def launch_argv(job: Job, cluster: Cluster, cand: Candidate, extra: Mapping[str, Any] | None = None) -> list[str]:
+    return [*verl.ENTRY, *(verl.override(k, v) for k, v in launch_values(job, cluster, cand, extra).items())]
+
+
+@dataclass(frozen=True)
+class ExportInfo:
+    """Where the exported configuration comes from, for the header of every format."""
+
+    study: str
+    trial: int | None
+    throughput: float | None
+    simulated: bool
+    layout: str
+    model: str
+
+    def headline(self) -> str:
+        if self.throughput is None:
+            speed = "no measured throughput"
+        elif self.simulated:
+            speed = f"SIMULATED {self.throughput:.1f} tokens/s/GPU (a model estimate, not a measurement)"
+        else:
+            speed = f"measured {self.throughput:.1f} tokens/s/GPU"
+        return f"autotune {__version__}: study {self.study}, trial {self.trial} ({self.layout}), {self.model}: {speed}"
+
+
+def to_sh(info: ExportInfo, argv: list[str]) -> str:
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# {info.headline()}",
+        f"# verl {verl.VERL_VERSION}, Megatron actor, vLLM rollout. Extra Hydra overrides given to this script are appended.",
+        "set -euo pipefail",
+        "",
+        " ".join(shlex.quote(a) for a in argv[:3]) + " \\",
+    ]
+    lines += [f"    {shlex.quote(a)} \\" for a in argv[3:]]
+    lines.append('    "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def to_yaml(info: ExportInfo, values: Mapping[str, Any]) -> str:
+    """verl keys -> values: Hydra overrides as a mapping, also usable as an autotune job file (`--job`)."""
+    header = f"# {info.headline()}\n# verl {verl.VERL_VERSION} overrides for `python -m verl.trainer.main_ppo`\n"
+    return header + yaml.safe_dump(dict(values), sort_keys=False, default_flow_style=None)
+
+
+def to_json(info: ExportInfo, values: Mapping[str, Any], params: Mapping[str, Any], argv: list[str]) -> str:
+    doc = {
+        "study": info.study,
+        "trial": info.trial,
+        "model": info.model,
+        "throughput": info.throughput,
+        "simulated": info.simulated,
+        "measured": info.throughput is not None and not info.simulated,
+        "layout": info.layout,
+        "verl_version": verl.VERL_VERSION,
+        "params": dict(params),
+        "verl_overrides": dict(values),
+        "argv": argv,
+    }
+    return json.dumps(doc, indent=2, default=str) + "\n"
+
+
+def to_ray(info: ExportInfo, argv: list[str]) -> str:
+    entry = " ".join(shlex.quote(a) for a in argv)
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        f"# {info.headline()}",
+        "# Submits the tuned verl job to a running Ray cluster (RAY_ADDRESS, default the local dashboard).",
+        "set -euo pipefail",
+        'ray job submit --address "${RAY_ADDRESS:-http://127.0.0.1:8265}" --working-dir . -- \\',
+        f"    {entry} \"$@\"",
+    ]) + "\n"
+
+
+def render(fmt: str, info: ExportInfo, job: Job, cluster: Cluster, cand: Candidate) -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    values = launch_values(job, cluster, cand)
+    argv = launch_argv(job, cluster, cand)
+    if fmt == "sh":
+        return to_sh(info, argv)
+    if fmt == "yaml":
+        return to_yaml(info, values)
+    if fmt == "ray":
+        return to_ray(info, argv)
+    return to_json(info, values, cand.params(), argv)

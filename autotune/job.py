@@ -1,0 +1,186 @@
+"""The user's training job: verl override keys and values, as in their launch script.
+
+autotune reads the shape of the workload from these keys and keeps every key it does not tune exactly as given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune import verl
+from autotune.candidate import Candidate
+
+
+class JobError(ValueError):
+    """A job file that cannot be read or describes an impossible job."""
+
+
+# A typical GRPO job, like the measured tables in verl_megatron_practice (2k prompt, 8k response, n 16).
+DEFAULT_JOB: dict[str, Any] = {
+    verl.MAX_PROMPT_LENGTH: 2048,
+    verl.MAX_RESPONSE_LENGTH: 8192,
+    verl.TRAIN_BATCH_SIZE: 512,
+    verl.PPO_MINI_BATCH_SIZE: 32,
+    verl.ROLLOUT_N: 16,
+    verl.USE_KL_LOSS: False,
+}
+
+
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested YAML mappings to dotted verl keys; values that are lists stay values."""
+    out: dict[str, Any] = {}
+    for k, v in mapping.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+@dataclass(frozen=True)
+class Job:
+    """verl overrides (key -> value) that fix the training; `source` says where they came from."""
+
+    overrides: tuple[tuple[str, Any], ...]
+    source: str = "default"
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any], source: str = "<mapping>") -> Job:
+        # Keys the user leaves out take the typical job's values, so a job may set only what differs.
+        merged = {**DEFAULT_JOB, **flatten(mapping)}
+        job = cls(tuple(sorted(merged.items(), key=lambda kv: kv[0])), source)
+        job.validate()
+        return job
+
+    @classmethod
+    def default(cls) -> Job:
+        return cls.from_mapping({}, "default")
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Job:
+        p = Path(path)
+        if not p.is_file():
+            raise JobError(f"job file {p} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise JobError(f"{p}: not valid YAML: {e}") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise JobError(f"{p}: a job file is a mapping of verl override keys to values, got {type(data).__name__}")
+        return cls.from_mapping(data, str(p))
+
+    @property
+    def mapping(self) -> dict[str, Any]:
+        return dict(self.overrides)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.mapping.get(key, self.mapping.get("+" + key, default))
+
+    def _int(self, key: str) -> int:
+        value = self.get(key, DEFAULT_JOB.get(key))
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise JobError(f"{self.source}: {key} must be an integer, got {value!r}") from None
+
+    @property
+    def max_prompt_length(self) -> int:
+        return self._int(verl.MAX_PROMPT_LENGTH)
+
+    @property
+    def max_response_length(self) -> int:
+        return self._int(verl.MAX_RESPONSE_LENGTH)
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.max_prompt_length + self.max_response_length
+
+    @property
+    def max_model_len(self) -> int:
+        value = self.get(verl.MAX_MODEL_LEN)
+        return int(value) if value else self.max_seq_len
+
+    @property
+    def train_batch_size(self) -> int:
+        return self._int(verl.TRAIN_BATCH_SIZE)
+
+    @property
+    def ppo_mini_batch_size(self) -> int:
+        return self._int(verl.PPO_MINI_BATCH_SIZE)
+
+    @property
+    def rollout_n(self) -> int:
+        return self._int(verl.ROLLOUT_N)
+
+    @property
+    def ppo_epochs(self) -> int:
+        return int(self.get(verl.PPO_EPOCHS, 1) or 1)
+
+    @property
+    def has_ref_model(self) -> bool:
+        """The reference model exists only for a KL loss or a KL penalty in the reward."""
+        return _truthy(self.get(verl.USE_KL_LOSS)) or _truthy(self.get(verl.USE_KL_IN_REWARD))
+
+    @property
+    def max_num_seqs(self) -> int:
+        return int(self.get(verl.MAX_NUM_SEQS, 256) or 256)
+
+    @property
+    def enforce_eager(self) -> bool:
+        return _truthy(self.get(verl.ENFORCE_EAGER))
+
+    def validate(self) -> None:
+        for key in (verl.MAX_PROMPT_LENGTH, verl.MAX_RESPONSE_LENGTH, verl.TRAIN_BATCH_SIZE,
+                    verl.PPO_MINI_BATCH_SIZE, verl.ROLLOUT_N):
+            if self._int(key) < 1:
+                raise JobError(f"{self.source}: {key} must be at least 1")
+        if self.train_batch_size < self.ppo_mini_batch_size:
+            raise JobError(
+                f"{self.source}: {verl.TRAIN_BATCH_SIZE} ({self.train_batch_size}) is smaller than "
+                f"{verl.PPO_MINI_BATCH_SIZE} ({self.ppo_mini_batch_size}); verl needs at least one mini-batch"
+            )
+        if self.train_batch_size % self.ppo_mini_batch_size:
+            raise JobError(
+                f"{self.source}: {verl.TRAIN_BATCH_SIZE} ({self.train_batch_size}) must be a multiple of "
+                f"{verl.PPO_MINI_BATCH_SIZE} ({self.ppo_mini_batch_size})"
+            )
+
+    def baseline_params(self) -> dict[str, Any]:
+        """Search-space parameters the job sets itself: the user's current configuration."""
+        out: dict[str, Any] = {}
+        for key, value in self.overrides:
+            param = verl.param_for_key(key)
+            if param is None:
+                continue
+            if param == "recompute":
+                value = value or "none"
+            elif param == "recompute_modules" and isinstance(value, (list, tuple)):
+                value = ",".join(value)
+            out[param] = value
+        return out
+
+    def candidate(self, base: Candidate) -> Candidate:
+        """`base` with the job's own settings applied (these are fixed where the space does not tune them)."""
+        try:
+            return Candidate.from_params(self.baseline_params(), base)
+        except (TypeError, ValueError) as e:
+            raise JobError(f"{self.source}: {e}") from None
+
+    def fingerprint(self) -> str:
+        return hashlib.sha1(json.dumps(self.overrides, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)

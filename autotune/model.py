@@ -1,0 +1,218 @@
+"""Model architectures: the catalog of models users tune for, and Hugging Face config.json loading.
+
+The tuner never loads weights: everything it needs (memory, FLOPs, divisibility) follows from the shapes here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+
+class UnknownModelError(ValueError):
+    """A model name that is neither in the catalog nor a path to a Hugging Face config."""
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """Shapes of a decoder-only transformer, dense or MoE, as in its config.json."""
+
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int  # dense MLP width; for MoE models, of the leading dense layers (0 if none)
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    num_experts: int = 0
+    moe_top_k: int = 0
+    moe_ffn_hidden_size: int = 0
+    shared_expert_ffn_hidden_size: int = 0
+    first_k_dense_layers: int = 0
+    # Multi-head latent attention (DeepSeek-V3); kv_lora_rank == 0 means standard GQA attention.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    hf_architecture: str = ""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def q_size(self) -> int:
+        """Width of the query projection output (heads * head_dim)."""
+        if self.is_mla:
+            return self.num_attention_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Width of one of K or V as stored per token."""
+        if self.is_mla:
+            return self.num_attention_heads * self.v_head_dim
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_k_dense_layers if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    def attention_params_per_layer(self) -> int:
+        h = self.hidden_size
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            nh = self.num_attention_heads
+            q = (h * self.q_lora_rank + self.q_lora_rank * nh * qk) if self.q_lora_rank else h * nh * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * nh * (
+                self.qk_nope_head_dim + self.v_head_dim
+            )
+            return q + kv + nh * self.v_head_dim * h
+        bias = (self.q_size + 2 * self.kv_size) if self.qkv_bias else 0
+        return h * (self.q_size + 2 * self.kv_size) + self.q_size * h + bias
+
+    def expert_params_per_layer(self) -> int:
+        """Routed expert weights of one MoE layer (the part sharded by EP and ETP)."""
+        return self.num_experts * 3 * self.hidden_size * self.moe_ffn_hidden_size
+
+    def dense_mlp_params_per_layer(self, moe_layer: bool) -> int:
+        """MLP weights that TP shards: the dense MLP, or the shared expert of an MoE layer."""
+        width = self.shared_expert_ffn_hidden_size if moe_layer else self.ffn_hidden_size
+        return 3 * self.hidden_size * width
+
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
+    def total_params(self) -> int:
+        per_dense = self.attention_params_per_layer() + self.dense_mlp_params_per_layer(False)
+        per_moe = (
+            self.attention_params_per_layer()
+            + self.dense_mlp_params_per_layer(True)
+            + self.expert_params_per_layer()
+            + self.hidden_size * self.num_experts
+        )
+        norms = 2 * self.hidden_size * self.num_layers + self.hidden_size
+        return (
+            self.num_dense_layers * per_dense + self.num_moe_layers * per_moe + self.embedding_params() + norms
+        )
+
+    def with_layers(self, num_layers: int) -> ModelArch:
+        """The same model cut to fewer layers (for probes that do not fit at full depth)."""
+        return replace(self, num_layers=num_layers, first_k_dense_layers=min(self.first_k_dense_layers, num_layers))
+
+
+def _qwen25(name: str, h: int, layers: int, heads: int, kv: int, f: int, vocab: int, pos: int, tie: bool) -> ModelArch:
+    return ModelArch(name, h, layers, heads, kv, h // heads, f, vocab, pos, tie, qkv_bias=True,
+                     hf_architecture="Qwen2ForCausalLM")
+
+
+# From the published config.json files (../shared/reference/MODELS.md).
+CATALOG: dict[str, ModelArch] = {
+    m.name: m
+    for m in [
+        _qwen25("qwen2.5-0.5b", 896, 24, 14, 2, 4864, 151936, 32768, True),
+        _qwen25("qwen2.5-1.5b", 1536, 28, 12, 2, 8960, 151936, 131072, True),
+        _qwen25("qwen2.5-3b", 2048, 36, 16, 2, 11008, 151936, 32768, True),
+        _qwen25("qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064, 131072, False),
+        _qwen25("qwen2.5-14b", 5120, 48, 40, 8, 13824, 152064, 131072, False),
+        _qwen25("qwen2.5-32b", 5120, 64, 40, 8, 27648, 152064, 32768, False),
+        _qwen25("qwen2.5-72b", 8192, 80, 64, 8, 29568, 152064, 131072, False),
+        ModelArch("qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, 40960, qk_norm=True,
+                  hf_architecture="Qwen3ForCausalLM"),
+        ModelArch("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 0, 151936, 40960, qk_norm=True, num_experts=128,
+                  moe_top_k=8, moe_ffn_hidden_size=768, hf_architecture="Qwen3MoeForCausalLM"),
+        ModelArch("qwen3-235b-a22b", 4096, 94, 64, 4, 128, 0, 151936, 40960, qk_norm=True, num_experts=128,
+                  moe_top_k=8, moe_ffn_hidden_size=1536, hf_architecture="Qwen3MoeForCausalLM"),
+        ModelArch("llama3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256, 131072, hf_architecture="LlamaForCausalLM"),
+        ModelArch("llama3.1-70b", 8192, 80, 64, 8, 128, 28672, 128256, 131072, hf_architecture="LlamaForCausalLM"),
+        ModelArch("deepseek-v3", 7168, 61, 128, 128, 128, 18432, 129280, 163840, num_experts=256, moe_top_k=8,
+                  moe_ffn_hidden_size=2048, shared_expert_ffn_hidden_size=2048, first_k_dense_layers=3,
+                  q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                  hf_architecture="DeepseekV3ForCausalLM"),
+    ]
+}
+
+_ALIASES = {"qwen3-30b": "qwen3-30b-a3b", "qwen3-235b": "qwen3-235b-a22b", "llama-3.1-8b": "llama3.1-8b",
+            "llama-3.1-70b": "llama3.1-70b"}
+
+
+def from_hf_config(cfg: dict, name: str) -> ModelArch:
+    """Build a ModelArch from a Hugging Face config.json mapping (Qwen2/Qwen3/Llama, Qwen MoE, DeepSeek-V3)."""
+    try:
+        h = int(cfg["hidden_size"])
+        heads = int(cfg["num_attention_heads"])
+        layers = int(cfg["num_hidden_layers"])
+        vocab = int(cfg["vocab_size"])
+    except KeyError as e:
+        raise UnknownModelError(
+            f"{name}: config.json has no {e.args[0]!r}; autotune reads decoder-only configs "
+            "(hidden_size, num_hidden_layers, num_attention_heads, vocab_size, ...)"
+        ) from None
+    arch = (cfg.get("architectures") or [""])[0]
+    experts = int(cfg.get("num_experts") or cfg.get("n_routed_experts") or cfg.get("num_local_experts") or 0)
+    kv_lora = int(cfg.get("kv_lora_rank") or 0)
+    model_type = cfg.get("model_type", "")
+    return ModelArch(
+        name=name,
+        hidden_size=h,
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or h // heads),
+        ffn_hidden_size=int(cfg.get("intermediate_size") or 0),
+        vocab_size=vocab,
+        max_position_embeddings=int(cfg.get("max_position_embeddings") or 32768),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=bool(cfg.get("attention_bias", model_type.startswith("qwen2"))),
+        qk_norm=model_type.startswith("qwen3"),
+        num_experts=experts,
+        moe_top_k=int(cfg.get("num_experts_per_tok") or 0) if experts else 0,
+        moe_ffn_hidden_size=int(cfg.get("moe_intermediate_size") or 0) if experts else 0,
+        shared_expert_ffn_hidden_size=int(
+            cfg.get("shared_expert_intermediate_size")
+            or (cfg.get("n_shared_experts") or 0) * (cfg.get("moe_intermediate_size") or 0)
+        ),
+        first_k_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+        kv_lora_rank=kv_lora,
+        qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0),
+        qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
+        v_head_dim=int(cfg.get("v_head_dim") or 0),
+        hf_architecture=arch,
+    )
+
+
+def get_model(name_or_path: str) -> ModelArch:
+    """A catalog model by name (case-insensitive), or a Hugging Face model directory / config.json."""
+    key = name_or_path.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in CATALOG:
+        return CATALOG[key]
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        try:
+            cfg = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise UnknownModelError(f"{path}: not valid JSON ({e})") from None
+        return from_hf_config(cfg, path.parent.name.lower() if path.name == "config.json" else path.stem)
+    raise UnknownModelError(
+        f"unknown model {name_or_path!r}: not in the catalog and not a path to a Hugging Face model directory "
+        f"or config.json. Known models: {', '.join(sorted(CATALOG))} (see `autotune models`)"
+    )

@@ -1,0 +1,50 @@
+"""Runners, one per backend. `make_runner` is the only place a backend name becomes a runner.
+
+Test doubles live in tests/, never here: no user command can select one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+from autotune.cluster import detect_local_gpus
+from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.simulate import SimulateRunner
+
+
+class RunnerUnavailable(RuntimeError):
+    """A backend that cannot run here (missing package, no GPUs, not built yet)."""
+
+
+def _simulate(**_: Any) -> Runner:
+    return SimulateRunner()
+
+
+# Backend name -> factory taking the CLI's runner options as keyword arguments.
+_FACTORIES: dict[str, Callable[..., Runner]] = {"simulate": _simulate}
+BACKENDS = ("simulate", "verl", "mcore", "replay")
+
+
+def register(name: str, factory: Callable[..., Runner]) -> None:
+    _FACTORIES[name] = factory
+
+
+def make_runner(name: str, **options: Any) -> Runner:
+    if name not in BACKENDS:
+        raise RunnerUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    if name not in _FACTORIES:
+        raise RunnerUnavailable(f"backend {name!r} is not available in this version of autotune")
+    return _FACTORIES[name](**options)
+
+
+def auto_backend() -> str:
+    """verl where GPUs and verl are present, else simulate."""
+    if detect_local_gpus() and importlib.util.find_spec("verl") is not None and "verl" in _FACTORIES:
+        return "verl"
+    return "simulate"
+
+
+__all__ = ["Runner", "TrialResult", "TrialSpec", "TrialStatus", "make_runner", "register", "RunnerUnavailable",
+           "BACKENDS", "auto_backend"]

@@ -1,0 +1,82 @@
+"""The runner interface: a candidate for a job on a cluster in, a trial result out.
+
+One runner per backend (simulate, verl, mcore, replay); the study never knows which one it drives.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.candidate import Candidate
+from autotune.cluster import Cluster
+from autotune.estimate.memory import MemoryEstimate
+from autotune.estimate.throughput import ThroughputEstimate
+from autotune.job import Job
+from autotune.model import ModelArch
+
+
+class TrialStatus(str, enum.Enum):
+    OK = "ok"
+    OOM = "oom"
+    PRUNED = "pruned"  # never launched: a constraint, the memory model, or a duplicate
+    TIMEOUT = "timeout"
+    FAILED = "failed"
+    CONFIG_ERROR = "config_error"
+    INTERRUPTED = "interrupted"
+    RUNNING = "running"
+
+    @property
+    def launched(self) -> bool:
+        return self not in (TrialStatus.PRUNED, TrialStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything a runner needs for one trial."""
+
+    study: str
+    number: int
+    model: ModelArch
+    cluster: Cluster
+    job: Job
+    candidate: Candidate
+    memory: MemoryEstimate
+    prediction: ThroughputEstimate
+    measure_step: int = 3
+    workdir: Path = Path("trials")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    status: TrialStatus
+    reason: str = ""
+    throughput: float | None = None  # tokens/s/GPU at the measured step
+    steps: tuple[dict[str, Any], ...] = ()  # per step: {"step": n, metric name: value, ...}
+    phase_timings: dict[str, float] = field(default_factory=dict)  # verl phase -> seconds, measured step
+    peak_memory_gib: float | None = None  # max over GPUs (NVML)
+    peak_memory_per_gpu_gib: tuple[float, ...] = ()
+    framework_memory_gib: float | None = None  # verl's actor/perf/max_memory_allocated_gb, or torch's own
+    log_path: str | None = None
+    log_excerpt: str = ""
+    simulated: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Runner(ABC):
+    """Runs one trial to a result. Implementations own launching, watching, and cleaning up."""
+
+    name: str = "runner"
+    simulated: bool = False
+
+    @abstractmethod
+    def run(self, spec: TrialSpec) -> TrialResult: ...
+
+    def describe(self) -> str:
+        return self.name
+
+    def close(self) -> None:
+        """Release what the runner holds between trials (clusters, processes)."""

@@ -1,0 +1,389 @@
+"""The study: an Optuna study over a search space, driven trial by trial through a runner.
+
+Flow of one trial: ask Optuna -> parameters -> candidate -> constraints -> memory model (pruned before launch
+when either says no) -> runner -> result -> our tables + tell Optuna. Optuna's state mirrors ours: ok is
+COMPLETE (value = tokens/s/GPU), oom / config_error / pruned are PRUNED (the sampler learns that region is bad),
+timeout / failed / interrupted are FAIL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.candidate import STOCK, Candidate
+from autotune.cluster import Cluster, GPUType
+from autotune.estimate import Evaluation, evaluate
+from autotune.job import Job
+from autotune.model import ModelArch
+from autotune.ranking import rank_candidates
+from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
+from autotune.space import SearchSpace, parse_space, space_context
+from autotune.store import Store, StoreError, StudyRow, TrialRow, unreachable_message, utcnow, worker_id
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 300.0
+MAX_IDLE_ASKS = 300  # asks in a row that launch nothing: the space holds nothing new that can run
+
+_OPTUNA_STATE = {
+    TrialStatus.OK: TrialState.COMPLETE,
+    TrialStatus.OOM: TrialState.PRUNED,
+    TrialStatus.CONFIG_ERROR: TrialState.PRUNED,
+    TrialStatus.PRUNED: TrialState.PRUNED,
+    TrialStatus.TIMEOUT: TrialState.FAIL,
+    TrialStatus.FAILED: TrialState.FAIL,
+    TrialStatus.INTERRUPTED: TrialState.FAIL,
+}
+
+
+class StudyMismatchError(ValueError):
+    """A study name reused for a different model, cluster, job or space."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a study is for. Two runs with equal setups share a study; unequal ones are refused."""
+
+    model: ModelArch
+    cluster: Cluster
+    job: Job
+    space: SearchSpace
+    measure_step: int = 3
+
+    @property
+    def context(self) -> dict[str, Any]:
+        return space_context(self.model.is_moe, self.cluster.world_size, self.cluster.gpus_per_node)
+
+    @property
+    def base(self) -> Candidate:
+        """What an untuned dimension is: the job's own setting, else verl's default."""
+        return self.job.candidate(Candidate())
+
+    def fingerprint(self) -> dict[str, str]:
+        def h(obj: Any) -> str:
+            return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+        return {
+            "model": f"{self.model.name}:{h(dataclasses.asdict(self.model))}",
+            "cluster": f"{self.cluster.describe()}:{h(dataclasses.asdict(self.cluster.gpu))}",
+            "job": self.job.fingerprint(),
+            "space": f"{self.space.name}:{self.space.text_hash}",
+            "measure_step": str(self.measure_step),
+        }
+
+    def default_study_name(self) -> str:
+        return f"{self.model.name}-{self.cluster.describe()}-{self.job.fingerprint()}"
+
+    def evaluate(self, cand: Candidate) -> Evaluation:
+        return evaluate(self.model, self.cluster, self.job, cand)
+
+
+def setup_from_row(row: StudyRow) -> Setup:
+    """Rebuild a study's setup from the database alone (export and dashboard need nothing else)."""
+    cl = dict(row.cluster)
+    cluster = Cluster(GPUType(**cl.pop("gpu")), **cl)
+    job = Job(tuple((k, v) for k, v in row.job), row.job_source)
+    return Setup(ModelArch(**row.model), cluster, job, parse_space(row.space_text, row.space_name), row.measure_step)
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    try:
+        engine_kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    except Exception as e:  # sqlalchemy OperationalError, ArgumentError, driver ImportError...
+        raise StoreError(unreachable_message(url, e)) from None
+
+
+class Tuner:
+    """Runs (or resumes) one study: seeds it, asks, prunes, launches, records, tells."""
+
+    def __init__(
+        self,
+        setup: Setup,
+        runner: Runner,
+        storage_url: str,
+        study_name: str | None = None,
+        seed: int = 0,
+        n_model_seeds: int = 4,
+        space_text: str | None = None,
+        workdir: Path = Path("trials"),
+    ):
+        self.setup = setup
+        self.runner = runner
+        self.storage_url = storage_url
+        self.study_name = study_name or setup.default_study_name()
+        self.seed = seed
+        self.n_model_seeds = n_model_seeds
+        self.workdir = workdir
+        self.storage = open_storage(storage_url)
+        self.store = Store(storage_url)
+        self._check_or_create(space_text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=5
+            )
+        self.study = optuna.create_study(
+            study_name=self.study_name, storage=self.storage, sampler=sampler, direction="maximize",
+            load_if_exists=True,
+        )
+
+    # Set-up and resume
+    def _check_or_create(self, space_text: str | None) -> None:
+        fp = self.setup.fingerprint()
+        row = self.store.get_study(self.study_name)
+        if row is None:
+            s = self.setup
+            self.store.add_study(StudyRow(
+                name=self.study_name, model_name=s.model.name, model=dataclasses.asdict(s.model),
+                cluster=dataclasses.asdict(s.cluster), job=[list(kv) for kv in s.job.overrides],
+                job_source=s.job.source, space_name=s.space.name,
+                space_text=space_text if space_text is not None else Path(s.space.source).read_text(),
+                backend=self.runner.name, simulated=self.runner.simulated, fingerprint=fp,
+                measure_step=s.measure_step,
+            ))
+            return
+        diffs = [f"{k}: study has {row.fingerprint.get(k)!r}, this run has {v!r}"
+                 for k, v in fp.items() if row.fingerprint.get(k) != v]
+        if row.backend != self.runner.name:
+            diffs.append(f"backend: study has {row.backend!r}, this run has {self.runner.name!r}")
+        if diffs:
+            raise StudyMismatchError(
+                f"study {self.study_name!r} in {self.storage_url} was made for a different setup:\n  "
+                + "\n  ".join(diffs)
+                + "\nUse another --study name to start a new study, or run with the study's own options to resume it."
+            )
+
+    def recover(self) -> list[int]:
+        """Close trials left running by a tuner that died; re-queue them and interrupted ones. Returns numbers."""
+        requeued = []
+        now = utcnow()
+        me = worker_id()
+        for row in self.store.running(self.study_name):
+            host_pid = row.worker.rsplit(":", 1)
+            alive = row.worker == me or (
+                (now - row.heartbeat_at).total_seconds() < STALE_AFTER_S and not _dead_local(host_pid)
+            )
+            if alive:
+                continue
+            self._close_optuna(row.number, TrialState.FAIL)
+            self.store.update_trial(
+                row.id, status=TrialStatus.INTERRUPTED.value, finished_at=now,
+                reason=f"the tuner ({row.worker}) stopped while this trial ran; re-queued",
+            )
+            requeued.append(row.number)
+        for row in self.store.trials(self.study_name, TrialStatus.INTERRUPTED.value):
+            if (row.extra or {}).get("requeued"):
+                continue
+            self._enqueue(row.params, origin="requeue", requeue_of=row.number)
+            self.store.update_trial(row.id, extra={**(row.extra or {}), "requeued": True})
+            if row.number not in requeued:
+                requeued.append(row.number)
+        return requeued
+
+    def _close_optuna(self, number: int, state: TrialState) -> None:
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.number == number:
+                self.storage.set_trial_state_values(t._trial_id, state=state)
+
+    def _enqueue(self, params: dict[str, Any], origin: str, **attrs: Any) -> None:
+        ctx = self.setup.context
+        projected = self.setup.space.project(params, ctx)
+        in_space = self.setup.space.contains(params, ctx) and Candidate.from_params(
+            projected, self.setup.base
+        ) == Candidate.from_params(params, self.setup.base)
+        self.study.enqueue_trial(
+            projected if in_space else {},
+            user_attrs={"origin": origin, "candidate": params if not in_space else None, **attrs},
+        )
+
+    def seed_study(self) -> None:
+        """First run of a study: the reference configurations, then the model's best candidates."""
+        if self.study.get_trials(deepcopy=False):
+            return
+        s = self.setup
+        if s.job.baseline_params():
+            self._enqueue(s.base.params(), origin="baseline")  # the user's current configuration
+        ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed)
+        refs = [("stock", STOCK.params())]
+        seeds = [("model-seed", s.space.project(p, s.context)) for p, _ in ranked]
+        # The model's favourite first, then verl's stock layout as the reference, then the other seeds.
+        for origin, params in seeds[:1] + refs + seeds[1:]:
+            if origin == "model-seed":
+                self.study.enqueue_trial(params, user_attrs={"origin": origin})
+            else:
+                self._enqueue(params, origin=origin)
+
+    # The loop
+    def launched_count(self) -> int:
+        return sum(1 for r in self.store.trials(self.study_name) if r.launched)
+
+    def run(
+        self,
+        n_trials: int,
+        timeout_s: float | None = None,
+        on_trial: Callable[[TrialRow], None] | None = None,
+    ) -> dict[str, Any]:
+        """Launch trials until the study holds n_trials launched ones, or time runs out, or the space is spent."""
+        self.recover()
+        self.seed_study()
+        start = time.monotonic()
+        idle = 0
+        stop_reason = "reached --n-trials"
+        while self.launched_count() < n_trials:
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                stop_reason = "reached --timeout"
+                break
+            if idle >= MAX_IDLE_ASKS:
+                stop_reason = f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is exhausted"
+                break
+            row = self.step()
+            idle = 0 if row.launched else idle + 1
+            if on_trial:
+                on_trial(row)
+        self.store.touch_study(self.study_name)
+        return {"study": self.study_name, "launched": self.launched_count(), "stopped": stop_reason}
+
+    def step(self) -> TrialRow:
+        """One Optuna trial: pruned before launch, or launched through the runner."""
+        trial = self.study.ask()
+        attrs = trial.user_attrs
+        s = self.setup
+        try:
+            if attrs.get("candidate"):
+                params = dict(attrs["candidate"])
+                cand = Candidate.from_params(params)
+            else:
+                params = s.space.suggest(trial, s.context)
+                cand = Candidate.from_params(params, s.base)
+        except (TypeError, ValueError) as e:
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise ValueError(f"trial {trial.number}: cannot build a candidate: {e}") from e
+        ev = s.evaluate(cand)
+        origin = attrs.get("origin", "sampler")
+        row = TrialRow(
+            study=self.study_name, number=trial.number, status=TrialStatus.RUNNING.value, origin=origin,
+            backend=self.runner.name, simulated=self.runner.simulated, candidate_key=cand.key(),
+            params=cand.params(), verl_overrides=cand.verl_overrides(), worker=worker_id(),
+            predicted_throughput=ev.throughput.throughput if ev.throughput else None,
+            predicted_step_s=ev.throughput.step_time if ev.throughput else None,
+            predicted_phases=dict(ev.throughput.phases) if ev.throughput else None,
+            predicted_peak_gib=ev.memory.peak / 2**30 if ev.memory else None,
+            predicted_memory=ev.memory.as_dict() if ev.memory else None,
+        )
+        duplicate = self._launched_duplicate(cand.key())
+        if not ev.feasible or duplicate is not None:
+            reason = ev.prune_reason() or f"duplicate of trial {duplicate}: same configuration, not launched again"
+            row.status, row.reason, row.finished_at, row.duration_s = TrialStatus.PRUNED.value, reason, utcnow(), 0.0
+            row.id = self.store.add_trial(row)
+            self._tell(trial, TrialStatus.PRUNED, None, reason, cand)
+            return row
+        row.launched = True
+        row.id = self.store.add_trial(row)
+        spec = TrialSpec(
+            study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
+            candidate=cand, memory=ev.memory, prediction=ev.throughput, measure_step=s.measure_step,
+            workdir=self.workdir / self.study_name / f"trial_{trial.number:04d}",
+        )
+        t0 = time.monotonic()
+        beat = _Heartbeat(self.store, row.id)
+        try:
+            result = self.runner.run(spec)
+        except KeyboardInterrupt:
+            result = TrialResult(TrialStatus.INTERRUPTED, "interrupted by the user (Ctrl-C); re-queued on resume",
+                                 simulated=self.runner.simulated)
+            self._finish(row, result, time.monotonic() - t0)
+            self._tell(trial, result.status, None, result.reason, cand)
+            raise
+        except Exception as e:  # a runner bug must not leave the trial running
+            result = TrialResult(TrialStatus.FAILED, f"runner error: {type(e).__name__}: {e}",
+                                 simulated=self.runner.simulated)
+        finally:
+            beat.stop()
+        self._finish(row, result, time.monotonic() - t0)
+        self._tell(trial, result.status, result.throughput, result.reason, cand)
+        return row
+
+    def _launched_duplicate(self, key: str) -> int | None:
+        for r in self.store.trials(self.study_name):
+            if r.candidate_key == key and r.launched and r.status not in (
+                TrialStatus.INTERRUPTED.value, TrialStatus.RUNNING.value
+            ):
+                return r.number
+        return None
+
+    def _finish(self, row: TrialRow, result: TrialResult, duration: float) -> None:
+        values = {
+            "status": result.status.value, "reason": result.reason, "throughput": result.throughput,
+            "phase_timings": result.phase_timings or None, "peak_memory_gib": result.peak_memory_gib,
+            "peak_memory_per_gpu": list(result.peak_memory_per_gpu_gib) or None,
+            "framework_memory_gib": result.framework_memory_gib, "log_path": result.log_path,
+            "log_excerpt": result.log_excerpt, "extra": result.extra or None, "simulated": result.simulated,
+            "finished_at": utcnow(), "duration_s": duration,
+        }
+        self.store.update_trial(row.id, **values)
+        if result.steps:
+            self.store.add_steps(row.id, result.steps)
+        for k, v in values.items():
+            setattr(row, k, v)
+
+    def _tell(self, trial: optuna.Trial, status: TrialStatus, value: float | None, reason: str,
+              cand: Candidate) -> None:
+        trial.set_user_attr("status", status.value)
+        trial.set_user_attr("reason", reason[:2000])
+        trial.set_user_attr("simulated", self.runner.simulated)
+        trial.set_user_attr("layout", cand.layout())
+        state = _OPTUNA_STATE[status]
+        if state == TrialState.COMPLETE and value is None:
+            state = TrialState.FAIL
+        self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
+
+
+class _Heartbeat:
+    """Marks a running trial alive every HEARTBEAT_S so that another tuner does not close it as stale."""
+
+    def __init__(self, store: Store, trial_id: int):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(store, trial_id), daemon=True)
+        self._thread.start()
+
+    def _loop(self, store: Store, trial_id: int) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                store.heartbeat(trial_id)
+            except StoreError:
+                pass  # a missed beat only risks the trial being re-queued later
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _dead_local(host_pid: list[str]) -> bool:
+    """True when the worker ran on this host and its process is gone."""
+    import os
+    import socket
+
+    if len(host_pid) != 2 or host_pid[0] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(host_pid[1]), 0)
+    except (ProcessLookupError, ValueError):
+        return True
+    except PermissionError:
+        return False
+    return False

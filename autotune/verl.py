@@ -1,0 +1,148 @@
+"""The verl mapping: every verl 0.9.1 config key, metric name and launch argument autotune uses, written once.
+
+Keys were read off verl 0.9.1's `verl/trainer/config/_generated_ppo_megatron_trainer.yaml`; the reference model
+inherits the actor's Megatron layout there through `oc.select`, so only the actor's layout keys are written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VERL_VERSION = "0.9.1"
+ENTRY = ("python", "-m", "verl.trainer.main_ppo")
+# Arguments every Megatron GRPO launch carries unless the job sets them itself.
+BASE_ARGS: dict[str, Any] = {
+    "model_engine": "megatron",
+    "algorithm.adv_estimator": "grpo",
+    "actor_rollout_ref.rollout.name": "vllm",
+}
+
+_ACTOR = "actor_rollout_ref.actor"
+_MEGATRON = f"{_ACTOR}.megatron"
+_TRANSFORMER = f"{_MEGATRON}.override_transformer_config"
+_ROLLOUT = "actor_rollout_ref.rollout"
+_REF = "actor_rollout_ref.ref"
+
+# Search-space parameter -> the verl keys it sets (the first is the one read from a job file).
+PARAM_KEYS: dict[str, tuple[str, ...]] = {
+    "tp": (f"{_MEGATRON}.tensor_model_parallel_size",),
+    "pp": (f"{_MEGATRON}.pipeline_model_parallel_size",),
+    "vpp": (f"{_MEGATRON}.virtual_pipeline_model_parallel_size",),
+    "cp": (f"{_MEGATRON}.context_parallel_size",),
+    "ep": (f"{_MEGATRON}.expert_model_parallel_size",),
+    "etp": (f"{_MEGATRON}.expert_tensor_parallel_size",),
+    "sequence_parallel": (f"{_MEGATRON}.sequence_parallel",),
+    "recompute": (f"{_TRANSFORMER}.recompute_granularity",),
+    "recompute_method": (f"{_TRANSFORMER}.recompute_method",),
+    "recompute_num_layers": (f"{_TRANSFORMER}.recompute_num_layers",),
+    "recompute_modules": (f"{_TRANSFORMER}.recompute_modules",),
+    "use_dynamic_bsz": (f"{_ACTOR}.use_dynamic_bsz",),
+    "ppo_max_token_len_per_gpu": (f"{_ACTOR}.ppo_max_token_len_per_gpu",),
+    "log_prob_max_token_len_per_gpu": (
+        f"{_ROLLOUT}.log_prob_max_token_len_per_gpu",
+        f"{_REF}.log_prob_max_token_len_per_gpu",
+    ),
+    "ppo_micro_batch_size_per_gpu": (f"{_ACTOR}.ppo_micro_batch_size_per_gpu",),
+    "log_prob_micro_batch_size_per_gpu": (
+        f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu",
+        f"{_REF}.log_prob_micro_batch_size_per_gpu",
+    ),
+    "rollout_tp": (f"{_ROLLOUT}.tensor_model_parallel_size",),
+    "gpu_memory_utilization": (f"{_ROLLOUT}.gpu_memory_utilization",),
+    "max_num_batched_tokens": (f"{_ROLLOUT}.max_num_batched_tokens",),
+    "param_offload": (f"{_MEGATRON}.param_offload",),
+    "optimizer_offload": (f"{_MEGATRON}.optimizer_offload",),
+    "use_fused_kernels": ("actor_rollout_ref.model.use_fused_kernels",),
+}
+
+# Keys of the job that autotune reads (never tunes: they change the training itself).
+TRAIN_BATCH_SIZE = "data.train_batch_size"
+MAX_PROMPT_LENGTH = "data.max_prompt_length"
+MAX_RESPONSE_LENGTH = "data.max_response_length"
+ROLLOUT_N = f"{_ROLLOUT}.n"
+PPO_MINI_BATCH_SIZE = f"{_ACTOR}.ppo_mini_batch_size"
+PPO_EPOCHS = f"{_ACTOR}.ppo_epochs"
+USE_KL_LOSS = f"{_ACTOR}.use_kl_loss"
+USE_KL_IN_REWARD = "algorithm.use_kl_in_reward"
+MODEL_PATH = "actor_rollout_ref.model.path"
+MAX_MODEL_LEN = f"{_ROLLOUT}.max_model_len"
+MAX_NUM_SEQS = f"{_ROLLOUT}.max_num_seqs"
+ENFORCE_EAGER = f"{_ROLLOUT}.enforce_eager"
+ROLLOUT_NAME = f"{_ROLLOUT}.name"
+N_GPUS_PER_NODE = "trainer.n_gpus_per_node"
+NNODES = "trainer.nnodes"
+TRAIN_FILES = "data.train_files"
+VAL_FILES = "data.val_files"
+
+# What defines the training itself; a search space may not name these, or any key below these prefixes.
+TRAINING_SEMANTICS: dict[str, str] = {
+    "train_batch_size": TRAIN_BATCH_SIZE,
+    "ppo_mini_batch_size": PPO_MINI_BATCH_SIZE,
+    "rollout_n": ROLLOUT_N,
+    "n": ROLLOUT_N,
+    "max_prompt_length": MAX_PROMPT_LENGTH,
+    "max_response_length": MAX_RESPONSE_LENGTH,
+    "ppo_epochs": PPO_EPOCHS,
+    "lr": f"{_ACTOR}.optim.lr",
+    "learning_rate": f"{_ACTOR}.optim.lr",
+    "use_kl_loss": USE_KL_LOSS,
+    "kl_loss_coef": f"{_ACTOR}.kl_loss_coef",
+    "entropy_coeff": f"{_ACTOR}.entropy_coeff",
+    "clip_ratio": f"{_ACTOR}.clip_ratio",
+    "loss_agg_mode": f"{_ACTOR}.loss_agg_mode",
+    "temperature": f"{_ROLLOUT}.temperature",
+    "adv_estimator": "algorithm.adv_estimator",
+}
+TRAINING_SEMANTIC_PREFIXES = (f"{_ACTOR}.optim.", "algorithm.", "data.", "reward")
+
+# Metrics (verl/trainer/ppo/metric_utils.py), one step's dict as the console and file loggers print it.
+M_THROUGHPUT = "perf/throughput"
+M_TIME_PER_STEP = "perf/time_per_step"
+M_TOTAL_TOKENS = "perf/total_num_tokens"
+M_MFU_ACTOR = "perf/mfu/actor"
+M_MAX_MEM_ALLOCATED = "actor/perf/max_memory_allocated_gb"
+M_MAX_MEM_RESERVED = "actor/perf/max_memory_reserved_gb"
+M_CPU_MEM_USED = "actor/perf/cpu_memory_used_gb"
+# Phase -> timing metric (seconds).
+PHASE_TIMINGS: dict[str, str] = {
+    "step": "timing_s/step",
+    "gen": "timing_s/gen",
+    "old_log_prob": "timing_s/old_log_prob",
+    "ref": "timing_s/ref",
+    "adv": "timing_s/adv",
+    "update_actor": "timing_s/update_actor",
+    "update_weights": "timing_s/update_weights",
+}
+
+
+def keys_for(param: str) -> tuple[str, ...]:
+    return PARAM_KEYS[param]
+
+
+def param_for_key(key: str) -> str | None:
+    """The search-space parameter that sets a verl key (the key may carry Hydra's '+' or '++' prefix)."""
+    key = key.lstrip("+")
+    for param, keys in PARAM_KEYS.items():
+        if key in keys:
+            return param
+    return None
+
+
+def format_value(value: Any) -> str:
+    """A value as Hydra's override grammar reads it back (null, true/false, [a,b], quoted strings)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    text = str(value)
+    if text and all(c.isalnum() or c in "_-./:@$%~" for c in text) and text.lower() not in ("null", "true", "false"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def override(key: str, value: Any) -> str:
+    return f"{key}={format_value(value)}"
