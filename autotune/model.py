@@ -134,6 +134,8 @@ CATALOG: dict[str, ModelArch] = {
         _qwen25("qwen2.5-72b", 8192, 80, 64, 8, 29568, 152064, 131072, False),
         ModelArch("qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, 40960, qk_norm=True,
                   hf_architecture="Qwen3ForCausalLM"),
+        ModelArch("qwen3-14b", 5120, 40, 40, 8, 128, 17408, 151936, 40960, qk_norm=True,
+                  hf_architecture="Qwen3ForCausalLM"),
         ModelArch("qwen3-30b-a3b", 2048, 48, 32, 4, 128, 0, 151936, 40960, qk_norm=True, num_experts=128,
                   moe_top_k=8, moe_ffn_hidden_size=768, hf_architecture="Qwen3MoeForCausalLM"),
         ModelArch("qwen3-235b-a22b", 4096, 94, 64, 4, 128, 0, 151936, 40960, qk_norm=True, num_experts=128,

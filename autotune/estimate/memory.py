@@ -171,8 +171,10 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
     if "core_attn" in modules:
         attn -= 2 * m.q_size  # the attention output is recomputed; with flash attention that is all it saves
     if moe_layer:
-        mlp = cal.act_f * (m.moe_top_k * m.moe_ffn_hidden_size / c.etp_or_tp * t + m.shared_expert_ffn_hidden_size)
-        mlp += 4 * m.num_experts + 4 * m.moe_top_k * m.hidden_size  # router logits, dispatched tokens
+        # Per GPU, a layer sees its own (sequence-parallel) tokens' top-k expert slots, whatever ETP is: with
+        # ETP=TP tokens are gathered and each rank computes 1/TP of every expert, with ETP=1 they stay split.
+        mlp = cal.act_f * (m.moe_top_k * m.moe_ffn_hidden_size + m.shared_expert_ffn_hidden_size)
+        mlp += 4 * m.num_experts + 2 * m.moe_top_k * m.hidden_size  # fp32 router logits, permuted tokens
     else:
         mlp = cal.act_f * m.ffn_hidden_size
     if "mlp" in modules:

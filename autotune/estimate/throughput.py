@@ -34,8 +34,11 @@ class Workload:
 class Efficiency:
     """Free constants of the time model."""
 
-    train: float = 0.45  # share of bf16 peak that the update's GEMMs reach at a large micro-batch
-    forward: float = 0.32  # the same for verl's log-prob passes (more Python and gather overhead)
+    # Roofline-style: time = FLOPs / (peak * compute share) + FLOPs / (HBM bandwidth * intensity). Fitted on the
+    # measured MFU of verl_megatron_practice: ~0.4 on H100 (989 TFLOPS, 3.35 TB/s), ~0.78 on H20 (148, 4.0).
+    train: float = 0.9  # share of bf16 peak that the update's GEMMs reach, compute-bound part
+    forward: float = 0.6  # the same for verl's log-prob passes (more Python and gather overhead)
+    intensity: float = 213.0  # FLOPs per byte of HBM traffic of the whole update (norms, copies, optimizer)
     tokens_half: float = 2048.0  # micro-batch size (tokens) at which GEMM efficiency halves
     tp_penalty: float = 0.04  # per extra TP rank: smaller GEMMs and exposed all-gather/reduce-scatter
     cp_penalty: float = 0.03  # per extra CP rank: KV exchange
@@ -141,11 +144,14 @@ def estimate_throughput(
     n_micro = micro_batches_per_step(job, cl, c, seq_len)
     bubble = (c.pp - 1) / (c.vpp_or_1 * n_micro) if c.pp > 1 else 0.0
 
+    def share(compute: float) -> float:
+        return 1 / (1 / compute + (peak / (g.hbm_tbps * 1e12)) / eff.intensity)
+
     f_train = train_flops(m, tokens, seq_len)
     recompute = {"none": 0.0, "selective": 0.03, "full": 1 / 3}[c.recompute]
     if c.recompute == "selective" and "mlp" in c.recompute_modules:
         recompute += 0.2
-    update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * eff.train * size_eff * layout_eff)
+    update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * share(eff.train) * size_eff * layout_eff)
     update *= 1 + bubble
 
     # Data-parallel gradient reduce-scatter + parameter all-gather once per mini-batch.
@@ -160,7 +166,7 @@ def estimate_throughput(
         (c.log_prob_micro_batch_size_per_gpu or 1) * seq_len
     )
     lp_size_eff = (lp_tokens / c.cp) / (lp_tokens / c.cp + eff.tokens_half)
-    fwd = f_train / 3 / (world * peak * eff.forward * lp_size_eff * layout_eff)
+    fwd = f_train / 3 / (world * peak * share(eff.forward) * lp_size_eff * layout_eff)
     lp_micro = max(1, math.ceil(seqs / dp * seq_len / lp_tokens))
     fwd *= 1 + ((c.pp - 1) / lp_micro if c.pp > 1 else 0.0)
 
