@@ -22,7 +22,9 @@ from autotune.job import Job
 FORMATS = ("sh", "yaml", "json", "ray")
 
 
-def launch_values(job: Job, cluster: Cluster, cand: Candidate, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def launch_values(
+    job: Job, cluster: Cluster, cand: Candidate, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """verl key -> value: base arguments, the job's fixed keys, the candidate's keys, the cluster, then `extra`."""
     values: dict[str, Any] = dict(verl.BASE_ARGS)
     values.update(job.mapping)
@@ -66,7 +68,7 @@ def to_sh(info: ExportInfo, argv: list[str]) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# {info.headline()}",
-        f"# verl {verl.VERL_VERSION}, Megatron actor, vLLM rollout. Extra Hydra overrides given to this script are appended.",
+        f"# verl {verl.VERL_VERSION}, Megatron actor, vLLM rollout. Hydra overrides given to this script are appended.",
         "set -euo pipefail",
         "",
         " ".join(shlex.quote(a) for a in argv[:3]) + " \\",

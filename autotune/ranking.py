@@ -27,6 +27,7 @@ def rank_candidates(
     k: int = 5,
     samples: int = 1500,
     seed: int = 0,
+    objective: str = "step",
 ) -> list[tuple[dict[str, Any], Evaluation]]:
     """The k best distinct feasible settings of the space by predicted throughput, best first."""
     ctx = space_context(model.is_moe, cluster.world_size, cluster.gpus_per_node)
@@ -38,7 +39,7 @@ def rank_candidates(
         cand = Candidate.from_params(params, base)
         key = cand.key()
         if key not in cache:
-            cache[key] = (params, evaluate(model, cluster, job, cand))
+            cache[key] = (params, evaluate(model, cluster, job, cand, objective))
         return cache[key]
 
     for _ in range(samples):

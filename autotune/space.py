@@ -197,7 +197,8 @@ def parse_space(text: str, source: str = "<string>") -> SearchSpace:
         raise fail("a search space is a mapping with `name` and `dimensions`")
     extra = set(data) - {"name", "description", "dimensions"}
     if extra:
-        raise fail(f"unknown top-level key(s) {sorted(extra)}; allowed: name, description, dimensions", sorted(extra)[0])
+        first = sorted(extra)[0]
+        raise fail(f"unknown top-level key(s) {sorted(extra)}; allowed: name, description, dimensions", first)
     dims_data = data.get("dimensions")
     if not isinstance(dims_data, Mapping) or not dims_data:
         raise fail("`dimensions` must be a non-empty mapping of parameter name -> {choices: [...], when: {...}}")
@@ -238,7 +239,7 @@ def parse_space(text: str, source: str = "<string>") -> SearchSpace:
                 raise fail(f"choice {c!r} must be at least 1", *path, "choices")
             if name == "gpu_memory_utilization" and not 0 < c < 1:
                 raise fail(f"choice {c!r} must be between 0 and 1", *path, "choices")
-        when = _parse_when(spec.get("when"), [d.name for d in dims], lambda m: fail(m, *path, "when"))
+        when = _parse_when(spec.get("when"), [d.name for d in dims], lambda m, p=path: fail(m, *p, "when"))
         dims.append(Dimension(str(name), tuple(choices), when))
     return SearchSpace(
         name=str(data.get("name") or Path(source).stem),

@@ -38,7 +38,7 @@ class StoreError(RuntimeError):
 
 
 def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 class Base(DeclarativeBase):
@@ -74,7 +74,8 @@ class TrialRow(Base):
     number: Mapped[int] = mapped_column(Integer)  # Optuna's trial number in the study
     status: Mapped[str] = mapped_column(String(32), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
-    origin: Mapped[str] = mapped_column(String(64), default="sampler")  # sampler | model-seed | stock | baseline | requeue
+    # sampler | model-seed | stock | baseline | requeue
+    origin: Mapped[str] = mapped_column(String(64), default="sampler")
     launched: Mapped[bool] = mapped_column(Boolean, default=False)
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
     backend: Mapped[str] = mapped_column(String(64), default="")
@@ -226,8 +227,9 @@ def safe_url(url: str) -> str:
 
 
 def unreachable_message(url: str, err: Exception) -> str:
+    first = str(err).splitlines()[0] if str(err) else type(err).__name__
     return (
-        f"cannot open the study database {safe_url(url)}: {str(err).splitlines()[0] if str(err) else type(err).__name__}. "
+        f"cannot open the study database {safe_url(url)}: {first}. "
         "Check that the server is running and the URL, user and password are right, or use a local file: "
         "--storage sqlite:///trials/autotune.db"
     )

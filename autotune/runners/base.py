@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from autotune.job import Job
 from autotune.model import ModelArch
 
 
-class TrialStatus(str, enum.Enum):
+class TrialStatus(enum.StrEnum):
     OK = "ok"
     OOM = "oom"
     PRUNED = "pruned"  # never launched: a constraint, the memory model, or a duplicate
@@ -48,6 +49,10 @@ class TrialSpec:
     prediction: ThroughputEstimate
     measure_step: int = 3
     workdir: Path = Path("trials")
+    # First step of the measured window (None: measure_step alone); throughput is the window's mean.
+    measure_from: int | None = None
+    # Called by a runner with (step, tokens/s/GPU) for steps before the window; True means stop: prune the trial.
+    report: Callable[[int, float], bool] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,10 @@ class TrialResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class RunnerFatal(RuntimeError):
+    """The runner cannot go on (GPUs still held after a trial, data missing): the study stops and says why."""
+
+
 class Runner(ABC):
     """Runs one trial to a result. Implementations own launching, watching, and cleaning up."""
 
@@ -75,8 +84,15 @@ class Runner(ABC):
     @abstractmethod
     def run(self, spec: TrialSpec) -> TrialResult: ...
 
+    def refuse(self, candidate: Candidate, job: Job) -> str | None:
+        """Why this runner can never run `candidate` (e.g. replay: not a row of its table); None when it can.
+
+        Asked before launch: a refused candidate is pruned, never launched.
+        """
+        return None
+
     def describe(self) -> str:
         return self.name
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most runners hold nothing
         """Release what the runner holds between trials (clusters, processes)."""

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): a virtual environment with the test extras, the system pieces the
+# tests drive for real (PostgreSQL server, Debian's Chromium, verl 0.9.1 with CPU torch), then the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q -e '.[test]'
+
+[ -x scripts/install-browser.sh ] && bash scripts/install-browser.sh
+[ -x scripts/install-verl-cpu.sh ] && bash scripts/install-verl-cpu.sh
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null
+fi
+
+ruff check autotune tests benchmarks
+python -m pytest -q -ra "$@"

@@ -1,0 +1,88 @@
+"""Shared fixtures: small setups, a SQLite URL per test, and a real PostgreSQL server started for the session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.cluster import Cluster, get_gpu_type
+from autotune.job import Job
+from autotune.model import get_model
+from autotune.space import load_space
+from autotune.study import Setup
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'study.db'}"
+
+
+def make_setup(model: str = "qwen2.5-7b", gpus: int = 8, gpu: str = "h100", job: Job | None = None,
+               space: str | None = None, nodes: int = 1) -> Setup:
+    m = get_model(model)
+    return Setup(m, Cluster(get_gpu_type(gpu), gpus, nodes), job or Job.default(),
+                 load_space(space or ("moe" if m.is_moe else "dense")))
+
+
+@pytest.fixture
+def setup7b() -> Setup:
+    return make_setup()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for base in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (base / name).exists():
+            return str(base / name)
+    return None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """A throwaway PostgreSQL cluster on a free loopback port, run as the `postgres` user when we are root."""
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed; .ci/run installs them")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg is not installed (pip install -e '.[postgres]')")
+    root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    data = root / "data"
+    port = _free_port()
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    subprocess.run([*as_user, initdb, "-D", str(data), "-U", "autotune", "--auth=trust"], check=True,
+                   capture_output=True)
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-l", str(root / "log"), "-w", "-o",
+                    f"-p {port} -k {root} -h 127.0.0.1", "start"], check=True, capture_output=True)
+    url = f"postgresql+psycopg://autotune@127.0.0.1:{port}/postgres"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.2)
+    yield url
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+    shutil.rmtree(root, ignore_errors=True)

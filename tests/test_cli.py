@@ -1,0 +1,115 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune.cli import main
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def db(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'a.db'}"
+
+
+def test_dry_run_first_line_says_simulated(db, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "autotune", "run", "--model", "qwen2.5-7b", "--storage", db,
+                           "--n-trials", "4"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "simulate runner" in lines[0] and "SIMULATED" in lines[0]
+    assert "4 trials launched" in proc.stdout and "[SIMULATED]" in proc.stdout
+
+
+def test_run_status_best_export_roundtrip(capsys, db, tmp_path):
+    code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "5", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["launched"] == 5 and summary["best"]["simulated"] is True
+    code, out, _ = run(capsys, "status", "--storage", db, "--json")
+    status = json.loads(out)
+    assert code == 0 and status["simulated"] is True and status["counts"]["ok"] == 5
+    assert all(t["status"] == "ok" for t in status["trials"])
+    code, out, _ = run(capsys, "status", "--storage", db, "--all")
+    assert code == 0 and "pruned" in out and "SIMULATED" in out
+    code, out, _ = run(capsys, "best", "--storage", db, "--json")
+    best = json.loads(out)
+    assert best["measured"] is False and best["simulated"] is True and best["throughput"] > 0
+    assert best["params"]["tp"] == best["verl_overrides"]["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"]
+    target = tmp_path / "job.sh"
+    code, _, err = run(capsys, "export", "--storage", db, "--format", "sh", "-o", str(target))
+    assert code == 0 and "SIMULATED" in err and target.stat().st_mode & 0o111
+    assert "python -m verl.trainer.main_ppo" in target.read_text()
+    code, out, _ = run(capsys, "export", "--storage", db, "--format", "json", "--trial", str(best["trial"]))
+    assert json.loads(out)["throughput"] == best["throughput"]
+
+
+def test_resume_with_the_same_command(capsys, db):
+    assert run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "2")[0] == 0
+    code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "4", "--json")
+    assert code == 0 and json.loads(out)["launched"] == 4
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--model", "gpt-17"], "unknown model 'gpt-17'.*autotune models"),
+    (["run", "--model", "qwen2.5-7b", "--gpu-type", "tpu"], "unknown GPU type 'tpu'"),
+    (["run", "--model", "qwen2.5-7b", "--job", "/nope.yaml"], "job file /nope.yaml does not exist"),
+    (["run", "--model", "qwen2.5-7b", "--space", "/nope.yaml"], "neither a built-in space"),
+    (["run", "--model", "qwen2.5-7b", "--storage", "postgresql+psycopg://x@127.0.0.1:9/db"],
+     "cannot open the study database"),
+    (["estimate", "--model", "qwen2.5-7b", "--set", "tpp=4"], "unknown parameter"),
+    (["estimate", "--model", "qwen2.5-7b", "--set", "tp"], "expected NAME=VALUE"),
+    (["status", "--storage", "sqlite:////tmp/autotune-empty-test.db"], "no study in"),
+])
+def test_bad_input_gets_a_clear_error(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert __import__("re").search(message, err), err
+
+
+def test_malformed_job_and_space_files(capsys, tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("data.train_batch_size: 30\nactor_rollout_ref.actor.ppo_mini_batch_size: 32\n")
+    code, _, err = run(capsys, "estimate", "--model", "qwen2.5-7b", "--job", str(job))
+    assert code == 2 and "smaller than" in err
+    space = tmp_path / "space.yaml"
+    space.write_text("dimensions:\n  tp: {choices: [1, 2]}\n  data.train_batch_size: {choices: [256]}\n")
+    code, _, err = run(capsys, "run", "--model", "qwen2.5-7b", "--space", str(space), "--storage",
+                       f"sqlite:///{tmp_path}/x.db")
+    assert code == 2 and f"{space}:3" in err and "changes the training itself" in err
+
+
+def test_mismatched_study_is_refused(capsys, db):
+    assert run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--study", "s", "--n-trials", "1")[0] == 0
+    code, _, err = run(capsys, "run", "--model", "llama3.1-8b", "--storage", db, "--study", "s", "--n-trials", "1")
+    assert code == 2 and "different setup" in err and "model:" in err
+
+
+def test_estimate_table_and_json(capsys, tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("actor_rollout_ref.actor.megatron.tensor_model_parallel_size: 4\n"
+                   "actor_rollout_ref.actor.use_dynamic_bsz: true\n"
+                   "actor_rollout_ref.actor.ppo_max_token_len_per_gpu: 20480\n"
+                   "actor_rollout_ref.rollout.tensor_model_parallel_size: 1\n")
+    code, out, _ = run(capsys, "estimate", "--model", "qwen2.5-7b", "--job", str(job), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["layout"].startswith("tp4") and doc["params"]["ppo_max_token_len_per_gpu"] == 20480
+    assert set(doc["memory"]["moments"]) == {"vllm_start", "rollout", "log_prob", "update"}
+    assert isinstance(doc["fits"], bool) and doc["throughput"]["throughput"] > 0
+    code, out, _ = run(capsys, "estimate", "--model", "qwen2.5-7b", "--job", str(job), "--set", "tp=1", "--json")
+    assert json.loads(out)["fits"] is False  # 7B at TP=1 without offload does not fit an H100
+    code, out, _ = run(capsys, "estimate", "--model", "qwen2.5-7b", "--job", str(job))
+    assert code == 0 and "activations" in out and "vllm_budget" in out and "fits: yes" in out
+
+
+def test_models_and_spaces(capsys):
+    code, out, _ = run(capsys, "models", "--json")
+    assert code == 0 and json.loads(out)["qwen2.5-7b"]["params_b"] == 7.62
+    code, out, _ = run(capsys, "spaces")
+    assert code == 0 and "dense" in out and "moe" in out and "when pp gt 1" in out

@@ -1,0 +1,121 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from autotune.candidate import Candidate
+from autotune.cluster import GIB
+from autotune.estimate.memory import (
+    activation_bytes,
+    estimate_memory,
+    kv_bytes_per_token,
+    model_state_bytes,
+    params_per_gpu,
+)
+from benchmarks.throughput_rank import DEFAULT_REF, cluster_for, read_rows
+from tests.conftest import make_setup
+
+DYN = {"use_dynamic_bsz": True, "rollout_tp": 1, "ppo_max_token_len_per_gpu": 16384,
+       "log_prob_max_token_len_per_gpu": 32768}
+
+
+def cand(**kw) -> Candidate:
+    return Candidate.from_params({**DYN, **kw})
+
+
+def test_distributed_optimizer_is_6_plus_12_over_d_bytes_per_param(setup7b):
+    c = cand(tp=1)
+    states = model_state_bytes(setup7b.model, setup7b.cluster, c)
+    p = params_per_gpu(setup7b.model, c).total
+    assert p == pytest.approx(setup7b.model.total_params(), rel=1e-6)
+    assert sum(states.values()) == pytest.approx(p * (6 + 12 / 8))
+    assert states["params"] == pytest.approx(2 * p) and states["grads"] == pytest.approx(4 * p)
+
+
+def test_tp_and_pp_shard_the_weights(setup7b):
+    m = setup7b.model
+    full = params_per_gpu(m, cand(tp=1)).total
+    assert params_per_gpu(m, cand(tp=2)).total == pytest.approx(full / 2, rel=0.01)
+    # PP: a stage holds half the layers plus one of embedding / output layer.
+    assert params_per_gpu(m, cand(tp=1, pp=2)).total == pytest.approx(
+        (full - m.embedding_params()) / 2 + m.embedding_params() / 2, rel=0.01)
+
+
+def test_offload_lowers_rollout_residue_not_update_peak(setup7b):
+    base = estimate_memory(setup7b.model, setup7b.cluster, setup7b.job, cand(tp=4))
+    off = estimate_memory(setup7b.model, setup7b.cluster, setup7b.job, cand(tp=4, param_offload=True,
+                                                                               optimizer_offload=True))
+    assert off.moment("rollout").peak < base.moment("rollout").peak - 10 * GIB
+    assert off.moment("update").peak == pytest.approx(base.moment("update").peak)
+    assert dict(off.moment("rollout").terms)["actor_resident"] == 0
+
+
+def test_fused_kernels_shrink_logits(setup7b):
+    plain = estimate_memory(setup7b.model, setup7b.cluster, setup7b.job, cand(tp=2))
+    fused = estimate_memory(setup7b.model, setup7b.cluster, setup7b.job, cand(tp=2, use_fused_kernels=True))
+    logits = dict(plain.moment("update").terms)["logits"]
+    # unfused: tokens * vocab/TP * 10 B (MEMORY.md: 20k tokens, 152k vocab, TP 4 -> 7-8 GB)
+    assert logits == pytest.approx(16384 * 152064 / 2 * 10)
+    assert dict(fused.moment("update").terms)["logits"] < logits / 10
+
+
+def test_recompute_order_of_activations(setup7b):
+    s, m, cl, j = setup7b, setup7b.model, setup7b.cluster, setup7b.job
+    cal = __import__("autotune.estimate.memory", fromlist=["DEFAULT_CALIBRATION"]).DEFAULT_CALIBRATION
+    none = activation_bytes(m, cl, j, cand(tp=2), cal)
+    sel = activation_bytes(m, cl, j, cand(tp=2, recompute="selective"), cal)
+    sel_mlp = activation_bytes(m, cl, j, cand(tp=2, recompute="selective", recompute_modules="core_attn,mlp"), cal)
+    full = activation_bytes(m, cl, j, cand(tp=2, recompute="full"), cal)
+    assert full < sel_mlp < sel < none
+    assert sel > 0.85 * none  # selective core_attn saves little with flash attention (MEMORY.md)
+    assert full < 0.2 * none
+    del s
+
+
+def test_cp_and_pipeline_in_flight(setup7b):
+    m, cl, j = setup7b.model, setup7b.cluster, setup7b.job
+    cal = __import__("autotune.estimate.memory", fromlist=["DEFAULT_CALIBRATION"]).DEFAULT_CALIBRATION
+    micro = {"use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 1, "log_prob_micro_batch_size_per_gpu": 1,
+             "rollout_tp": 1}
+    one = activation_bytes(m, cl, j, Candidate.from_params({**micro, "tp": 2}), cal)
+    cp2 = activation_bytes(m, cl, j, Candidate.from_params({**micro, "tp": 2, "cp": 2}), cal)
+    assert cp2 == pytest.approx(one / 2)
+    # 1F1B: the first of PP stages holds PP micro-batches of 1/PP of the layers: the same as no PP.
+    pp2 = activation_bytes(m, cl, j, Candidate.from_params({**micro, "tp": 2, "pp": 2}), cal)
+    assert pp2 == pytest.approx(one)
+    vpp = activation_bytes(m, cl, j, Candidate.from_params({**micro, "tp": 2, "pp": 2, "vpp": 2}), cal)
+    assert vpp == pytest.approx(one * (1 + 1 / 4))
+
+
+def test_vllm_budget_and_kv_cache(setup7b):
+    m = setup7b.model
+    assert kv_bytes_per_token(m, 1) == 2 * 28 * 4 * 128 * 2
+    assert kv_bytes_per_token(m, 8) == 2 * 28 * 1 * 128 * 2  # KV heads replicate past their count
+    lo = estimate_memory(m, setup7b.cluster, setup7b.job, cand(tp=4, gpu_memory_utilization=0.4))
+    hi = estimate_memory(m, setup7b.cluster, setup7b.job, cand(tp=4, gpu_memory_utilization=0.8))
+    extra = hi.moment("rollout").peak - lo.moment("rollout").peak
+    assert extra == pytest.approx(0.4 * setup7b.cluster.gpu.memory_bytes)
+    assert hi.kv_cache_bytes > lo.kv_cache_bytes
+    tiny = estimate_memory(m, setup7b.cluster, setup7b.job, cand(tp=4, rollout_tp=1, gpu_memory_utilization=0.2))
+    assert not tiny.kv_fits and any("vllm_kv_cache" in r for r in tiny.reasons())
+
+
+def test_breakdown_sums_to_peak_and_names_the_binding_moment(setup7b):
+    est = estimate_memory(setup7b.model, setup7b.cluster, setup7b.job, cand(tp=1))
+    d = est.as_dict()
+    assert set(d["moments"]) == {"vllm_start", "rollout", "log_prob", "update"}
+    for mom in d["moments"].values():
+        assert sum(mom["terms_gib"].values()) == pytest.approx(mom["peak_gib"], abs=0.01)
+    # TP=1 without offload: 7.6B params * (6 + 12/8) B stay resident when vLLM starts, and the update is too big.
+    assert not est.fits
+    assert est.reasons()[0].startswith("vllm_start") and any(r.startswith("update") for r in est.reasons())
+
+
+@pytest.mark.skipif(not DEFAULT_REF.exists(), reason="../shared/reference is not beside the checkout")
+def test_no_measured_qwen25_7b_configuration_is_predicted_to_oom():
+    rows = [r for r in read_rows(Path(DEFAULT_REF) / "dapo7b.csv") if r.step]
+    assert len(rows) >= 10
+    for r in rows:
+        s = dataclasses.replace(make_setup("qwen2.5-7b"), cluster=cluster_for(r), job=r.job)
+        est = estimate_memory(s.model, s.cluster, s.job, r.cand)
+        assert est.fits, (r.number, r.cand.layout(), est.reasons())

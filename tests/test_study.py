@@ -1,0 +1,182 @@
+import dataclasses
+import datetime as dt
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.job import Job
+from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.simulate import SimulateRunner
+from autotune.store import StoreError, TrialRow, utcnow
+from autotune.study import StudyMismatchError, Tuner, open_storage
+from tests.conftest import make_setup
+
+
+class CountingRunner(SimulateRunner):
+    """The simulate runner, counting launches and optionally raising on the n-th (to play Ctrl-C or a bug)."""
+
+    def __init__(self, raise_on: int | None = None, exc: BaseException | None = None):
+        self.calls: list[TrialSpec] = []
+        self.raise_on, self.exc = raise_on, exc
+
+    def run(self, spec: TrialSpec) -> TrialResult:
+        self.calls.append(spec)
+        if self.raise_on is not None and len(self.calls) == self.raise_on:
+            raise self.exc
+        return super().run(spec)
+
+
+def test_study_runs_records_every_trial_and_mirrors_optuna(setup7b, sqlite_url):
+    runner = CountingRunner()
+    tuner = Tuner(setup7b, runner, sqlite_url, "s1")
+    summary = tuner.run(n_trials=6)
+    rows = tuner.store.trials("s1")
+    launched = [r for r in rows if r.launched]
+    assert summary["launched"] == len(launched) == len(runner.calls) == 6
+    assert all(r.status != "running" and r.finished_at for r in rows)
+    assert all(r.simulated and r.throughput and r.status == "ok" for r in launched)
+    for r in rows:
+        if not r.launched:
+            assert r.status == "pruned" and r.reason.startswith(("constraint", "predicted OOM", "duplicate"))
+    # origins: the model's best first, then verl's stock configuration (pruned here: predicted OOM for 2k+8k).
+    assert rows[0].origin == "model-seed" and rows[1].origin == "stock"
+    assert rows[1].status == "pruned" and "predicted OOM" in rows[1].reason and rows[1].predicted_memory
+    trials = {t.number: t for t in tuner.study.get_trials()}
+    for r in rows:
+        t = trials[r.number]
+        assert t.user_attrs["status"] == r.status and t.user_attrs["simulated"] is True
+        assert t.state == (TrialState.COMPLETE if r.status == "ok" else TrialState.PRUNED)
+        if r.status == "ok":
+            assert t.value == pytest.approx(r.throughput)
+    assert len({r.candidate_key for r in launched}) == len(launched)  # a configuration is launched once
+    assert tuner.store.best("s1").throughput == max(r.throughput for r in launched)
+
+
+def test_resume_continues_the_same_study(setup7b, sqlite_url):
+    Tuner(setup7b, SimulateRunner(), sqlite_url, "s").run(n_trials=3)
+    tuner = Tuner(setup7b, SimulateRunner(), sqlite_url, "s")
+    tuner.run(n_trials=5)
+    rows = tuner.store.trials("s")
+    assert sum(r.launched for r in rows) == 5
+    assert sum(r.origin == "stock" for r in rows) == 1  # seeds are enqueued once, not again on resume
+    assert [r.number for r in rows] == sorted(r.number for r in rows)
+
+
+@pytest.mark.parametrize("change, what", [
+    (lambda s: dataclasses.replace(s, model=make_setup("llama3.1-8b").model), "model"),
+    (lambda s: dataclasses.replace(s, cluster=dataclasses.replace(s.cluster, gpus_per_node=4)), "cluster"),
+    (lambda s: dataclasses.replace(s, job=Job.from_mapping({"data.max_response_length": 4096})), "job"),
+    (lambda s: dataclasses.replace(s, space=make_setup(space="moe").space), "space"),
+    (lambda s: dataclasses.replace(s, measure_step=5), "measure_step"),
+])
+def test_same_name_different_setup_is_refused(setup7b, sqlite_url, change, what):
+    Tuner(setup7b, SimulateRunner(), sqlite_url, "s").run(n_trials=1)
+    with pytest.raises(StudyMismatchError, match=rf"(?s)study 's'.*{what}: study has .*another --study name"):
+        Tuner(change(setup7b), SimulateRunner(), sqlite_url, "s")
+
+
+def test_ctrl_c_records_interrupted_and_resume_requeues(setup7b, sqlite_url):
+    runner = CountingRunner(raise_on=2, exc=KeyboardInterrupt())
+    tuner = Tuner(setup7b, runner, sqlite_url, "s")
+    with pytest.raises(KeyboardInterrupt):
+        tuner.run(n_trials=5)
+    interrupted = tuner.store.trials("s", "interrupted")
+    assert len(interrupted) == 1 and "Ctrl-C" in interrupted[0].reason
+    assert tuner.study.get_trials()[interrupted[0].number].state == TrialState.FAIL
+    lost_key = interrupted[0].candidate_key
+    resumed = Tuner(setup7b, CountingRunner(), sqlite_url, "s")
+    resumed.run(n_trials=5)
+    rows = resumed.store.trials("s")
+    requeued = [r for r in rows if r.origin == "requeue"]
+    assert len(requeued) == 1 and requeued[0].candidate_key == lost_key and requeued[0].status == "ok"
+    assert not [r for r in rows if r.status == "running"]
+
+
+def test_trial_left_running_by_a_dead_tuner_is_closed_and_requeued(setup7b, sqlite_url):
+    tuner = Tuner(setup7b, SimulateRunner(), sqlite_url, "s")
+    tuner.run(n_trials=2)
+    # A tuner on another machine died mid-trial: Optuna RUNNING, our row running, heartbeat long ago.
+    orphan = tuner.study.ask()
+    old = utcnow() - dt.timedelta(hours=1)
+    done = tuner.store.trials("s")[0]
+    tuner.store.add_trial(TrialRow(study="s", number=orphan.number, status="running", launched=True,
+                                   candidate_key="orphan", params=done.params, verl_overrides={},
+                                   worker="elsewhere:4242", heartbeat_at=old, started_at=old))
+    again = Tuner(setup7b, SimulateRunner(), sqlite_url, "s")
+    assert orphan.number in again.recover()
+    row = again.store.trial("s", orphan.number)
+    assert row.status == "interrupted" and "elsewhere:4242" in row.reason
+    assert again.study.get_trials()[orphan.number].state == TrialState.FAIL
+    assert again.study.get_trials(states=(TrialState.WAITING,))  # re-queued
+
+
+def test_a_live_trial_of_another_worker_is_left_alone(setup7b, sqlite_url):
+    tuner = Tuner(setup7b, SimulateRunner(), sqlite_url, "s")
+    tuner.run(n_trials=1)
+    live = tuner.study.ask()
+    tuner.store.add_trial(TrialRow(study="s", number=live.number, status="running", launched=True,
+                                   candidate_key="x", params=tuner.store.trials("s")[0].params, verl_overrides={},
+                                   worker="otherhost:1", heartbeat_at=utcnow()))
+    assert live.number not in Tuner(setup7b, SimulateRunner(), sqlite_url, "s").recover()
+
+
+def test_runner_bug_ends_the_trial_as_failed(setup7b, sqlite_url):
+    tuner = Tuner(setup7b, CountingRunner(raise_on=1, exc=RuntimeError("boom")), sqlite_url, "s")
+    tuner.run(n_trials=2)
+    failed = tuner.store.trials("s", "failed")
+    assert len(failed) == 1 and "RuntimeError: boom" in failed[0].reason
+    assert tuner.study.get_trials()[failed[0].number].state == TrialState.FAIL
+
+
+def test_unreachable_database_is_a_clear_error(tmp_path):
+    with pytest.raises(StoreError, match=r"cannot open the study database postgresql\+psycopg://u:\*\*\*@127.0.0.1:9/x"):
+        open_storage("postgresql+psycopg://u:secret@127.0.0.1:9/x")
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(StoreError, match="cannot open the study database"):
+        open_storage(f"sqlite:///{blocked}/sub/db.sqlite")
+
+
+@pytest.mark.postgres
+def test_study_in_postgresql(postgres_url):
+    setup = make_setup()
+    tuner = Tuner(setup, SimulateRunner(), postgres_url, "pg-study")
+    tuner.run(n_trials=4)
+    again = Tuner(setup, SimulateRunner(), postgres_url, "pg-study")
+    assert again.launched_count() == 4
+    assert optuna.load_study(study_name="pg-study", storage=postgres_url).best_value == pytest.approx(
+        again.store.best("pg-study").throughput)
+
+
+def test_moe_study_runs(sqlite_url):
+    setup = make_setup("qwen3-30b-a3b")
+    tuner = Tuner(setup, SimulateRunner(), sqlite_url, "moe")
+    tuner.run(n_trials=4)
+    best = tuner.store.best("moe")
+    assert best is not None and best.params["ep"] >= 1
+
+
+class _NeverRuns(Runner):
+    name = "never"
+
+    def run(self, spec):  # pragma: no cover - must not be called
+        raise AssertionError("an infeasible space launched a trial")
+
+
+def test_infeasible_space_stops_without_launching(sqlite_url, tmp_path, monkeypatch):
+    from autotune import study as study_mod
+    from autotune.space import parse_space
+
+    monkeypatch.setattr(study_mod, "MAX_IDLE_ASKS", 20)
+    space = parse_space("name: bad\ndimensions:\n  tp: {choices: [8]}\n  rollout_tp: {choices: [8]}\n", "bad.yaml")
+    setup = dataclasses.replace(make_setup(), space=space)
+    tuner = Tuner(setup, _NeverRuns(), sqlite_url, "bad", space_text="x")
+    summary = tuner.run(n_trials=3)
+    assert summary["launched"] == 0 and "exhausted" in summary["stopped"]
+    assert all(r.status == "pruned" and "heads_per_tp" in r.reason for r in tuner.store.trials("bad")
+               if r.origin != "stock")
+
+
+def test_statuses_are_the_documented_set():
+    assert {s.value for s in TrialStatus} >= {"ok", "oom", "pruned", "timeout", "failed"}
