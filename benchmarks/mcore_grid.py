@@ -146,6 +146,29 @@ def build_grid() -> list[dict]:
     g.append(S("qwen3-30b-a3b", 4, 8192, 4, ep=4, layers=4, tag="moe"))
     g.append(S("qwen3-30b-a3b", 4, 8192, 4, tp=2, ep=2, layers=4, tag="moe"))
     g.append(S("qwen3-30b-a3b", 2, 8192, 4, ep=2, layers=4, tag="moe"))
+    return g + build_grid_extra()
+
+
+def build_grid_extra() -> list[dict]:
+    """Second batch: more budgets / micro-batch counts, 4-layer twins of 8-layer 7B probes (per-layer slope)."""
+    S = make_spec
+    A, B = "qwen2.5-1.5b", "qwen2.5-7b"
+    g = [
+        S(A, 1, 12288, 4), S(A, 1, 20480, 2), S(A, 1, 65536, 2, recompute="full"),
+        S(A, 1, 24576, 2, recompute="selective"),
+        S(B, 1, 12288, 2, layers=8), S(B, 1, 49152, 2, layers=8, recompute="full"),
+        S(B, 1, 24576, 2, layers=4), S(B, 1, 16384, 2, layers=4, recompute="full"),
+        S(A, 2, 24576, 4, tp=2), S(A, 2, 65536, 2, tp=2, recompute="full"), S(A, 2, 32768, 4, pp=2),
+        S(A, 2, 16384, 8, pp=2, vpp=2), S(A, 2, 32768, 2, cp=2, recompute="full"), S(A, 2, 16384, 8, tp=2),
+        S(B, 2, 24576, 4, tp=2, layers=8), S(B, 2, 32768, 2, tp=2, layers=8, recompute="selective"),
+        S(B, 2, 32768, 2, cp=2, layers=8, recompute="full"), S(B, 2, 32768, 4, pp=2, layers=8, recompute="full"),
+        S(B, 2, 16384, 4, tp=2, layers=4),
+        S(B, 4, 24576, 4, tp=4, layers=8), S(B, 4, 16384, 8, tp=4, layers=8), S(B, 4, 32768, 4, tp=2, pp=2, layers=8),
+        S(B, 4, 65536, 2, tp=2, cp=2, layers=8, recompute="full"), S(B, 4, 32768, 2, cp=4, layers=8, recompute="full"),
+        S(B, 4, 32768, 8, pp=4, layers=8, recompute="full"), S(B, 4, 262144, 1, tp=4, layers=8),
+        S(A, 4, 32768, 8, tp=2, pp=2, vpp=2), S(A, 4, 32768, 8, pp=4, recompute="full"), S(A, 4, 16384, 2, cp=4),
+        S(A, 4, 32768, 4, tp=2, cp=2), S(B, 4, 16384, 4, tp=4, layers=4),
+    ]
     return g
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from autotune import constraints
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
-from autotune.estimate.memory import MemoryEstimate, estimate_memory
+from autotune.estimate.memory import DEFAULT_CALIBRATION, PROBE_CALIBRATION, MemoryEstimate, estimate_memory
 from autotune.estimate.throughput import ThroughputEstimate, Workload, estimate_throughput
 from autotune.job import Job
 from autotune.model import ModelArch
@@ -36,12 +36,14 @@ class Evaluation:
         return ""
 
 
-# What a study's objective measures: a whole verl GRPO step (rollout, log-prob passes, update), or only the
-# training phase (forward-backward-optimizer of the actor at its token budget, as Megatron-core probes measure).
+# What a study's objective measures:
+# - "step": a whole verl GRPO step (rollout, log-prob passes, update), tokens/s/GPU as verl's perf/throughput;
+# - "train": the training phase alone as a Megatron-core training probe measures it (autotune/runners/
+#   mcore_worker.py): each micro-batch is ONE sequence of ppo_max_token_len_per_gpu * CP tokens, the job's batch
+#   is the number of those sequences per optimizer step; no rollout, no vLLM.
 OBJECTIVES = ("step", "train")
 _ROLLOUT_ONLY_RULES = ("rollout_tp",)  # rules about vLLM, which a training-only measurement never starts
 _NO_VLLM_TERMS = ("vllm_cudagraphs",)
-FULL_PACKING = Workload(prompt_fraction=1.0, response_fraction=1.0)  # probes pack every micro-batch full
 
 
 def evaluate(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, objective: str = "step") -> Evaluation:
@@ -52,7 +54,8 @@ def evaluate(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, obje
         violations = tuple(v for v in violations if v.rule not in _ROLLOUT_ONLY_RULES)
     if violations:
         return Evaluation(cand, violations, None, None)
-    mem = estimate_memory(model, cluster, job, cand)
+    # The training-only objective is what Megatron-core probes measure: their local layer spec's activations.
+    mem = estimate_memory(model, cluster, job, cand, PROBE_CALIBRATION if objective == "train" else DEFAULT_CALIBRATION)
     if objective == "step":
         return Evaluation(cand, (), mem, estimate_throughput(model, cluster, job, cand, mem))
     return Evaluation(cand, (), _training_memory(mem), _training_throughput(model, cluster, job, cand, mem))
@@ -68,7 +71,13 @@ def _training_memory(mem: MemoryEstimate) -> MemoryEstimate:
 
 def _training_throughput(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate,
                          mem: MemoryEstimate) -> ThroughputEstimate:
-    """The update phase alone, over the job's tokens packed to the budget: tokens/s/GPU of training."""
-    full = estimate_throughput(model, cluster, job, cand, mem, wl=FULL_PACKING)
+    """The update phase alone, each micro-batch one sequence as long as the token budget: tokens/s/GPU of training.
+
+    The sequence length matters: causal attention costs FLOPs per token in proportion to it, so a longer
+    micro-batch that is one sequence is slower per token than the same tokens as several job-length samples.
+    """
+    seq = cand.ppo_max_token_len_per_gpu * cand.cp if cand.use_dynamic_bsz else job.max_seq_len
+    share = seq / job.max_seq_len
+    full = estimate_throughput(model, cluster, job, cand, mem, wl=Workload(share, share))
     update = dict(full.phases)["update_actor"]
     return replace(full, phases=(("update_actor", update),))

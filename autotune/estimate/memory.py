@@ -17,23 +17,36 @@ from autotune.model import ModelArch
 
 @dataclass(frozen=True)
 class Calibration:
-    """Free constants of the memory model (bytes per token per layer are multiples of widths)."""
+    """Free constants of the memory model (bytes per token per layer are multiples of widths).
+
+    The defaults are for verl (Megatron with Transformer Engine's fused RMSNorm, SwiGLU and RoPE). Everything but
+    the per-layer activation widths was fitted on Megatron-core probes measured on H200s
+    (benchmarks/results/mcore_*.csv; errors in benchmarks/results/memory_accuracy.md): 6 B per logit (bf16
+    logits + the fp32 softmax that cross entropy saves, not MEMORY.md's 10), CUDA context, NCCL, allocator slack,
+    and the pipeline structure. The probes run Megatron's local layer spec, whose unfused RMSNorm, SwiGLU and
+    RoPE keep extra copies: for them `PROBE_CALIBRATION` (12h + 8q + 4kv + 8f, fitted) replaces the fused widths
+    derived in MEMORY.md (8h + 6q + 4kv + 6f), which no GPU here could measure under verl.
+    """
 
     act_h: float = 8.0  # norm inputs and residual stream (bytes per element of h)
-    act_q: float = 6.0  # query-sized tensors: q, rotated q, attention output (between 4 and 8, MEMORY.md)
+    act_q: float = 6.0  # query-sized tensors: q, attention output, the projection's input
     act_kv: float = 4.0
     act_f: float = 6.0  # SwiGLU: fc1 output (2f) and activation output (f), bf16
-    logits_bytes: float = 10.0  # unfused logits per [token, vocab/TP] element: bf16 + fp32 copy + grad
-    logprob_logits_bytes: float = 10.0  # forward-only logits: bf16 + fp32 + log-softmax
+    logits_bytes: float = 6.0  # unfused logits per [token, vocab/TP] element: bf16 logits + saved fp32 softmax
+    logprob_logits_bytes: float = 10.0  # forward-only logits: bf16 + fp32 + log-softmax (not measured yet)
     fused_logits_bytes_per_h: float = 8.0  # fused kernels: O(T*h)
-    cuda_context: float = 0.6 * GIB  # per process (the actor and the vLLM server each hold one)
-    nccl: float = 1.0 * GIB  # communicator buffers of the actor's process groups
+    cuda_context: float = 1.5 * GIB  # per process (the actor and the vLLM server each hold one), cuBLAS workspace
+    nccl: float = 1.2 * GIB  # communicator buffers of the actor's process groups
     cudagraph_pool: float = 1.0 * GIB  # vLLM CUDA graphs (outside its memory budget; none with enforce_eager)
-    fragmentation: float = 0.05  # allocator reserve over what tensors hold, share of torch-managed memory
+    fragmentation: float = 0.08  # allocator reserve over what tensors hold, share of torch-managed memory
+    # With full recompute the freed logits blocks are split by the recomputed layers' tensors and stay reserved.
+    recompute_logits_slack: float = 0.2
     vllm_nontorch: float = 0.3 * GIB
 
 
 DEFAULT_CALIBRATION = Calibration()
+# Megatron-core's local layer spec (unfused norm, SwiGLU, RoPE), as the mcore probes run it; fitted on them.
+PROBE_CALIBRATION = Calibration(act_h=12.0, act_q=8.0, act_kv=4.0, act_f=8.0)
 
 
 @dataclass(frozen=True)
@@ -174,7 +187,9 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
         # Per GPU, a layer sees its own (sequence-parallel) tokens' top-k expert slots, whatever ETP is: with
         # ETP=TP tokens are gathered and each rank computes 1/TP of every expert, with ETP=1 they stay split.
         mlp = cal.act_f * (m.moe_top_k * m.moe_ffn_hidden_size + m.shared_expert_ffn_hidden_size)
-        mlp += 4 * m.num_experts + 2 * m.moe_top_k * m.hidden_size  # fp32 router logits, permuted tokens
+        mlp += 4 * m.num_experts  # fp32 router logits
+        # The permuted tokens the experts read: gathered over TP when ETP = TP, split when ETP = 1.
+        mlp += 2 * m.moe_top_k * m.hidden_size * (t if c.etp_or_tp == t else 1)
     else:
         mlp = cal.act_f * m.ffn_hidden_size
     if "mlp" in modules:
@@ -201,6 +216,11 @@ def micro_batches_per_step(job: Job, cl: Cluster, c: Candidate, mean_seq_len: fl
 
 def activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration) -> float:
     """Activations held on the first pipeline stage at the peak of the 1F1B (or interleaved) schedule."""
+    return stage_activation_bytes(m, cl, job, c, cal)[0]
+
+
+def stage_activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration) -> tuple[float, float]:
+    """(first stage: PP micro-batches in flight; last stage: one micro-batch, where the logits also live)."""
     s = micro_batch_tokens(job, c, log_prob=False)
     a_dense = act_bytes_per_token_layer(m, c, cal, False)
     a_moe = act_bytes_per_token_layer(m, c, cal, True)
@@ -226,7 +246,8 @@ def activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Cal
             in_flight *= 1 + (c.pp - 1) / (c.pp * c.vpp_or_1)
     else:
         in_flight = 1
-    return s * (per_chunk * in_flight + transient)
+    first = s * (per_chunk * in_flight + transient)
+    return first, (s * (per_chunk * c.vpp_or_1 + transient) if c.pp > 1 else first)
 
 
 def logits_bytes(m: ModelArch, c: Candidate, tokens: float, per_element: float, cal: Calibration) -> float:
@@ -320,8 +341,10 @@ def estimate_memory(
 
     # Update: everything loaded back (offload does not lower this peak), activations in flight, logits.
     s = micro_batch_tokens(job, c, log_prob=False)
-    acts = activation_bytes(m, cl, job, c, cal)
+    first, last = stage_activation_bytes(m, cl, job, c, cal)
     logit = logits_bytes(m, c, s, cal.logits_bytes, cal)
+    # With PP the in-flight activations (first stage) and the logits (last stage) are on different GPUs.
+    acts, logit = (first, 0.0) if c.pp > 1 and first > last + logit else (last, logit)
     torch_managed = sum(states.values()) + acts + logit
     update = Moment(
         "update",
@@ -331,7 +354,8 @@ def estimate_memory(
             ("optimizer", states["optimizer_master"] + states["optimizer_adam"]),
             ("activations", acts),
             ("logits", logit),
-            ("fragmentation", cal.fragmentation * torch_managed),
+            ("fragmentation", cal.fragmentation * torch_managed
+             + (cal.recompute_logits_slack * logit if c.recompute == "full" else 0.0)),
             ("cuda_contexts", 2 * cal.cuda_context),
             ("nccl", cal.nccl),
             ("vllm_cudagraphs", vllm_graphs),

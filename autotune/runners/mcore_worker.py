@@ -13,8 +13,9 @@ megatron-core are imported inside ``main``) so it can run on a machine holding j
 
 Model: megatron-core ``GPTModel`` from ``get_gpt_layer_local_spec`` (no Transformer Engine, no apex), with
 the core attention replaced by ``SDPAttention`` (``torch.nn.functional.scaled_dot_product_attention``: flash /
-memory-efficient kernels, no [s, s] score matrix) which also implements context parallelism (all-gather of
-K/V over the CP group, Megatron's load-balanced 2*cp chunking, lower-right causal masks), and the RMSNorm
+memory-efficient kernels, no [s, s] score matrix; GQA through ``enable_gqa``, K/V never expanded to all heads)
+which also implements context parallelism (all-gather of K/V over the CP group at kv-head width, Megatron's
+load-balanced 2*cp chunking, lower-right causal masks, flash kernel only), and the RMSNorm
 replaced by a torch RMSNorm that supports sequence parallelism (marks its weight ``sequence_parallel`` so
 Megatron all-reduces its gradient over TP).
 """
@@ -282,6 +283,17 @@ def attention_functions():
             dist.reduce_scatter_tensor(out, grad, group=ctx.group)
             return out, None
 
+    def _flash_only(t):
+        """On CUDA, allow only the flash kernel: GQA with a lower-right causal mask must never fall back to the
+        math kernel (which would expand K/V to all heads and materialise [c, klen] scores). CPU: no constraint."""
+        import contextlib
+
+        if not t.is_cuda:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+
     def cp_attention(query, key, value, cp_group, scale):
         """Causal attention of this CP rank's queries against all keys.
 
@@ -302,27 +314,28 @@ def attention_functions():
             second = t[:, 1].flip(0).reshape(cp * c, *t.shape[3:])
             return torch.cat([first, second], dim=0)  # [2cp*c, b, ng, hn], global order
 
+        # K/V stay at kv-head width (no GQA repeat): SDPA's enable_gqa lets the flash kernel read each kv head
+        # for its query-head group, so autograd saves only the gathered [S, b, ng, hn] K/V (as TE's CP does).
         kf = to_global(kg).permute(1, 2, 0, 3)  # [b, ng, S, hn]
         vf = to_global(vg).permute(1, 2, 0, 3)
-        rep = query.shape[2] // key.shape[2]
-        if rep > 1:
-            kf = kf.repeat_interleave(rep, dim=1)
-            vf = vf.repeat_interleave(rep, dim=1)
+        gqa = query.shape[2] != key.shape[2]
         outs = []
         for half, gi in ((0, r), (1, 2 * cp - 1 - r)):
             q = query[half * c : (half + 1) * c].permute(1, 2, 0, 3)  # [b, np, c, hn]
             klen = (gi + 1) * c
             k = kf[:, :, :klen]
             v = vf[:, :, :klen]
-            if klen == c:
-                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-            else:
-                o = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(c, klen), scale=scale)
+            with _flash_only(q):
+                if klen == c:
+                    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+                else:
+                    o = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(c, klen), scale=scale,
+                                                       enable_gqa=gqa)
             outs.append(o)
         out = torch.cat(outs, dim=2)  # [b, np, sq, hn]
         return out.permute(2, 0, 1, 3)
 
-    return {"AllGatherSeq": _AllGatherSeq, "cp_attention": cp_attention}
+    return {"AllGatherSeq": _AllGatherSeq, "cp_attention": cp_attention, "flash_only": _flash_only}
 
 
 def _build_modules():
@@ -395,7 +408,7 @@ def _build_modules():
 
 
 class _MemSampler:
-    """Background sampler of device memory used (NVML through torch, else cudaMemGetInfo)."""
+    """Background sampler of device memory used (NVML, else cudaMemGetInfo), for one GPU."""
 
     def __init__(self, device_index: int, interval: float = 0.02):
         import torch
@@ -404,39 +417,49 @@ class _MemSampler:
         self.dev = device_index
         self.interval = interval
         self.peak = 0
-        self.source = None
+        self._gen = 0
         self._stop = threading.Event()
-        self._nvml_handle = None
-        try:
-            import pynvml  # nvidia-ml-py
-
-            pynvml.nvmlInit()
-            bus = torch.cuda.get_device_properties(device_index).pci_bus_id
-            self._nvml_handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
-            self._pynvml = pynvml
-            self.source = "nvml (nvidia-ml-py, device memory used incl. CUDA context/NCCL)"
+        self._read = None
+        try:  # torch maps the CUDA index to the NVML one (CUDA_VISIBLE_DEVICES aware)
+            torch.cuda.device_memory_used(device_index)
+            self._read = lambda: int(torch.cuda.device_memory_used(self.dev))
+            self.source = "nvml (torch.cuda.device_memory_used: device memory used incl. context/NCCL)"
         except Exception:
-            self._nvml_handle = None
-        if self._nvml_handle is None:
+            try:
+                import pynvml  # nvidia-ml-py
+
+                pynvml.nvmlInit()
+                vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+                idx = int(vis.split(",")[device_index]) if vis else device_index
+                h = pynvml.nvmlDeviceGetHandleByIndex(idx)
+                self._read = lambda: int(pynvml.nvmlDeviceGetMemoryInfo(h).used)
+                self.source = "nvml (nvidia-ml-py, device memory used incl. context/NCCL)"
+            except Exception:
+                self._read = None
+        if self._read is None:
             self.source = "torch.cuda.mem_get_info (total - free)"
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def read(self) -> int:
-        if self._nvml_handle is not None:
-            return int(self._pynvml.nvmlDeviceGetMemoryInfo(self._nvml_handle).used)
+        if self._read is not None:
+            return self._read()
         free, total = self.torch.cuda.mem_get_info(self.dev)
         return int(total - free)
 
     def _run(self):
         while not self._stop.is_set():
+            gen = self._gen
             try:
-                self.peak = max(self.peak, self.read())
+                v = self.read()
+                if gen == self._gen:  # drop a reading that started before a reset
+                    self.peak = max(self.peak, v)
             except Exception:
                 pass
             time.sleep(self.interval)
 
     def reset(self):
+        self._gen += 1
         try:
             self.peak = self.read()
         except Exception:
@@ -742,7 +765,7 @@ class Worker:
         err = None
         try:
             config, model, optimizer, n_params = self.build(spec)
-            state.update(model=model, optimizer=optimizer)
+            state.update(model=model, optimizer=optimizer, config=config)
             res["params_on_rank0"] = n_params
             dp = ps.get_data_parallel_world_size()
             res["dp"] = dp
@@ -771,6 +794,7 @@ class Worker:
                 sys.stderr.write(f"[rank {self.rank}] spec {res['id']}: {traceback.format_exc()[-3000:]}\n")
             del e
         state.clear()
+        config = model = optimizer = batches = None  # noqa: F841 - drop this frame's references too
         gc.collect()
         torch.cuda.synchronize()
         agreed = self._agree(code)
@@ -780,6 +804,7 @@ class Worker:
         errs = [None] * self.world
         self.dist.all_gather_object(errs, err)
         self._teardown()
+        res["leftover_alloc_gib_rank0"] = round(torch.cuda.memory_allocated() / 2**30, 3)
         res["per_rank"] = {
             "step_time_s": [r[0] for r in rows],
             "peak_alloc_gib": [round(r[1], 3) for r in rows],
@@ -865,6 +890,9 @@ def main(argv=None):
     p.add_argument("--nccl-timeout", type=int, default=600)
     p.add_argument("--destroy-groups", type=int, default=1)
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--exit-after-failure", type=int, default=1,
+                   help="stop after an oom/error spec (memory can stay held after an OOM; a supervisor such as "
+                        "benchmarks/mcore_grid.py restarts the worker on the remaining specs)")
     args = p.parse_args(argv)
     specs = load_specs(args.specs)
     w = Worker(args)
@@ -880,6 +908,8 @@ def main(argv=None):
                 f.write(json.dumps(res) + "\n")
             print(f"[mcore_worker] {sid}: {res['status']} "
                   f"{res.get('throughput_train') or ''} {res.get('error') or ''}", flush=True)
+        if args.exit_after_failure and res["status"] != "ok":
+            break
     w.sampler.stop()
     w.dist.barrier()
     w.dist.destroy_process_group()

@@ -1,0 +1,205 @@
+"""The memory and training-throughput models against Megatron-core probes measured on real GPUs.
+
+Reads the probe CSVs in benchmarks/results/mcore_*.csv (benchmarks/mcore_grid.py wrote them on lent H100/H200s)
+and, for every configuration, evaluates the models on exactly what ran (the model at the measured depth, the
+probe's GPUs, token budget and micro-batch count; the training phase only, no vLLM). Reports:
+
+- per term class: torch-managed memory (weights, grads, optimizer, activations, logits) against torch's peak
+  allocated; allocator slack (predicted fragmentation against reserved - allocated); memory outside torch
+  (CUDA context, NCCL) against NVML used - reserved; and the total against NVML's peak used;
+- by configuration class (recompute mode, PP, CP, TP);
+- every configuration predicted to fit that went OOM (the goal: none), and predicted OOMs that ran;
+- the training throughput model against measured tokens/s/GPU (Spearman rank correlation and error).
+
+    python benchmarks/memory_accuracy.py [-o benchmarks/results/memory_accuracy.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from autotune.candidate import Candidate
+from autotune.cluster import GIB, Cluster, get_gpu_type, gpu_type_from_device_name
+from autotune.estimate import evaluate
+from autotune.job import Job
+from autotune.model import get_model
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def _f(row: dict[str, str], key: str) -> float | None:
+    try:
+        return float(row[key]) if row.get(key) not in (None, "", "None", "nan") else None
+    except ValueError:
+        return None
+
+
+def _int(row: dict[str, str], key: str, default: int | None = None) -> int | None:
+    v = _f(row, key)
+    return int(v) if v is not None else default
+
+
+def read_probe_rows(paths: list[Path]) -> list[dict[str, str]]:
+    rows = []
+    for p in paths:
+        with p.open() as f:
+            for r in csv.DictReader(f):
+                r["_file"] = p.name
+                rows.append(r)
+    return rows
+
+
+def rebuild(row: dict[str, str]) -> tuple[Any, Cluster, Job, Candidate]:
+    """The model at the measured depth, the probe's GPUs, and a job whose micro-batches are the probe's."""
+    full = get_model(row["model"])
+    layers = _int(row, "num_layers", full.num_layers)
+    model = full if layers == full.num_layers else full.with_layers(layers)
+    gpus = _int(row, "gpus", 1)
+    gtype = gpu_type_from_device_name(row.get("gpu_name") or "") or get_gpu_type("h200")
+    cluster = Cluster(gtype, gpus, 1)
+    tp, pp, cp = _int(row, "tp", 1), _int(row, "pp", 1), _int(row, "cp", 1)
+    vpp = _int(row, "vpp")
+    tokens = _int(row, "ppo_max_token_len_per_gpu")
+    recompute = (row.get("recompute") or "none").strip() or "none"
+    params: dict[str, Any] = dict(
+        tp=tp, pp=pp, vpp=vpp, cp=cp, ep=_int(row, "ep", 1), etp=_int(row, "etp"),
+        sequence_parallel=(row.get("sequence_parallel", "").lower() in ("true", "1")),
+        recompute=recompute, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=tokens,
+        log_prob_max_token_len_per_gpu=tokens, use_fused_kernels=False, rollout_tp=1,
+    )
+    if recompute == "full":
+        params.update(recompute_method=row.get("recompute_method") or "uniform",
+                      recompute_num_layers=_int(row, "recompute_num_layers", 1))
+    cand = Candidate.from_params(params)
+    dp = gpus // (tp * pp * cp)
+    nmb = _int(row, "num_microbatches", 1)
+    # One sample per micro-batch of exactly the budget: the memory model then sees the probe's micro-batch count.
+    job = Job.from_mapping({
+        "data.max_prompt_length": 1, "data.max_response_length": tokens * cp - 1,
+        "data.train_batch_size": dp * nmb, "actor_rollout_ref.actor.ppo_mini_batch_size": dp * nmb,
+        "actor_rollout_ref.rollout.n": 1,
+    }, "probe")
+    return model, cluster, job, cand
+
+
+def ape(pred: float, meas: float) -> float:
+    return abs(pred - meas) / meas
+
+
+def report(paths: list[Path]) -> str:
+    rows = read_probe_rows(paths)
+    if not rows:
+        return ("# Memory model accuracy\n\n"
+                "No probe CSV found in benchmarks/results/ (run benchmarks/mcore_grid.py on GPUs).\n")
+    total_err, torch_err, slack_err, other_err = [], [], [], []
+    by_class: dict[str, list[float]] = defaultdict(list)
+    fit_but_oom, oom_pred_ran, detail = [], [], []
+    thr_pairs = []
+    gpus_seen = sorted({r.get("gpu_name", "") for r in rows})
+    for r in rows:
+        model, cl, job, cand = rebuild(r)
+        ev = evaluate(model, cl, job, cand, "train")
+        status = r.get("status", "")
+        if ev.memory is None:
+            detail.append(f"| {r['id']} | {status} | - | - | broke a constraint: {ev.prune_reason()} |")
+            continue
+        upd = ev.memory.moment("update")
+        terms = dict(upd.terms)
+        pred_total = upd.peak / GIB
+        pred_torch = (terms["params"] + terms["grads"] + terms["optimizer"] + terms["activations"]
+                      + terms["logits"]) / GIB
+        pred_slack = terms["fragmentation"] / GIB
+        pred_other = (terms["cuda_contexts"] + terms["nccl"]) / GIB
+        fits = upd.fits
+        if status == "oom" and fits:
+            fit_but_oom.append(f"{r['id']} (predicted {pred_total:.1f} GiB of {upd.capacity / GIB:.1f})")
+        if status == "ok" and not fits:
+            oom_pred_ran.append(f"{r['id']} (predicted {pred_total:.1f} GiB, measured {_f(r, 'nvml_used_gib_max')})")
+        nvml, alloc, reserved = _f(r, "nvml_used_gib_max"), _f(r, "peak_alloc_gib_max"), _f(r, "peak_reserved_gib_max")
+        if status != "ok" or not (nvml and alloc and reserved):
+            detail.append(f"| {r['id']} | {status} | {pred_total:.1f} | - | {'fits' if fits else 'OOM predicted'} |")
+            continue
+        e = ape(pred_total, nvml)
+        total_err.append(e)
+        torch_err.append(ape(pred_torch, alloc))
+        if reserved - alloc > 0.5:
+            slack_err.append(abs(pred_slack - (reserved - alloc)) / (reserved - alloc))
+        if nvml - reserved > 0.3:
+            other_err.append(abs(pred_other - (nvml - reserved)) / (nvml - reserved))
+        by_class[f"recompute={cand.recompute}"].append(e)
+        by_class["pp>1" if cand.pp > 1 else "pp=1"].append(e)
+        by_class["cp>1" if cand.cp > 1 else "cp=1"].append(e)
+        by_class[f"tp={cand.tp}"].append(e)
+        by_class[f"model={r['model']}" + (" (cut)" if r.get("scaled", "").lower() == "true" else "")].append(e)
+        meas_thr = _f(r, "throughput_train")
+        if meas_thr and ev.throughput:
+            thr_pairs.append((ev.throughput.throughput, meas_thr))
+        detail.append(f"| {r['id']} | ok | {pred_total:.1f} | {nvml:.1f} | {100 * (pred_total - nvml) / nvml:+.1f}% |")
+
+    def mape(xs: list[float]) -> str:
+        return f"{100 * statistics.mean(xs):.1f}% (n={len(xs)})" if xs else "n/a"
+
+    lines = [
+        "# Memory model accuracy against Megatron-core probes",
+        "",
+        f"Probe CSVs: {', '.join(p.name for p in paths)}; GPUs: {', '.join(g for g in gpus_seen if g)}. "
+        "Generated by `python benchmarks/memory_accuracy.py`. Training phase only (the probes start no vLLM).",
+        "",
+        "## Error per term class (mean absolute percentage error over configurations that ran)",
+        "",
+        "| term class | predicted | measured | MAPE |",
+        "|---|---|---|---|",
+        f"| total | update-moment peak | NVML peak used | {mape(total_err)} |",
+        "| torch-managed | params + grads + optimizer + activations + logits | torch peak allocated | "
+        f"{mape(torch_err)} |",
+        f"| allocator slack | fragmentation | peak reserved - peak allocated | {mape(slack_err)} |",
+        f"| outside torch | CUDA context + NCCL | NVML used - peak reserved | {mape(other_err)} |",
+        "",
+        "## Total error by configuration class",
+        "",
+        "| class | MAPE |",
+        "|---|---|",
+        *[f"| {k} | {mape(v)} |" for k, v in sorted(by_class.items())],
+        "",
+        "## OOM verdicts",
+        "",
+        f"- predicted to fit but went OOM: {len(fit_but_oom)}" + ("".join(f"\n  - {x}" for x in fit_but_oom)),
+        f"- predicted OOM but ran: {len(oom_pred_ran)}" + ("".join(f"\n  - {x}" for x in oom_pred_ran)),
+        "",
+        "## Training throughput model",
+        "",
+    ]
+    if len(thr_pairs) >= 3:
+        from scipy.stats import spearmanr
+
+        rho = spearmanr([p for p, _ in thr_pairs], [m for _, m in thr_pairs]).statistic
+        err = statistics.mean(abs(p - m) / m for p, m in thr_pairs)
+        ratio = statistics.median(p / m for p, m in thr_pairs)
+        lines += [f"Spearman rank correlation, predicted vs measured tokens/s/GPU: {rho:.2f} over {len(thr_pairs)} "
+                  f"configurations; mean absolute error {100 * err:.0f}%; median predicted/measured {ratio:.2f}.", ""]
+    else:
+        lines += ["Fewer than 3 configurations with a measured throughput.", ""]
+    lines += ["## Configurations", "", "| id | status | predicted GiB | measured NVML GiB | error / verdict |",
+              "|---|---|---|---|---|", *detail]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", type=Path, nargs="*", help="probe CSVs (default: benchmarks/results/mcore_*.csv)")
+    ap.add_argument("-o", "--output", type=Path, default=RESULTS / "memory_accuracy.md")
+    args = ap.parse_args()
+    paths = args.csv or sorted(RESULTS.glob("mcore_*.csv"))
+    text = report(paths)
+    args.output.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

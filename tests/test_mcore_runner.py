@@ -1,0 +1,78 @@
+"""CPU tests of everything around a Megatron-core probe launch (the launch itself needs GPUs)."""
+
+import pytest
+
+from autotune.candidate import Candidate
+from autotune.runners.base import TrialStatus
+from autotune.runners.mcore import ProbeError, probe_layers, probe_spec, probe_world, result_from_probe
+from autotune.runners.mcore_worker import validate_spec
+from tests.conftest import make_setup
+
+DYN = {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 16384, "log_prob_max_token_len_per_gpu": 32768,
+       "rollout_tp": 1}
+
+
+@pytest.mark.parametrize("params", [
+    {"tp": 2},
+    {"tp": 4, "pp": 2, "vpp": 2, "recompute": "full", "recompute_method": "block", "recompute_num_layers": 2},
+    {"tp": 2, "cp": 2, "recompute": "selective", "recompute_modules": "core_attn,mlp"},
+    {"tp": 1, "use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2, "log_prob_micro_batch_size_per_gpu": 4},
+])
+def test_probe_specs_are_valid_worker_specs(params):
+    s = make_setup()
+    cand = Candidate.from_params({**DYN, **params})
+    world = probe_world(s.cluster, cand, local_gpus=8)
+    spec = validate_spec(probe_spec(s.model, s.cluster, s.job, cand, world, "p1"), world)
+    lay = spec["layout"]
+    assert (lay["tp"], lay["pp"], lay["vpp"], lay["cp"]) == (cand.tp, cand.pp, cand.vpp, cand.cp)
+    assert lay["recompute_granularity"] == (None if cand.recompute == "none" else cand.recompute)
+    if cand.use_dynamic_bsz:
+        assert spec["tokens_per_microbatch"] == 16384
+    else:
+        assert spec["tokens_per_microbatch"] == 2 * (2048 + 8192)
+    assert spec["num_microbatches"] >= cand.pp and spec["measure_forward_only"]
+
+
+def test_probe_world_uses_local_gpus_and_refuses_what_cannot_fit():
+    s = make_setup(gpus=8, nodes=4)
+    assert probe_world(s.cluster, Candidate.from_params({**DYN, "tp": 4}), local_gpus=8) == 8
+    assert probe_world(s.cluster, Candidate.from_params({**DYN, "tp": 2, "cp": 2}), local_gpus=6) == 4
+    with pytest.raises(ProbeError, match="needs 8 GPUs"):
+        probe_world(s.cluster, Candidate.from_params({**DYN, "tp": 4, "pp": 2}), local_gpus=4)
+
+
+def test_big_models_are_cut_to_layers_that_fit():
+    s = make_setup("qwen2.5-72b", gpus=1)
+    cand = Candidate.from_params({**DYN, "tp": 1})
+    layers = probe_layers(s.model, s.cluster, s.job, cand, world=1)
+    assert 0 < layers < 80
+    spec = probe_spec(s.model, s.cluster, s.job, cand, 1, "cut", layers)
+    assert spec["model"]["num_layers"] == layers and spec["full_num_layers"] == 80
+    small = make_setup("qwen2.5-0.5b", gpus=1)
+    assert probe_layers(small.model, small.cluster, small.job, Candidate.from_params({**DYN, "tp": 1}), 1) == 24
+
+
+def test_results_map_to_trial_results():
+    ok = {"id": "a", "status": "ok", "throughput_train": 9000.0, "nvml_used_gib_max": 50.0,
+          "peak_alloc_gib_max": 41.0, "step_time_s": 2.0, "per_rank": {"nvml_used_gib": [50.0, 49.0]}}
+    r = result_from_probe(ok)
+    assert r.status == TrialStatus.OK and r.throughput == 9000.0 and r.peak_memory_per_gpu_gib == (50.0, 49.0)
+    assert "training step only" in r.reason and not r.simulated
+    cut = {**ok, "scaled": True, "num_layers": 8, "full_num_layers": 80, "throughput_train_scaled": 900.0,
+           "nvml_used_gib_max_scaled": 300.0, "peak_alloc_gib_max_scaled": 290.0}
+    r = result_from_probe(cut)
+    assert r.throughput == 900.0 and r.peak_memory_gib == 300.0 and "8 of 80 layers" in r.reason
+    oom = {"id": "b", "status": "oom", "error": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"}
+    r = result_from_probe(oom, log_tail="...")
+    assert r.status == TrialStatus.OOM and r.throughput is None and "CUDA out of memory" in r.reason
+    assert result_from_probe({"id": "c", "status": "error", "error": "boom"}).status == TrialStatus.FAILED
+
+
+def test_mcore_backend_without_gpus_is_a_clear_error():
+    from autotune.runners import RunnerUnavailable, make_runner
+    from autotune.runners.mcore import local_gpu_count
+
+    if local_gpu_count():
+        pytest.skip("this machine has GPUs")
+    with pytest.raises(RunnerUnavailable, match="needs NVIDIA GPUs"):
+        make_runner("mcore")
