@@ -88,6 +88,34 @@ def rebuild(row: dict[str, str]) -> tuple[Any, Cluster, Job, Candidate]:
     return model, cluster, job, cand
 
 
+CHANGES = [
+    "## What the probes changed in the model, and why",
+    "",
+    "Before these measurements the model used MEMORY.md's derivation as written; on the first 89 probes it "
+    "scored 10.4% total MAPE and called two configurations that went OOM fits. Changes (autotune/estimate/memory.py):",
+    "",
+    "1. Logits: 6 B per [token, vocab/TP] element, not 10: Megatron's cross entropy keeps the bf16 logits and an "
+    "fp32 softmax for backward; the gradient reuses that buffer (the OOMs all died allocating the fp32 copy).",
+    "2. Pipeline: the first stage's in-flight activations and the last stage's logits are on different GPUs; the "
+    "model added them (PP rows were over-predicted by 15-25%). It now takes the larger stage.",
+    "3. Per-layer activation widths are a property of the kernels: Megatron's local spec (unfused RMSNorm, "
+    "SwiGLU, RoPE), which the probes run, keeps 12h + 8q + 4kv + 8f bytes per token (fitted, "
+    "`PROBE_CALIBRATION`); verl with Transformer Engine's fused kernels keeps MEMORY.md's 8h + 6q + 4kv + 6f "
+    "(the default; not measurable here without TE).",
+    "4. Outside torch: CUDA context 1.5 GiB per process and NCCL 1.2 GiB (measured NVML used - reserved: "
+    "2.4-3.6 GiB per training process); allocator slack 8% of torch-managed memory, plus 20% of the logits with "
+    "full recompute, where the freed logits blocks are split by the recomputed layers (up to 33 GiB measured).",
+    "5. MoE: the permuted tokens the experts read are gathered over TP when ETP = TP.",
+    "6. The data was fixed once, not the model: the first CP probes expanded K/V to all query heads before "
+    "attention (not what Transformer Engine does); they were re-measured with the fixed worker "
+    "(`mcore_h200_2026-11-22_run3_cp.csv`) and the old rows marked superseded.",
+    "",
+    "Known gaps: allocator slack is the least predictable term (its MAPE is large, its size small except with "
+    "full recompute); the MoE probes (3 rows, cut to 4 layers, no grouped GEMM) are off by ~20%.",
+    "",
+]
+
+
 def ape(pred: float, meas: float) -> float:
     return abs(pred - meas) / meas
 
@@ -185,6 +213,7 @@ def report(paths: list[Path]) -> str:
                   f"configurations; mean absolute error {100 * err:.0f}%; median predicted/measured {ratio:.2f}.", ""]
     else:
         lines += ["Fewer than 3 configurations with a measured throughput.", ""]
+    lines += CHANGES
     lines += ["## Configurations", "", "| id | status | predicted GiB | measured NVML GiB | error / verdict |",
               "|---|---|---|---|---|", *detail]
     return "\n".join(lines) + "\n"
