@@ -40,7 +40,9 @@ class Efficiency:
     forward: float = 0.6  # the same for verl's log-prob passes (more Python and gather overhead)
     intensity: float = 213.0  # FLOPs per byte of HBM traffic of the whole update (norms, copies, optimizer)
     tokens_half: float = 2048.0  # micro-batch size (tokens) at which GEMM efficiency halves
-    tp_penalty: float = 0.04  # per extra TP rank: smaller GEMMs and exposed all-gather/reduce-scatter
+    # Per extra TP rank, at hidden size 4096: smaller GEMMs and exposed all-gather/reduce-scatter. Communication
+    # per token grows with h and compute with h^2, so the penalty scales as 4096/h.
+    tp_penalty: float = 0.04
     cp_penalty: float = 0.03  # per extra CP rank: KV exchange
     hbm: float = 0.8  # share of HBM bandwidth decode reaches
     decode_compute: float = 0.5
@@ -138,7 +140,8 @@ def estimate_throughput(
     )
     tokens_gpu = mbs_tokens / c.cp
     size_eff = tokens_gpu / (tokens_gpu + eff.tokens_half)
-    layout_eff = 1 / (1 + eff.tp_penalty * (c.tp - 1)) / (1 + eff.cp_penalty * (c.cp - 1))
+    tp_cost = eff.tp_penalty * 4096 / m.hidden_size
+    layout_eff = 1 / (1 + tp_cost * (c.tp - 1)) / (1 + eff.cp_penalty * (c.cp - 1))
     if m.is_moe:
         layout_eff /= 1 + 0.05 * math.log2(max(c.ep, 1)) * (1 + (c.ep * c.tp > cl.gpus_per_node))
     n_micro = micro_batches_per_step(job, cl, c, seq_len)
