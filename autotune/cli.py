@@ -1,4 +1,4 @@
-"""The `autotune` command: run, status, best, export, estimate, models, spaces."""
+"""The `autotune` command: run, status, best, export, estimate, models, spaces, dashboard."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,18 @@ from autotune.cluster import GPU_TYPES, ClusterError, make_cluster
 from autotune.estimate import evaluate
 from autotune.export import FORMATS, ExportInfo, render
 from autotune.job import Job, JobError
+from autotune.launch_script import is_launch_script, read_script
 from autotune.model import CATALOG, UnknownModelError, get_model
 from autotune.runners import BACKENDS, RunnerUnavailable, auto_backend, make_runner
+from autotune.runners.base import RunnerFatal
+from autotune.runners.confirm import confirm_top
 from autotune.space import SpaceError, builtin_spaces, default_space_name, load_space
 from autotune.store import Store, StoreError, TrialRow
 from autotune.study import Setup, StudyMismatchError, Tuner, open_storage, setup_from_row
 
 DEFAULT_STORAGE = "sqlite:///trials/autotune.db"
 USER_ERRORS = (UnknownModelError, JobError, SpaceError, StoreError, StudyMismatchError, ClusterError,
-               RunnerUnavailable, ValueError)
+               RunnerUnavailable, RunnerFatal, ValueError)
 
 _WIDTH = None if sys.stdout.isatty() else 200  # pipes and files get whole rows, not 80 columns
 out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
@@ -45,7 +49,8 @@ def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None
     p.add_argument("--gpus", type=int, help="GPUs per node (default: the local GPUs, else 8)")
     p.add_argument("--nodes", type=int, help="number of nodes (default 1)")
     p.add_argument("--gpu-type", help=f"one of {', '.join(GPU_TYPES)} (default: detected, else h100)")
-    p.add_argument("--job", help="YAML mapping of verl override keys to values (default: a typical GRPO job)")
+    p.add_argument("--job", help="YAML mapping of verl override keys to values, or your verl launch script (bash "
+                   "running verl.trainer.main_ppo with overrides) (default: a typical GRPO job)")
     p.add_argument("--space", help="built-in space name (dense, moe) or a YAML file (default: by model type)")
     p.add_argument("--measure-step", type=int, default=3, help="the step whose throughput is the objective")
 
@@ -61,16 +66,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run (or resume) a tuning study")
-    _setup_args(p)
+    _setup_args(p, model_required=False)
     _storage_args(p)
     p.add_argument("--backend", choices=["auto", *BACKENDS], default="auto",
                    help="auto: verl where GPUs and verl are present, else simulate")
+    p.add_argument("--table", help="with --backend replay: CSV of measured configurations; it gives the model, "
+                   "GPUs, job and search space (format: benchmarks/README.md)")
+    p.add_argument("--probe", action="store_true",
+                   help="probe each candidate's training step with Megatron-core on the local GPUs first; a probe "
+                   "OOM prunes it before the full trial (needs GPUs and megatron-core)")
     p.add_argument("--n-trials", type=int, default=20, help="launched trials the study should hold (default 20)")
     p.add_argument("--timeout", type=float, help="stop launching after this many seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-seeds", type=int, default=4, help="best candidates by the model to try first")
     p.add_argument("--workdir", default="trials", help="per-trial folders go under WORKDIR/<study>/")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    g = p.add_argument_group("verl backend")
+    g.add_argument("--trial-timeout", type=float, help="seconds a trial may run in all (default 3600)")
+    g.add_argument("--stall-timeout", type=float, help="seconds without a new training step (default 1200)")
+    g.add_argument("--measure-steps", help="measured window FIRST-LAST, e.g. 3-5: the objective is its mean")
+    g.add_argument("--prune-slower-than", type=float, metavar="FRACTION",
+                   help="stop a trial whose early steps run below FRACTION of the best trial's (default: off)")
+    g.add_argument("--prune-after", type=int, default=5, help="completed trials before pruning starts (default 5)")
+    g.add_argument("--confirm", type=int, default=2, help="re-run the K best for more steps before declaring "
+                   "the best (default 2; 0: off; never for simulated results)")
+    g.add_argument("--confirm-steps", type=int, default=6, help="steps of a confirmation run (default 6)")
 
     p = sub.add_parser("status", help="table of a study's trials")
     _storage_args(p)
@@ -86,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default="sh")
     p.add_argument("--trial", type=int, help="trial number (default: the best)")
     p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.add_argument("--like", metavar="SCRIPT", help="with --format sh: your verl launch script, written back with "
+                   "only the tuned keys changed")
 
     p = sub.add_parser("estimate", help="memory and throughput estimate of the job's own configuration")
     _setup_args(p)
@@ -93,15 +115,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="change a parameter (search-space names, e.g. tp=4, use_dynamic_bsz=true)")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("probe", help="measure one candidate's training step with Megatron-core on the local GPUs")
+    _setup_args(p)
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="change a parameter of the job's configuration (search-space names)")
+    p.add_argument("--steps", type=int, default=3, help="timed training steps (after one warm-up)")
+    p.add_argument("--workdir", default="trials/probes", help="where the probe's spec, result and log go")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("models", help="list the model catalog")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("spaces", help="list the built-in search spaces")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("dashboard", help="web page over the study database (needs pip install -e '.[dashboard]')")
+    p.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL (default {DEFAULT_STORAGE})")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     return ap
 
 
 def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
+    if not args.model:
+        raise CLIError("--model is required (or --backend replay --table FILE.csv, whose table names the model)")
     model = get_model(args.model)
     cluster = make_cluster(args.gpus, args.nodes, args.gpu_type)
     job = Job.from_file(args.job) if args.job else Job.default()
@@ -109,22 +146,35 @@ def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
     space = load_space(space_ref)
     if args.measure_step < 1:
         raise CLIError("--measure-step must be at least 1")
-    return Setup(model, cluster, job, space, args.measure_step), Path(space.source).read_text()
+    return Setup(model, cluster, job, space, _window(args)[1]), Path(space.source).read_text()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    setup, space_text = make_setup(args)
-    backend = args.backend if args.backend != "auto" else auto_backend()
-    runner = make_runner(backend)
-    if runner.simulated:
+    if args.table or args.backend == "replay":
+        setup, space_text, runner = _replay_setup(args)
+    else:
+        setup, space_text = make_setup(args)
+        backend = args.backend if args.backend != "auto" else auto_backend()
+        runner = make_runner(backend, **_verl_options(args)) if backend == "verl" else make_runner(backend)
+        if args.probe:
+            from autotune.runners.probed import ProbedRunner
+
+            runner = ProbedRunner(make_runner("mcore"), runner)
+        _print_script_notes(setup)
+    say = err if args.json else out  # with --json, standard output is the JSON document alone
+    if runner.name == "replay":
+        say.print(f"[bold yellow]autotune: backend replay: every result is REPLAYED from {runner.describe()}: "
+                  "real measurements looked up, nothing is run now and nothing is simulated.[/]")
+    elif runner.simulated:
         why = "no GPU on this machine" if args.backend == "auto" else "--backend simulate"
-        out.print(f"[bold yellow]autotune: {why}: using the simulate runner; every result is SIMULATED "
+        say.print(f"[bold yellow]autotune: {why}: using the simulate runner; every result is SIMULATED "
                   "(a model estimate, not a measurement).[/]")
     else:
-        out.print(f"autotune: backend {runner.describe()} on {setup.cluster.describe()}")
+        say.print(f"autotune: backend {runner.describe()} on {setup.cluster.describe()}")
     tuner = Tuner(setup, runner, args.storage, args.study, seed=args.seed, n_model_seeds=args.model_seeds,
-                  space_text=space_text, workdir=Path(args.workdir))
-    out.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
+                  space_text=space_text, workdir=Path(args.workdir), prune_slower_than=args.prune_slower_than,
+                  prune_after=args.prune_after, measure_from=_window(args)[0])
+    say.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
               f"job {setup.job.source}, space {setup.space.name}")
     counts = {"pruned": 0}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -142,6 +192,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         try:
             summary = tuner.run(args.n_trials, args.timeout, on_trial=on_trial)
+            summary["confirm"] = confirm_top(tuner, args.confirm, args.confirm_steps)
+            for c in summary["confirm"].get("runs", []):
+                say.print(f"  confirm #{c['trial']}: {c['status']}: {c['reason'][:150]}")
+            if args.confirm and summary["confirm"].get("skipped"):
+                say.print(f"confirmation skipped: {summary['confirm']['skipped']}")
         except KeyboardInterrupt:
             err.print("autotune: interrupted; the running trial is recorded as interrupted. "
                       "Re-run the same command to resume the study.")
@@ -164,10 +219,51 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay_setup(args: argparse.Namespace) -> tuple[Setup, str, Any]:
+    """--backend replay --table FILE: the table gives model, cluster, job and space; options may not override."""
+    if args.backend != "replay":
+        raise CLIError("--table is for --backend replay")
+    if not args.table:
+        raise CLIError("--backend replay needs --table FILE.csv (a table of measured configurations)")
+    given = [f"--{k.replace('_', '-')}" for k in ("model", "gpus", "nodes", "gpu_type", "job", "space")
+             if getattr(args, k)]
+    if given:
+        raise CLIError(f"{', '.join(given)}: with --backend replay the table's metadata gives the model, GPUs, job "
+                       "and space; drop these options (or edit the table's metadata)")
+    runner = make_runner("replay", table=args.table)
+    setup = runner.table.setup(args.measure_step if args.measure_step != 3 else None)
+    return setup, runner.table.space_text(), runner
+
+
+def _window(args: argparse.Namespace) -> tuple[int | None, int]:
+    """--measure-steps FIRST-LAST (or N) -> (FIRST or None, LAST); else (None, --measure-step)."""
+    if not getattr(args, "measure_steps", None):
+        return None, args.measure_step
+    first, _, last = args.measure_steps.partition("-")
+    try:
+        lo, hi = int(first), int(last or first)
+    except ValueError:
+        raise CLIError(f"--measure-steps {args.measure_steps!r}: expected FIRST-LAST, e.g. 3-5") from None
+    if not 1 <= lo <= hi:
+        raise CLIError(f"--measure-steps {args.measure_steps!r}: need 1 <= FIRST <= LAST")
+    return (lo if lo < hi else None), hi
+
+
+def _verl_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"trial_timeout_s": args.trial_timeout, "stall_timeout_s": args.stall_timeout}
+
+
+def _print_script_notes(setup: Setup) -> None:
+    src = Path(setup.job.source)
+    if src.is_file() and is_launch_script(src):
+        err.print(read_script(src).report(), markup=False)
+
+
 def _speed(row: TrialRow) -> str:
     if row.throughput is None:
         return "-"
-    return f"{row.throughput:.1f} tokens/s/GPU" + (" [SIMULATED]" if row.simulated else " measured")
+    how = " [SIMULATED]" if row.simulated else (" replayed" if row.backend == "replay" else " measured")
+    return f"{row.throughput:.1f} tokens/s/GPU{how}"
 
 
 def _layout(row: TrialRow) -> str:
@@ -175,7 +271,8 @@ def _layout(row: TrialRow) -> str:
 
 
 def _trial_line(row: TrialRow) -> str:
-    return f"  #{row.number:<4} {row.status:<12} {_speed(row):<38} {_layout(row)}  {row.reason[:80] if row.status != 'ok' else ''}"
+    why = row.reason[:80] if row.status != "ok" else ""
+    return f"  #{row.number:<4} {row.status:<12} {_speed(row):<38} {_layout(row)}  {why}"
 
 
 def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
@@ -271,6 +368,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CLIError(f"study {name!r}: no trial {args.trial}" if args.trial is not None
                        else f"study {name!r} has no trial that ran to its measured step yet")
     text = export_text(store, name, row, args.format)
+    if args.like:
+        if args.format != "sh":
+            raise CLIError("--like SCRIPT writes a bash script: use it with --format sh")
+        setup = setup_from_row(store.get_study(name))
+        info = ExportInfo(name, row.number, row.throughput, row.simulated, _layout(row), setup.model.name)
+        text = read_script(args.like).render_like(Candidate(**row.params), header=f"# {info.headline()}\n"
+                                                  "# autotune changed only the tuned keys of this script")
     if args.output:
         Path(args.output).write_text(text)
         if args.format in ("sh", "ray"):
@@ -377,9 +481,65 @@ def cmd_spaces(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Imported lazily: the core CLI works without the dashboard's dependencies."""
+    from autotune.dashboard import missing_dependencies, serve
+
+    missing = missing_dependencies()
+    if missing:
+        raise CLIError(f"the dashboard needs {', '.join(missing)}: pip install -e '.[dashboard]'")
+    if args.storage.startswith("sqlite:///") and not Path(args.storage.removeprefix("sqlite:///")).expanduser().exists():
+        raise CLIError(f"no study database at {args.storage}; start a study with `autotune run --storage "
+                       f"{args.storage} ...` or pass the --storage that `autotune run` used")
+    open_storage(args.storage)  # a clear error for an unreachable database
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(f"autotune: the dashboard has no login; anyone who can reach {args.host}:{args.port} can read "
+                  "the studies and edit notes.")
+    out.print(f"autotune dashboard: http://{'localhost' if args.host in ('127.0.0.1', '::1') else args.host}:"
+              f"{args.port}/ over {args.storage} (Ctrl-C to stop)")
+    serve(args.storage, args.host, args.port)
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from autotune.runners.base import TrialSpec
+    from autotune.runners.mcore import McoreRunner, ProbeError
+
+    setup, _ = make_setup(args)
+    cand = Candidate.from_params(_parse_sets(args.set), setup.job.candidate(Candidate()))
+    ev = evaluate(setup.model, setup.cluster, setup.job, cand, "train")
+    try:
+        runner = McoreRunner(steps=args.steps)
+    except ProbeError as e:
+        raise CLIError(str(e)) from None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    spec = TrialSpec("probe", 0, setup.model, setup.cluster, setup.job, cand, ev.memory, ev.throughput,
+                     workdir=Path(args.workdir) / stamp) if ev.memory and ev.throughput else None
+    if spec is None:
+        raise CLIError("the candidate breaks a static constraint: " + ev.prune_reason())
+    result = runner.run(spec)
+    doc = {
+        "layout": cand.layout(), "status": result.status.value, "reason": result.reason,
+        "throughput_train": result.throughput, "peak_memory_gib": result.peak_memory_gib,
+        "torch_peak_allocated_gib": result.framework_memory_gib,
+        "predicted_update_peak_gib": round(ev.memory.moment("update").peak / 2**30, 3),
+        "predicted_throughput_train": round(ev.throughput.throughput, 1),
+        "log": result.log_path, "probe": result.extra.get("probe"),
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        out.print(f"{cand.layout()}: {result.status.value} {result.reason}")
+        pred = doc["predicted_throughput_train"]
+        out.print(f"  training tokens/s/GPU: measured {result.throughput}, predicted {pred}")
+        out.print(f"  peak GiB: measured {result.peak_memory_gib} (NVML), {result.framework_memory_gib} (torch), "
+                  f"predicted {doc['predicted_update_peak_gib']}")
+    return 0 if result.status.value == "ok" else 1
+
+
 COMMANDS = {
     "run": cmd_run, "status": cmd_status, "best": cmd_best, "export": cmd_export, "estimate": cmd_estimate,
-    "models": cmd_models, "spaces": cmd_spaces,
+    "models": cmd_models, "spaces": cmd_spaces, "dashboard": cmd_dashboard, "probe": cmd_probe,
 }
 
 
@@ -393,6 +553,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("autotune: interrupted")
         return 130
+    except BrokenPipeError:  # `autotune status | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

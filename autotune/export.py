@@ -81,7 +81,7 @@ def to_sh(info: ExportInfo, argv: list[str]) -> str:
 def to_yaml(info: ExportInfo, values: Mapping[str, Any]) -> str:
     """verl keys -> values: Hydra overrides as a mapping, also usable as an autotune job file (`--job`)."""
     header = f"# {info.headline()}\n# verl {verl.VERL_VERSION} overrides for `python -m verl.trainer.main_ppo`\n"
-    return header + yaml.safe_dump(dict(values), sort_keys=False, default_flow_style=None)
+    return header + yaml.safe_dump(dict(values), sort_keys=False, default_flow_style=False, width=1000)
 
 
 def to_json(info: ExportInfo, values: Mapping[str, Any], params: Mapping[str, Any], argv: list[str]) -> str:

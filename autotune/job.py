@@ -69,6 +69,10 @@ class Job:
         p = Path(path)
         if not p.is_file():
             raise JobError(f"job file {p} does not exist")
+        from autotune import launch_script  # a verl launch script (bash) instead of YAML
+
+        if launch_script.is_launch_script(p):
+            return launch_script.read_script(p).job()
         try:
             data = yaml.safe_load(p.read_text())
         except yaml.YAMLError as e:

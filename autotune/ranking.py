@@ -7,11 +7,12 @@ evaluations find the model's best settings, which seed the study.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
+from autotune.constraints import Violation
 from autotune.estimate import Evaluation, evaluate
 from autotune.job import Job
 from autotune.model import ModelArch
@@ -28,8 +29,13 @@ def rank_candidates(
     samples: int = 1500,
     seed: int = 0,
     objective: str = "step",
+    refuse: Callable[[Candidate], str | None] | None = None,
 ) -> list[tuple[dict[str, Any], Evaluation]]:
-    """The k best distinct feasible settings of the space by predicted throughput, best first."""
+    """The k best distinct feasible settings of the space by predicted throughput, best first.
+
+    `refuse` (the runner's): why a candidate can never be launched (e.g. not a row of a replay table); such
+    candidates are not ranked, so the seeds are all candidates the study can launch.
+    """
     ctx = space_context(model.is_moe, cluster.world_size, cluster.gpus_per_node)
     rng = random.Random(seed)
     cache: dict[str, tuple[dict[str, Any], Evaluation]] = {}
@@ -39,7 +45,10 @@ def rank_candidates(
         cand = Candidate.from_params(params, base)
         key = cand.key()
         if key not in cache:
-            cache[key] = (params, evaluate(model, cluster, job, cand, objective))
+            why = refuse(cand) if refuse else None
+            ev = Evaluation(cand, (Violation("runner", why),), None, None) if why else evaluate(
+                model, cluster, job, cand, objective)
+            cache[key] = (params, ev)
         return cache[key]
 
     for _ in range(samples):

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     create_engine,
+    func,
     select,
     update,
 )
@@ -209,11 +210,27 @@ class Store:
                 select(TrialRow)
                 .where(TrialRow.study == study, TrialRow.status == "ok", TrialRow.throughput.is_not(None))
                 .order_by(TrialRow.throughput.desc(), TrialRow.number)
+                .limit(1)  # the ORM would otherwise load every ok trial to return the first
             )
             return s.scalars(q).first()
 
     def running(self, study: str) -> list[TrialRow]:
         return self.trials(study, "running")
+
+    def launched_count(self, study: str) -> int:
+        """Trials launched so far (one COUNT query: the tuner asks before every step)."""
+        with self.session() as s:
+            q = select(func.count()).select_from(TrialRow).where(TrialRow.study == study, TrialRow.launched.is_(True))
+            return int(s.scalar(q) or 0)
+
+    def launched_with_key(self, study: str, key: str, exclude: tuple[str, ...] = ()) -> int | None:
+        """Number of the first launched trial of this configuration (statuses in `exclude` left out), or None."""
+        with self.session() as s:
+            q = select(TrialRow.number).where(TrialRow.study == study, TrialRow.candidate_key == key,
+                                              TrialRow.launched.is_(True))
+            if exclude:
+                q = q.where(TrialRow.status.not_in(exclude))
+            return s.scalar(q.order_by(TrialRow.number).limit(1))
 
 
 def safe_url(url: str) -> str:

@@ -28,7 +28,7 @@ from autotune.estimate import Evaluation, evaluate
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.ranking import rank_candidates
-from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.space import SearchSpace, parse_space, space_context
 from autotune.store import Store, StoreError, StudyRow, TrialRow, unreachable_message, utcnow, worker_id
 
@@ -62,6 +62,7 @@ class Setup:
     job: Job
     space: SearchSpace
     measure_step: int = 3
+    objective: str = "step"  # "step": a whole GRPO step; "train": the training phase only (estimate.OBJECTIVES)
 
     @property
     def context(self) -> dict[str, Any]:
@@ -76,19 +77,22 @@ class Setup:
         def h(obj: Any) -> str:
             return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
-        return {
+        fp = {
             "model": f"{self.model.name}:{h(dataclasses.asdict(self.model))}",
             "cluster": f"{self.cluster.describe()}:{h(dataclasses.asdict(self.cluster.gpu))}",
             "job": self.job.fingerprint(),
             "space": f"{self.space.name}:{self.space.text_hash}",
             "measure_step": str(self.measure_step),
         }
+        if self.objective != "step":  # studies of whole steps keep the fingerprint they always had
+            fp["objective"] = self.objective
+        return fp
 
     def default_study_name(self) -> str:
         return f"{self.model.name}-{self.cluster.describe()}-{self.job.fingerprint()}"
 
     def evaluate(self, cand: Candidate) -> Evaluation:
-        return evaluate(self.model, self.cluster, self.job, cand)
+        return evaluate(self.model, self.cluster, self.job, cand, self.objective)
 
 
 def setup_from_row(row: StudyRow) -> Setup:
@@ -96,16 +100,17 @@ def setup_from_row(row: StudyRow) -> Setup:
     cl = dict(row.cluster)
     cluster = Cluster(GPUType(**cl.pop("gpu")), **cl)
     job = Job(tuple((k, v) for k, v in row.job), row.job_source)
-    return Setup(ModelArch(**row.model), cluster, job, parse_space(row.space_text, row.space_name), row.measure_step)
+    return Setup(ModelArch(**row.model), cluster, job, parse_space(row.space_text, row.space_name), row.measure_step,
+                 objective=(row.fingerprint or {}).get("objective", "step"))
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
     try:
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-    except Exception as e:  # sqlalchemy OperationalError, ArgumentError, driver ImportError...
+    except Exception as e:  # OSError, sqlalchemy OperationalError / ArgumentError, a missing driver...
         raise StoreError(unreachable_message(url, e)) from None
 
 
@@ -122,8 +127,14 @@ class Tuner:
         n_model_seeds: int = 4,
         space_text: str | None = None,
         workdir: Path = Path("trials"),
+        prune_slower_than: float | None = None,
+        prune_after: int = 5,
+        measure_from: int | None = None,
     ):
         self.setup = setup
+        self.prune_slower_than = prune_slower_than  # stop a trial below this fraction of the best at the same step
+        self.prune_after = prune_after  # ... once this many trials completed
+        self.measure_from = measure_from  # measured window: steps measure_from..measure_step
         self.runner = runner
         self.storage_url = storage_url
         self.study_name = study_name or setup.default_study_name()
@@ -219,7 +230,8 @@ class Tuner:
         s = self.setup
         if s.job.baseline_params():
             self._enqueue(s.base.params(), origin="baseline")  # the user's current configuration
-        ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed)
+        ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
+                                 objective=s.objective, refuse=lambda c: self.runner.refuse(c, s.job))
         refs = [("stock", STOCK.params())]
         seeds = [("model-seed", s.space.project(p, s.context)) for p, _ in ranked]
         # The model's favourite first, then verl's stock layout as the reference, then the other seeds.
@@ -231,7 +243,7 @@ class Tuner:
 
     # The loop
     def launched_count(self) -> int:
-        return sum(1 for r in self.store.trials(self.study_name) if r.launched)
+        return self.store.launched_count(self.study_name)
 
     def run(
         self,
@@ -287,8 +299,10 @@ class Tuner:
             predicted_memory=ev.memory.as_dict() if ev.memory else None,
         )
         duplicate = self._launched_duplicate(cand.key())
-        if not ev.feasible or duplicate is not None:
-            reason = ev.prune_reason() or f"duplicate of trial {duplicate}: same configuration, not launched again"
+        refusal = self.runner.refuse(cand, s.job)
+        if refusal or not ev.feasible or duplicate is not None:
+            reason = refusal or ev.prune_reason() or (
+                f"duplicate of trial {duplicate}: same configuration, not launched again")
             row.status, row.reason, row.finished_at, row.duration_s = TrialStatus.PRUNED.value, reason, utcnow(), 0.0
             row.id = self.store.add_trial(row)
             self._tell(trial, TrialStatus.PRUNED, None, reason, cand)
@@ -299,6 +313,7 @@ class Tuner:
             study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
             candidate=cand, memory=ev.memory, prediction=ev.throughput, measure_step=s.measure_step,
             workdir=self.workdir / self.study_name / f"trial_{trial.number:04d}",
+            measure_from=self.measure_from, report=self._reporter(trial),
         )
         t0 = time.monotonic()
         beat = _Heartbeat(self.store, row.id)
@@ -306,6 +321,12 @@ class Tuner:
             result = self.runner.run(spec)
         except KeyboardInterrupt:
             result = TrialResult(TrialStatus.INTERRUPTED, "interrupted by the user (Ctrl-C); re-queued on resume",
+                                 simulated=self.runner.simulated)
+            self._finish(row, result, time.monotonic() - t0)
+            self._tell(trial, result.status, None, result.reason, cand)
+            raise
+        except RunnerFatal as e:  # the runner cannot go on: this trial is re-queued, the study stops
+            result = TrialResult(TrialStatus.INTERRUPTED, f"not run: {e}; re-queued on resume",
                                  simulated=self.runner.simulated)
             self._finish(row, result, time.monotonic() - t0)
             self._tell(trial, result.status, None, result.reason, cand)
@@ -319,13 +340,25 @@ class Tuner:
         self._tell(trial, result.status, result.throughput, result.reason, cand)
         return row
 
+    def _reporter(self, trial: optuna.Trial) -> Callable[[int, float], bool]:
+        """A runner's per-step callback: Optuna's intermediate value; True when the trial is clearly slower."""
+
+        def report(step: int, value: float) -> bool:
+            trial.report(value, step)
+            if self.prune_slower_than is None:
+                return False
+            done = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if len(done) < self.prune_after:
+                return False
+            same_step = [t.intermediate_values[step] for t in done if step in t.intermediate_values]
+            best = max(same_step) if same_step else max(t.value for t in done if t.value is not None)
+            return value < self.prune_slower_than * best
+
+        return report
+
     def _launched_duplicate(self, key: str) -> int | None:
-        for r in self.store.trials(self.study_name):
-            if r.candidate_key == key and r.launched and r.status not in (
-                TrialStatus.INTERRUPTED.value, TrialStatus.RUNNING.value
-            ):
-                return r.number
-        return None
+        return self.store.launched_with_key(
+            self.study_name, key, exclude=(TrialStatus.INTERRUPTED.value, TrialStatus.RUNNING.value))
 
     def _finish(self, row: TrialRow, result: TrialResult, duration: float) -> None:
         values = {
@@ -334,7 +367,7 @@ class Tuner:
             "peak_memory_per_gpu": list(result.peak_memory_per_gpu_gib) or None,
             "framework_memory_gib": result.framework_memory_gib, "log_path": result.log_path,
             "log_excerpt": result.log_excerpt, "extra": result.extra or None, "simulated": result.simulated,
-            "finished_at": utcnow(), "duration_s": duration,
+            "finished_at": utcnow(), "duration_s": duration, "launched": result.launched,
         }
         self.store.update_trial(row.id, **values)
         if result.steps:

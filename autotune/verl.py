@@ -146,3 +146,85 @@ def format_value(value: Any) -> str:
 
 def override(key: str, value: Any) -> str:
     return f"{key}={format_value(value)}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# verl runner facts (autotune/runners/verl.py): short trials, log formats, failure messages. verl 0.9.1.
+# ---------------------------------------------------------------------------------------------------------------
+TOTAL_TRAINING_STEPS = "trainer.total_training_steps"
+EXPERIMENT_NAME = "trainer.experiment_name"
+PROJECT_NAME = "trainer.project_name"
+# A short trial: no validation, no checkpoints, no resume, console + JSONL file loggers (no wandb).
+SHORT_RUN: dict[str, Any] = {
+    "trainer.val_before_train": False,
+    "trainer.test_freq": -1,
+    "trainer.save_freq": -1,
+    "trainer.resume_mode": "disable",
+    "trainer.logger": ["console", "file"],
+}
+# verl/utils/tracking.py FileLogger: this variable, else ${VERL_FILE_LOGGER_ROOT:-.}/<project>/<experiment>.jsonl;
+# the file is opened "wb" (truncated) and gets one `{"step": N, "data": {...}}` line per logged step.
+FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
+# verl/trainer/main_ppo.py run_ppo: `ray.init(**config.ray_kwargs.ray_init)` when Ray is not up yet. These keys
+# are not in verl's config, so they need Hydra's `+`.
+RAY_INIT_PREFIX = "+ray_kwargs.ray_init."
+RAY_ENV_VAR_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."
+# Console logger (verl/utils/logger/aggregate_logger.py concat_dict_to_str): "step:N - key:pformat(value) - ...",
+# numbers only; printed inside the TaskRunnerV1 Ray actor, so the driver's stdout shows Ray's prefix
+# "(TaskRunnerV1 pid=123)" (", ip=..." on other nodes; ANSI colours on a terminal) and numpy scalars print as
+# np.float64(x). Ray's log deduplication may append " [repeated 2x across cluster]".
+STEP_LINE_RE = (
+    r"^(?:\x1b\[[0-9;]*m)*(?:\((?P<actor>[A-Za-z_][\w.]*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)(?:\x1b\[[0-9;]*m)*\s+)?"
+    r"step:(?P<step>\d+)(?P<rest>(?: - \S+)*)\s*(?:\[repeated \d+x across cluster\])?\s*$"
+)
+NUMPY_SCALAR_RE = r"^np\.(?:float|int|uint)\d*\((?P<value>[^()]*)\)$"
+# Training steps are numbered from 1 (step 0 carries validation metrics only).
+FIRST_STEP = 1
+
+# Failure classes, most specific first; each: (class, autotune status, regexes over the log). The first class with
+# a match wins, so an OOM on one rank followed by NCCL errors on the others reads as the OOM.
+FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("config_error", "config_error", (
+        r"ConfigCompositionException", r"OverrideParseException", r"Could not override '",
+        r"Could not append to config", r"Key '[^']+' is not in struct", r"MissingConfigException",
+        r"^In '[^']+': Could not find '[^']+'",
+        r", in validate_config\b", r"Total available GPUs \d+ is less than total desired GPUs \d+",
+        r"must be divisible by (?:minimal possible batch size|model_parallel_size)",
+    )),
+    ("kv_cache_too_small", "oom", (
+        r"KV cache is needed, which is larger than the available KV cache memory",
+        r"max seq len \(\d+\).*larger than the available KV cache",
+    )),
+    ("vllm_start_oom", "oom", (
+        r"Free memory on device .* on startup is less than desired GPU memory utilization",
+        r"No available memory for the cache blocks",
+        r"Not enough memory\. Please try to increase --mem-fraction-static",  # SGLang
+    )),
+    ("vllm_wakeup_oom", "oom", (r"CUDA Error: out of memory at .*cumem_allocator",)),
+    ("gpu_oom", "oom", (
+        r"torch\.(?:cuda\.)?OutOfMemoryError", r"CUDA out of memory\. Tried to allocate",
+        r"RayTaskError\((?:torch\.)?(?:cuda\.)?OutOfMemoryError\)",
+    )),
+    ("host_oom", "oom", (
+        r"ray\.exceptions\.OutOfMemoryError", r"Task was killed due to the node running low on memory",
+        r"killed by SIGKILL by OOM killer", r"Memory on the node .* was \d+(?:\.\d+)?GB / \d+(?:\.\d+)?GB",
+    )),
+    ("nccl_error", "failed", (
+        r"NCCL error", r"ncclInternalError", r"ncclSystemError", r"ncclUnhandledCudaError",
+        r"Watchdog caught collective operation timeout", r"NCCL communicator was aborted",
+        r"ProcessGroupNCCL.*(?:timeout|Timeout|abort)",
+    )),
+)
+# A vLLM engine that died while starting: a torch OOM under it is the rollout's, not the trainer's.
+VLLM_START_MARKERS = (r"Engine core initialization failed", r"EngineCore", r"EngineDeadError", r"vllm/v1/engine")
+# The rollout keeps retrying failed requests and prints this forever: only the stall watchdog ends it.
+ROLLOUT_FAILURE_LOOP_RE = r"pending: \d+, failure: \d+"
+# verl's own values (_generated_ppo_megatron_trainer.yaml) of the job-shape keys, for a launch script that leaves
+# them out: the script runs with these, not with autotune's typical job.
+VERL_JOB_DEFAULTS: dict[str, Any] = {
+    TRAIN_BATCH_SIZE: 1024,
+    MAX_PROMPT_LENGTH: 512,
+    MAX_RESPONSE_LENGTH: 512,
+    PPO_MINI_BATCH_SIZE: 256,
+    ROLLOUT_N: 1,
+}

@@ -431,7 +431,7 @@ class Lane(threading.Thread):
         spec = next((s for s in todo if s["id"] == sid), None)
         res = {"id": sid, "status": "oom" if oom_lines else "error",
                "error": (oom_lines[-1].strip()[:300] if oom_lines else f"{why}; no result (see log)"),
-               "world_size": self.world, "timestamp": dt.datetime.now(dt.timezone.utc).isoformat()}
+               "world_size": self.world, "timestamp": dt.datetime.now(dt.UTC).isoformat()}
         if spec:
             res.update(layout=spec["layout"], model=spec["model"]["name"], num_layers=spec["model"]["num_layers"],
                        full_num_layers=spec["full_num_layers"], tokens_per_microbatch=spec["tokens_per_microbatch"],
@@ -458,7 +458,7 @@ def run_grid(specs, gpus, out_dir, budget_s, spec_timeout=240, order=(4, 2, 1), 
         lanes = lanes_for(world, gpus)
         groups = split_round_robin(batch, len(lanes))
         threads = []
-        for i, (devs, grp) in enumerate(zip(lanes, groups)):
+        for i, (devs, grp) in enumerate(zip(lanes, groups, strict=True)):
             if not grp:
                 continue
             th = Lane(f"w{world}l{i}", devs, world, grp, sink, work, port, deadline, spec_timeout)

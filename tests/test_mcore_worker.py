@@ -7,8 +7,8 @@ megatron-core and is skipped otherwise.
 from __future__ import annotations
 
 import copy
-import io
 import dataclasses
+import io
 import json
 import os
 import socket
@@ -139,11 +139,11 @@ def test_grid_size_and_valid():
 def test_grid_coverage():
     g = mcore_grid.build_grid()
     lays = [s["layout"] for s in g]
-    assert {l["tp"] for l in lays} >= {1, 2, 4}
-    assert {l["pp"] for l in lays} >= {1, 2, 4}
-    assert {l["vpp"] for l in lays} >= {None, 2}
-    assert {l["cp"] for l in lays} >= {1, 2, 4}
-    assert {l["recompute_granularity"] for l in lays} == {None, "selective", "full"}
+    assert {lay["tp"] for lay in lays} >= {1, 2, 4}
+    assert {lay["pp"] for lay in lays} >= {1, 2, 4}
+    assert {lay["vpp"] for lay in lays} >= {None, 2}
+    assert {lay["cp"] for lay in lays} >= {1, 2, 4}
+    assert {lay["recompute_granularity"] for lay in lays} == {None, "selective", "full"}
     assert {s["world_size"] for s in g} == {1, 2, 4}
     assert {s["tokens_per_microbatch"] for s in g} >= {4096, 8192, 16384, 24576, 32768}
     assert {s["num_microbatches"] for s in g} >= {2, 4, 8}
@@ -163,7 +163,8 @@ def test_smoke_grid_valid():
     sm = mcore_grid.smoke_grid()
     assert mcore_grid.validate_grid(sm) == []
     lays = [s["layout"] for s in sm]
-    assert any(l["tp"] == 2 for l in lays) and any(l["vpp"] for l in lays) and any(l["cp"] == 2 for l in lays)
+    assert any(lay["tp"] == 2 for lay in lays) and any(lay["vpp"] for lay in lays)
+    assert any(lay["cp"] == 2 for lay in lays)
 
 
 def test_lanes():

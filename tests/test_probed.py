@@ -46,4 +46,6 @@ def test_probe_oom_prunes_before_the_full_trial(sqlite_url, tmp_path):
     assert all("probe OOM, full trial not launched" in r.reason and r.params["tp"] == 2 for r in pruned)
     assert all(r.params["tp"] != 2 and r.extra["probe"]["throughput_train"] == 9000.0 for r in ran)
     assert full.calls == len(ran)
+    assert not any(r.launched for r in pruned)  # the full trial never started: it costs no launch
+    assert tuner.launched_count() == 6 == len([r for r in rows if r.launched])
     assert all(str(s.workdir).endswith("probe") for s in prober.seen)

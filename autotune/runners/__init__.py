@@ -22,6 +22,15 @@ def _simulate(**_: Any) -> Runner:
     return SimulateRunner()
 
 
+def _replay(table: str | None = None, **_: Any) -> Runner:
+    from autotune.runners.replay import ReplayRunner  # imported here: it builds setups (autotune.study)
+
+    if not table:
+        raise RunnerUnavailable("the replay backend needs a measured table: --backend replay --table FILE.csv "
+                                "(format: benchmarks/README.md)")
+    return ReplayRunner(table)
+
+
 # Backend name -> factory taking the CLI's runner options as keyword arguments.
 _FACTORIES: dict[str, Callable[..., Runner]] = {"simulate": _simulate}
 BACKENDS = ("simulate", "verl", "mcore", "replay")
@@ -29,6 +38,30 @@ BACKENDS = ("simulate", "verl", "mcore", "replay")
 
 def register(name: str, factory: Callable[..., Runner]) -> None:
     _FACTORIES[name] = factory
+
+
+register("replay", _replay)
+
+
+def _verl(**options: Any) -> Runner:
+    from autotune.runners.verl import make_verl_runner  # imported here: it is only needed on GPU nodes
+
+    return make_verl_runner(**options)
+
+
+register("verl", _verl)
+
+
+def _mcore(timeout_s: float | None = None, **_: Any) -> Runner:
+    from autotune.runners.mcore import McoreRunner, ProbeError
+
+    try:
+        return McoreRunner(timeout_s=timeout_s or 900.0)
+    except ProbeError as e:
+        raise RunnerUnavailable(str(e)) from None
+
+
+register("mcore", _mcore)
 
 
 def make_runner(name: str, **options: Any) -> Runner:

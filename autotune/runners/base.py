@@ -69,6 +69,7 @@ class TrialResult:
     log_excerpt: str = ""
     simulated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    launched: bool = True  # False when a cheaper stage (the mcore probe) stopped it before the full trial
 
 
 class RunnerFatal(RuntimeError):

@@ -341,7 +341,6 @@ def attention_functions():
 def _build_modules():
     """Define the torch/megatron classes (needs torch and megatron-core)."""
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
     from megatron.core.transformer.module import MegatronModule
 
@@ -396,7 +395,7 @@ def _build_modules():
         def __init__(self, config, hidden_size, eps=1e-6, persist_layer_norm=False, zero_centered_gamma=False,
                      normalization="RMSNorm"):
             super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
-            setattr(self.weight, "sequence_parallel", bool(config.sequence_parallel))
+            self.weight.sequence_parallel = bool(config.sequence_parallel)
 
     class QKRMSNorm(torch.nn.RMSNorm):
         def __init__(self, config, hidden_size, eps=1e-6, persist_layer_norm=False, zero_centered_gamma=False,
@@ -521,6 +520,7 @@ class Worker:
 
     def build(self, spec):
         torch = self.torch
+        import megatron.core.transformer.transformer_block as tblock
         import torch.nn.functional as F
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
@@ -531,7 +531,6 @@ class Worker:
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.transformer import TransformerConfig
         from megatron.core.transformer.module import Float16Module
-        import megatron.core.transformer.transformer_block as tblock
 
         m, lay = spec["model"], spec["layout"]
         moe = bool(m.get("num_experts", 0))
@@ -840,7 +839,7 @@ class Worker:
             # peaks up to the failure are still informative
             res["peak_alloc_gib_max"] = max(r[1] for r in rows) or None
         res["wall_s"] = round(time.time() - started, 2)
-        res["timestamp"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        res["timestamp"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         return res
 
     def _teardown(self):

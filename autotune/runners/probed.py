@@ -40,7 +40,7 @@ class ProbedRunner(Runner):
         if probe.status == TrialStatus.OOM:
             return TrialResult(TrialStatus.PRUNED, f"probe OOM, full trial not launched: {probe.reason}",
                                log_path=probe.log_path, log_excerpt=probe.log_excerpt,
-                               simulated=self.simulated, extra={"probe": summary})
+                               simulated=self.simulated, extra={"probe": summary}, launched=False)
         result = self.runner.run(spec)
         return dataclasses.replace(result, extra={**result.extra, "probe": summary})
 

@@ -1,0 +1,31 @@
+"""`autotune dashboard`: a web page over the study database, for watching a tuning session while it runs.
+
+What was tried, what failed and why, and what wins: the studies list, a page per study (best configuration and its
+speed-up over verl's stock configuration, optimisation history, trials table, phase timings, memory, the shape of
+the space, parameter importance, parallel coordinates, slice, timeline, failures) and a page per trial.
+
+autotune keeps Optuna's own tables next to its own in the same database, so the same database can also be opened
+with optuna-dashboard (`optuna-dashboard sqlite:///trials/autotune.db`), which shows the Optuna side of it (values,
+parameters, states and the user attributes `status`, `reason`, `origin`, `simulated`, `layout`).
+
+Needs the optional dependencies: pip install -e '.[dashboard]'.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+REQUIRED = ("fastapi", "uvicorn", "jinja2", "plotly")
+
+
+def missing_dependencies() -> list[str]:
+    return [m for m in REQUIRED if importlib.util.find_spec(m) is None]
+
+
+def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Serve the dashboard until interrupted."""
+    import uvicorn
+
+    from autotune.dashboard.app import create_app
+
+    uvicorn.run(create_app(storage_url), host=host, port=port, log_level="warning")

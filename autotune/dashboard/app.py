@@ -1,0 +1,237 @@
+"""The dashboard's web application: server-rendered pages (Jinja2), JSON for the plots (Plotly, served locally).
+
+Reads the study database; the only writes are the notes a user types (POST, JSON bodies only, so that another web
+site cannot post a form to it). Unknown studies and trials give 404 pages.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import plotly
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from autotune import verl
+from autotune.dashboard import data
+from autotune.export import FORMATS
+from autotune.store import Store, StoreError, StudyRow, TrialRow
+
+HERE = Path(__file__).resolve().parent
+PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+NOTE_MAX_CHARS = 20_000
+EXPORT_EXT = {"sh": "sh", "yaml": "yaml", "json": "json", "ray": "ray.sh"}
+EXPORT_MEDIA = {"sh": "text/x-shellscript", "yaml": "application/yaml", "json": "application/json",
+                "ray": "text/x-shellscript"}
+
+
+def quote(name: Any) -> str:
+    return urllib.parse.quote(str(name), safe="")
+
+
+def fmt(x: Any, nd: int = 1) -> str:
+    if x is None:
+        return "-"
+    try:
+        return f"{float(x):,.{nd}f}"
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def create_app(storage_url: str, store: Store | None = None) -> FastAPI:
+    """The dashboard over one database URL (the same URL `autotune run --storage` was given)."""
+    store = store or Store(storage_url)
+    app = FastAPI(title="autotune dashboard", docs_url=None, redoc_url=None, openapi_url=None)
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters["q"] = quote
+    templates.env.filters["fmt"] = fmt
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+
+    def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
+        return templates.TemplateResponse(request, name, {"storage": _safe_url(storage_url), **ctx},
+                                          status_code=status_code)
+
+    def get_study(name: str) -> StudyRow:
+        row = store.get_study(name)
+        if row is None:
+            raise HTTPException(404, f"no study named {name!r} in this database")
+        return row
+
+    def get_trial(name: str, number: int) -> TrialRow:
+        get_study(name)
+        row = store.trial(name, number)
+        if row is None:
+            raise HTTPException(404, f"study {name!r} has no trial {number}")
+        return row
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        detail = exc.detail if exc.status_code != 404 or exc.detail != "Not Found" else "no such page"
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"detail": detail}, status_code=exc.status_code)
+        return page(request, "error.html", status_code=exc.status_code, code=exc.status_code, message=detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_id(request: Request, exc: RequestValidationError) -> Response:
+        """A trial number that is not a number names no trial: a 404 like any unknown id."""
+        where = ", ".join(str(e.get("input")) for e in exc.errors()[:3])
+        return await http_error(request, StarletteHTTPException(404, f"no such page ({where!r} is not a valid id)"))
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, exc: StoreError) -> Response:
+        msg = f"the study database could not be read: {exc}"
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"detail": msg}, status_code=503)
+        return page(request, "error.html", status_code=503, code=503, message=msg)
+
+    @app.get("/assets/plotly.min.js", include_in_schema=False)
+    def plotly_js() -> FileResponse:
+        return FileResponse(PLOTLY_JS, media_type="text/javascript",
+                            headers={"Cache-Control": "public, max-age=86400"})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(status_code=204)
+
+    @app.get("/", response_class=HTMLResponse)
+    def index(request: Request) -> HTMLResponse:
+        return page(request, "index.html", studies=data.studies_overview(store))
+
+    @app.get("/fragment/studies", response_class=HTMLResponse)
+    def studies_fragment(request: Request) -> HTMLResponse:
+        return page(request, "_studies.html", studies=data.studies_overview(store))
+
+    @app.get("/api/studies")
+    def api_studies() -> list[dict[str, Any]]:
+        return data.studies_overview(store)
+
+    @app.get("/study/{name:path}/fragment/summary", response_class=HTMLResponse)
+    def summary_fragment(request: Request, name: str) -> HTMLResponse:
+        st = get_study(name)
+        return page(request, "_summary.html", study=st, s=data.summary(store, st), formats=FORMATS)
+
+    @app.get("/study/{name:path}/fragment/failures", response_class=HTMLResponse)
+    def failures_fragment(request: Request, name: str) -> HTMLResponse:
+        st = get_study(name)
+        return page(request, "_failures.html", study=st, f=data.failures(store, name))
+
+    @app.get("/api/study/{name:path}/version")
+    def api_version(name: str) -> dict[str, str]:
+        get_study(name)
+        return {"version": data.version(store, name)}
+
+    @app.get("/api/study/{name:path}/data")
+    def api_data(name: str) -> Response:
+        return JSONResponse(data.study_data(store, get_study(name)))
+
+    @app.get("/api/study/{name:path}/importance")
+    def api_importance(name: str, evaluator: str = "default") -> dict[str, Any]:
+        get_study(name)
+        return data.importance(storage_url, name, evaluator, data.n_ok(store, name))
+
+    @app.get("/study/{name:path}/trial/{number}", response_class=HTMLResponse)
+    def trial_page(request: Request, name: str, number: int) -> HTMLResponse:
+        st = get_study(name)
+        row = get_trial(name, number)
+        steps = store.steps(row.id)
+        log, log_source = data.log_tail(row)
+        return page(request, "trial.html", study=st, t=row, layout=data.layout(row.params), formats=FORMATS,
+                    cls=data.failure_class(row.status, row.reason or ""), steps=steps,
+                    step_metrics=list(dict.fromkeys(k for s in steps for k in s.metrics)),
+                    log=log, log_source=log_source, capacity=data.capacity_gib(st),
+                    keys={p: ", ".join(verl.PARAM_KEYS.get(p, ())) for p in row.params},
+                    plot={"study": name, "number": number, "predicted_memory": row.predicted_memory,
+                          "phase_timings": row.phase_timings, "predicted_phases": row.predicted_phases,
+                          "steps": [{"step": s.step, **s.metrics} for s in steps],
+                          "capacity_gib": data.capacity_gib(st), "peak_memory_gib": row.peak_memory_gib,
+                          "peak_memory_per_gpu": row.peak_memory_per_gpu, "status": row.status,
+                          "simulated": bool(row.simulated or st.simulated),
+                          "version": data.version(store, name)})
+
+    @app.get("/api/study/{name:path}/trial/{number}")
+    def api_trial(name: str, number: int) -> Response:
+        row = get_trial(name, number)
+        doc = {c.name: getattr(row, c.name) for c in TrialRow.__table__.columns}
+        doc["steps"] = [{"step": s.step, **s.metrics} for s in store.steps(row.id)]
+        return JSONResponse(_json_safe(doc))
+
+    @app.get("/study/{name:path}/export/{fmt}")
+    def export(name: str, fmt: str, trial: int | None = None) -> Response:
+        from autotune.cli import export_text
+
+        get_study(name)
+        if fmt not in FORMATS:
+            raise HTTPException(404, f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        row = get_trial(name, trial) if trial is not None else store.best(name)
+        if row is None:
+            raise HTTPException(404, f"study {name!r} has no trial that ran to its measured step yet")
+        text = export_text(store, name, row, fmt)
+        fname = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-trial{row.number}") + "." + EXPORT_EXT[fmt]
+        return PlainTextResponse(text, media_type=EXPORT_MEDIA[fmt],
+                                 headers={"Content-Disposition": f'attachment; filename="{fname}"'})
+
+    async def note_body(request: Request) -> str:
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            raise HTTPException(415, "send the note as JSON: {\"note\": \"...\"} with Content-Type application/json")
+        try:
+            body = await request.json()
+        except ValueError:
+            raise HTTPException(400, "the body is not valid JSON") from None
+        note = body.get("note") if isinstance(body, dict) else None
+        if not isinstance(note, str):
+            raise HTTPException(400, "expected {\"note\": \"text\"}")
+        if len(note) > NOTE_MAX_CHARS:
+            raise HTTPException(413, f"a note holds at most {NOTE_MAX_CHARS} characters")
+        return note
+
+    @app.post("/api/study/{name:path}/trial/{number}/note")
+    async def trial_note(request: Request, name: str, number: int) -> dict[str, Any]:
+        note = await note_body(request)
+        row = get_trial(name, number)
+        store.set_trial_note(row.id, note)
+        data.forget(store, name)
+        return {"ok": True, "note": note}
+
+    @app.post("/api/study/{name:path}/note")
+    async def study_note(request: Request, name: str) -> dict[str, Any]:
+        note = await note_body(request)
+        get_study(name)
+        store.set_study_note(name, note)
+        return {"ok": True, "note": note}
+
+    # Last: study names may hold "/", so this one matches whatever the routes above did not.
+    @app.get("/study/{name:path}", response_class=HTMLResponse)
+    def study_page(request: Request, name: str) -> HTMLResponse:
+        st = get_study(name)
+        return page(request, "study.html", study=st, s=data.summary(store, st), formats=FORMATS,
+                    version=data.version(store, name), f=data.failures(store, name))
+
+    return app
+
+
+def _json_safe(v: Any) -> Any:
+    import datetime as dt
+    import math
+
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, dt.datetime):
+        return v.isoformat()
+    return v
+
+
+def _safe_url(url: str) -> str:
+    from autotune.store import safe_url
+
+    return safe_url(url)

@@ -1,0 +1,536 @@
+// The study page: plots and the trials table from /api/study/<name>/data, refreshed when the study changes.
+// Text from the database goes into the page through textContent only (never innerHTML), and into Plotly
+// hover text through esc().
+'use strict';
+
+const PAGE = JSON.parse(document.getElementById('page-data').textContent);
+const QS = encodeURIComponent(PAGE.study);
+const POLL_MS = 3000;
+const PAGE_SIZE = 50;
+const PARCOORDS_MAX = 1000;
+const STATUS_COLORS = {
+  ok: '#2a9d5c', running: '#3b82f6', pruned: '#9ca3af', oom: '#dc2626', failed: '#991b1b',
+  timeout: '#d97706', config_error: '#7c3aed', interrupted: '#6b7280',
+};
+const PHASE_COLORS = ['#4c78a8', '#f58518', '#54a24b', '#b279a2', '#e45756', '#72b7b2', '#eeca3b', '#9d755d'];
+const BASE_LAYOUT = {
+  margin: {l: 60, r: 20, t: 30, b: 45}, font: {family: 'system-ui, sans-serif', size: 12},
+  paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: '#fafafa', hovermode: 'closest',
+  legend: {orientation: 'h', y: 1.12},
+};
+const CONFIG = {displaylogo: false, responsive: true};
+
+let D = null;
+let version = PAGE.version;
+const state = {sort: {key: 'number', dir: 1}, filters: {}, search: '', page: 0, selected: new Set(),
+  launchedOnly: false};
+let columns = [];
+
+function esc(s) {
+  return String(s ?? '').replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined && text !== null) e.textContent = text;
+  return e;
+}
+function fmtNum(v, nd) {
+  if (v === null || v === undefined) return '-';
+  if (typeof v === 'number') return v.toLocaleString(undefined, {maximumFractionDigits: nd ?? 2});
+  return String(v);
+}
+function idxs(pred) {
+  const out = [];
+  for (let i = 0; i < D.trials.number.length; i++) if (pred(i)) out.push(i);
+  return out;
+}
+function gl(n) { return n > 2000 ? 'scattergl' : 'scatter'; }  // WebGL only where SVG would be slow
+function simTag() { return D.simulated ? ' (SIMULATED)' : ''; }
+function plot(id, traces, layout) {
+  const div = document.getElementById(id);
+  Plotly.react(div, traces, Object.assign({}, BASE_LAYOUT, layout || {}), CONFIG);
+}
+function noData(id, message) {
+  plot(id, [], {xaxis: {visible: false}, yaxis: {visible: false},
+    annotations: [{text: esc(message), showarrow: false, xref: 'paper', yref: 'paper', x: 0.5, y: 0.5,
+      font: {size: 14, color: '#6b7280'}}]});
+}
+
+// ---------- plots ----------
+function drawHistory() {
+  const T = D.trials;
+  const ok = idxs(i => T.throughput[i] !== null);
+  const traces = [{
+    type: gl(T.number.length), mode: 'markers', name: 'throughput' + simTag(), x: ok.map(i => T.number[i]),
+    y: ok.map(i => T.throughput[i]), marker: {color: STATUS_COLORS.ok, size: 7},
+    text: ok.map(i => esc(D.layouts[T.layout[i]])), hovertemplate: 'trial %{x}: %{y:.1f} tokens/s/GPU<br>%{text}<extra></extra>',
+  }, {
+    type: 'scatter', mode: 'lines', name: 'best so far', x: T.number, y: D.best_so_far,
+    line: {color: '#111827', width: 2, shape: 'hv'}, hoverinfo: 'skip',
+  }];
+  const launched = idxs(i => T.launched[i] && T.predicted[i] !== null);
+  traces.push({
+    type: gl(T.number.length), mode: 'markers', name: 'predicted', visible: 'legendonly', x: launched.map(i => T.number[i]),
+    y: launched.map(i => T.predicted[i]), marker: {color: '#9ca3af', symbol: 'circle-open', size: 6},
+  });
+  const bad = idxs(i => T.status[i] !== 'ok' && T.status[i] !== 'running');
+  const byStatus = {};
+  for (const i of bad) (byStatus[T.status[i]] ||= []).push(i);
+  for (const [st, ii] of Object.entries(byStatus)) {
+    traces.push({
+      type: gl(T.number.length), mode: 'markers', name: st, x: ii.map(i => T.number[i]), y: ii.map(i => T.cls[i]),
+      yaxis: 'y2', marker: {color: STATUS_COLORS[st] || '#444', symbol: st === 'pruned' ? 'line-ns-open' : 'x',
+        size: 8}, text: ii.map(i => esc(D.reasons[T.reason[i]]).slice(0, 160)),
+      hovertemplate: 'trial %{x}: %{y}<br>%{text}<extra></extra>',
+    });
+  }
+  if (!T.number.length) return noData('plot-history', 'No trial yet');
+  plot('plot-history', traces, {
+    height: 460, xaxis: {title: {text: 'trial'}, anchor: 'y2'},
+    yaxis: {title: {text: 'tokens/s/GPU' + simTag()}, domain: [0.34, 1]},
+    yaxis2: {domain: [0, 0.26], type: 'category', automargin: true, title: {text: 'no number'}},
+  });
+}
+
+function refTrials() {
+  const T = D.trials;
+  const has = i => Object.values(D.trials.phases).some(col => col[i] !== null);
+  const out = [];
+  const seen = new Set();
+  const add = (i, label) => { if (i >= 0 && !seen.has(i) && has(i)) { seen.add(i); out.push([i, label]); } };
+  let best = -1;
+  for (let i = 0; i < T.number.length; i++) if (T.throughput[i] !== null && (best < 0 || T.throughput[i] > T.throughput[best])) best = i;
+  add(best, `best #${best >= 0 ? T.number[best] : ''}`);
+  const stock = T.origin.indexOf('stock');
+  if (stock >= 0) add(stock, `stock #${T.number[stock]}`);
+  const first = T.launched.indexOf(true);
+  if (first >= 0) add(first, `first #${T.number[first]}`);
+  for (const n of state.selected) { const i = T.number.indexOf(n); add(i, `#${n}`); }
+  return out;
+}
+
+function drawPhases() {
+  const rows = refTrials();
+  if (!rows.length) return noData('plot-phases', 'No trial with phase timings yet');
+  const labels = rows.map(r => r[1]);
+  const traces = D.phase_names.map((ph, k) => ({
+    type: 'bar', orientation: 'h', name: ph, y: labels, x: rows.map(([i]) => D.trials.phases[ph][i]),
+    marker: {color: PHASE_COLORS[k % PHASE_COLORS.length]},
+    hovertemplate: `${ph}: %{x:.1f} s<extra>%{y}</extra>`,
+  }));
+  plot('plot-phases', traces, {barmode: 'stack', height: 120 + 34 * rows.length,
+    xaxis: {title: {text: 'seconds in the measured step' + simTag()}}, yaxis: {autorange: 'reversed', automargin: true}});
+}
+
+function drawMemory() {
+  const T = D.trials;
+  const pred = idxs(i => T.launched[i] && T.pred_mem[i] !== null);
+  const meas = idxs(i => T.mem[i] !== null);
+  const oom = idxs(i => T.status[i] === 'oom');
+  const prunedOom = idxs(i => T.cls[i].startsWith('predicted OOM') && T.pred_mem[i] !== null);
+  const traces = [
+    {type: gl(T.number.length), mode: 'markers', name: 'predicted peak (launched)', x: pred.map(i => T.number[i]),
+      y: pred.map(i => T.pred_mem[i]), marker: {color: '#4c78a8', size: 6}},
+    {type: gl(T.number.length), mode: 'markers', name: 'measured peak', x: meas.map(i => T.number[i]),
+      y: meas.map(i => T.mem[i]), marker: {color: '#f58518', symbol: 'diamond', size: 7}},
+    {type: gl(T.number.length), mode: 'markers', name: 'OOM (launched)', x: oom.map(i => T.number[i]),
+      y: oom.map(i => T.mem[i] ?? T.pred_mem[i] ?? D.capacity_gib), marker: {color: '#dc2626', symbol: 'x', size: 10}},
+    {type: gl(T.number.length), mode: 'markers', name: 'predicted OOM (pruned)', x: prunedOom.map(i => T.number[i]),
+      y: prunedOom.map(i => T.pred_mem[i]), marker: {color: '#dc2626', symbol: 'circle-open', size: 6, opacity: 0.6},
+      text: prunedOom.map(i => esc(D.reasons[T.reason[i]]).slice(0, 160)),
+      hovertemplate: 'trial %{x}: %{y:.1f} GiB<br>%{text}<extra></extra>'},
+  ];
+  const annotations = [];
+  const shapes = [];
+  if (D.capacity_gib) {
+    shapes.push({type: 'line', xref: 'paper', x0: 0, x1: 1, y0: D.capacity_gib, y1: D.capacity_gib,
+      line: {color: '#dc2626', dash: 'dash', width: 2}});
+    annotations.push({xref: 'paper', x: 1, y: D.capacity_gib, xanchor: 'right', yanchor: 'bottom', showarrow: false,
+      text: `GPU capacity ${D.capacity_gib.toFixed(1)} GiB`, font: {color: '#dc2626'}});
+  }
+  if (!meas.length) {
+    annotations.push({xref: 'paper', yref: 'paper', x: 0, y: 1.0, xanchor: 'left', yanchor: 'top', showarrow: false,
+      text: D.simulated ? 'simulated study: nothing measured, predictions only' : 'no measured peak yet',
+      font: {color: '#6b7280'}});
+  }
+  if (!T.number.length) return noData('plot-memory', 'No trial yet');
+  plot('plot-memory', traces, {height: 380, shapes, annotations, xaxis: {title: {text: 'trial'}},
+    yaxis: {title: {text: 'peak GiB per GPU'}, rangemode: 'tozero'}});
+}
+
+function drawHeat(id, h, title) {
+  if (!h || !h.x.length) return noData(id, 'No trial yet');
+  plot(id, [{type: 'heatmap', x: h.x, y: h.y, z: h.z,
+    text: h.text, texttemplate: '%{z:.0f}<br>%{text}', colorscale: 'Viridis', hoverongaps: false,
+    colorbar: {title: {text: 'best tok/s/GPU'}},
+    hovertemplate: `${h.xname}=%{x}, ${h.yname}=%{y}<br>best %{z:.1f} tokens/s/GPU${simTag()}<br>%{text}<extra></extra>`}],
+  {height: 360, title: {text: title, font: {size: 13}}, xaxis: {type: 'category', title: {text: h.xname}},
+    yaxis: {type: 'category', title: {text: h.yname}, automargin: true}});
+}
+
+function catValues(vals) {
+  // values -> numbers for axes; categorical (strings, booleans, null) get an index and tick labels
+  const numeric = vals.every(v => typeof v === 'number');
+  if (numeric) return {values: vals};
+  const uniq = [...new Set(vals.map(v => String(v)))].sort();
+  const pos = new Map(uniq.map((u, k) => [u, k]));
+  return {values: vals.map(v => pos.get(String(v))), tickvals: uniq.map((_, k) => k), ticktext: uniq};
+}
+
+function drawParallel() {
+  const T = D.trials;
+  let ok = idxs(i => T.throughput[i] !== null);
+  const note = document.getElementById('parallel-note');
+  note.textContent = '';
+  if (ok.length > PARCOORDS_MAX) {  // the best ones: what the view is for, and WebGL-heavy beyond that
+    ok = ok.sort((a, b) => T.throughput[b] - T.throughput[a]).slice(0, PARCOORDS_MAX);
+    note.textContent = `The best ${PARCOORDS_MAX} of ${idxs(i => T.throughput[i] !== null).length} trials with a throughput.`;
+  }
+  if (ok.length < 2) return noData('plot-parallel', 'Needs two trials with a throughput');
+  const first = ['tp', 'pp', 'vpp', 'cp', 'ep', 'etp', 'rollout_tp', 'gpu_memory_utilization'];
+  const order = [...first.filter(p => D.varying.includes(p)), ...D.varying.filter(p => !first.includes(p))];
+  const dims = order.map(p => {
+    const c = catValues(ok.map(i => T.params[p][i]));
+    return Object.assign({label: p, values: c.values}, c.tickvals ? {tickvals: c.tickvals, ticktext: c.ticktext} : {});
+  }).filter(d => new Set(d.values).size > 1);
+  const thr = ok.map(i => T.throughput[i]);
+  dims.push({label: 'tokens/s/GPU', values: thr});
+  plot('plot-parallel', [{type: 'parcoords', dimensions: dims, labelangle: -30, labelside: 'top',
+    labelfont: {size: 11},
+    line: {color: thr, colorscale: 'Viridis', showscale: true, colorbar: {title: {text: 'tok/s'}}}}],
+  {height: 480, margin: {l: 70, r: 80, t: 150, b: 30}});
+}
+
+function drawSlice() {
+  const sel = document.getElementById('slice-param');
+  if (!sel.options.length || sel.dataset.params !== D.varying.join(',')) {
+    const keep = sel.value;
+    sel.replaceChildren(...D.varying.map(p => el('option', {value: p}, p)));
+    sel.dataset.params = D.varying.join(',');
+    if (D.varying.includes(keep)) sel.value = keep;
+  }
+  const p = sel.value;
+  const T = D.trials;
+  const ok = idxs(i => T.throughput[i] !== null);
+  if (!p || !ok.length) return noData('plot-slice', 'No trial with a throughput yet');
+  const xs = ok.map(i => T.params[p][i]);
+  const numeric = xs.every(v => typeof v === 'number');
+  plot('plot-slice', [{type: gl(T.number.length), mode: 'markers', x: numeric ? xs : xs.map(v => String(v)),
+    y: ok.map(i => T.throughput[i]), marker: {color: ok.map(i => T.number[i]), colorscale: 'Blues', showscale: true,
+      colorbar: {title: {text: 'trial'}}, size: 8, line: {width: 0.5, color: '#333'}},
+    text: ok.map(i => `#${T.number[i]} ` + esc(D.layouts[T.layout[i]])), hovertemplate: '%{text}<br>%{y:.1f}<extra></extra>'}],
+  {height: 360, xaxis: {title: {text: p}, type: numeric ? '-' : 'category'},
+    yaxis: {title: {text: 'tokens/s/GPU' + simTag()}}});
+}
+
+function drawTimeline() {
+  const T = D.trials;
+  if (!T.number.length) return noData('plot-timeline', 'No trial yet');
+  const groups = {};
+  const now = Date.now();
+  for (let i = 0; i < T.number.length; i++) {
+    if (T.start[i] === null) continue;
+    const g = (groups[T.status[i]] ||= {x: [], y: [], text: []});
+    const start = D.t0_ms + T.start[i] * 1000;
+    const end = T.end[i] === null ? now : D.t0_ms + T.end[i] * 1000;
+    g.x.push(start, end, null);
+    g.y.push(T.number[i], T.number[i], null);
+  }
+  const traces = Object.entries(groups).map(([st, g]) => ({
+    type: gl(T.number.length), mode: 'lines+markers', name: st, x: g.x, y: g.y,
+    line: {color: STATUS_COLORS[st] || '#444', width: 4}, marker: {size: 4, color: STATUS_COLORS[st] || '#444'},
+    hovertemplate: `trial %{y} (${st})<br>%{x}<extra></extra>`,
+  }));
+  plot('plot-timeline', traces, {height: 360, xaxis: {type: 'date', title: {text: 'time (UTC)'}},
+    yaxis: {title: {text: 'trial'}}});
+}
+
+function drawFailures() {
+  const fc = D.failure_counts;
+  if (!fc.length) return noData('plot-failures', 'No failure and no pruned candidate');
+  plot('plot-failures', [{type: 'bar', orientation: 'h', y: fc.map(r => esc(r[0])), x: fc.map(r => r[1]),
+    marker: {color: fc.map(r => r[0].startsWith('predicted OOM') || r[0] === 'OOM' ? '#dc2626' : '#9ca3af')},
+    hovertemplate: '%{y}: %{x} trials<extra></extra>'}],
+  {height: 80 + 26 * fc.length, yaxis: {autorange: 'reversed', automargin: true}, xaxis: {title: {text: 'trials'}}});
+}
+
+async function drawImportance() {
+  const ev = document.getElementById('evaluator').value;
+  const msg = document.getElementById('importance-message');
+  try {
+    const r = await fetch(`/api/study/${QS}/importance?evaluator=${encodeURIComponent(ev)}`);
+    const j = await r.json();
+    if (!j.ok) { msg.textContent = j.message || j.detail; return noData('plot-importance', 'Not enough data yet'); }
+    msg.textContent = `${j.evaluator} over ${j.n_complete} completed trials (Optuna's get_param_importances)` +
+      (j.completed > j.n_complete ? `; ${j.completed} now, recomputed as more complete.` : '.');
+    const imp = j.importances.slice().reverse();
+    plot('plot-importance', [{type: 'bar', orientation: 'h', y: imp.map(r => r[0]), x: imp.map(r => r[1]),
+      marker: {color: '#4c78a8'}, hovertemplate: '%{y}: %{x:.3f}<extra></extra>'}],
+    {height: 80 + 22 * imp.length, yaxis: {automargin: true}, xaxis: {title: {text: 'importance'}}});
+  } catch (e) { msg.textContent = 'importance unavailable: ' + e; }
+}
+
+// ---------- trials table ----------
+function buildColumns() {
+  const T = D.trials;
+  const cols = [
+    {key: 'sel', label: '', nofilter: true, nosort: true},
+    {key: 'number', label: '#', num: true, get: i => T.number[i]},
+    {key: 'status', label: 'status', get: i => T.status[i]},
+    {key: 'cls', label: 'class', get: i => T.cls[i]},
+    {key: 'origin', label: 'origin', get: i => T.origin[i]},
+    {key: 'layout', label: 'layout', get: i => D.layouts[T.layout[i]]},
+    {key: 'throughput', label: 'tokens/s/GPU' + (D.simulated ? ' (sim)' : ''), num: true, get: i => T.throughput[i]},
+    {key: 'predicted', label: 'predicted', num: true, get: i => T.predicted[i]},
+    {key: 'pred_mem', label: 'mem pred GiB', num: true, get: i => T.pred_mem[i]},
+    {key: 'mem', label: 'mem meas GiB', num: true, get: i => T.mem[i]},
+    {key: 'duration', label: 'duration s', num: true, get: i => T.duration[i]},
+  ];
+  for (const ph of D.phase_names) cols.push({key: 'ph:' + ph, label: ph + ' s', num: true, get: i => T.phases[ph][i]});
+  for (const p of D.param_names) cols.push({key: 'p:' + p, label: p, get: i => T.params[p][i], param: true});
+  cols.push({key: 'reason', label: 'reason', get: i => D.reasons[T.reason[i]], wide: true});
+  cols.push({key: 'note', label: 'note', get: i => (T.note[i] ? 'yes' : ''), });
+  return cols;
+}
+
+function distinct(col) {
+  const s = new Set();
+  for (let i = 0; i < D.trials.number.length && s.size <= 15; i++) s.add(String(col.get(i)));
+  return [...s].sort((a, b) => (isFinite(a) && isFinite(b) ? a - b : a.localeCompare(b)));
+}
+
+function buildHead() {
+  columns = buildColumns();
+  const thead = document.querySelector('#trials thead');
+  const r1 = el('tr'); const r2 = el('tr', {class: 'filters'});
+  for (const c of columns) {
+    const th = el('th', {'data-key': c.key, class: (c.num ? 'num ' : '') + (c.nosort ? '' : 'sortable')}, c.label);
+    if (state.sort.key === c.key) th.classList.add(state.sort.dir > 0 ? 'asc' : 'desc');
+    if (!c.nosort) th.addEventListener('click', () => {
+      state.sort = {key: c.key, dir: state.sort.key === c.key ? -state.sort.dir : (c.num ? -1 : 1)};
+      state.page = 0; buildHead(); renderTable();
+    });
+    r1.appendChild(th);
+    const fh = el('th');
+    if (!c.nofilter) {
+      const vals = !c.num || c.param ? distinct(c) : [];
+      let input;
+      if (vals.length && vals.length <= 15 && c.key !== 'reason' && c.key !== 'layout') {
+        input = el('select', {'data-filter': c.key});
+        input.appendChild(el('option', {value: ''}, 'all'));
+        for (const v of vals) input.appendChild(el('option', {value: '=' + v}, v));
+      } else {
+        input = el('input', {'data-filter': c.key, type: 'text', placeholder: 'filter'});
+      }
+      input.value = state.filters[c.key] || '';
+      input.addEventListener(input.tagName === 'SELECT' ? 'change' : 'input', () => {
+        state.filters[c.key] = input.value; state.page = 0; renderTable();
+      });
+      fh.appendChild(input);
+    }
+    r2.appendChild(fh);
+  }
+  thead.replaceChildren(r1, r2);
+}
+
+function matches(v, f) {
+  f = f.trim();
+  if (!f) return true;
+  const m = f.match(/^(>=|<=|!=|>|<|=)\s*(.*)$/);
+  const op = m ? m[1] : null;
+  const rhs = m ? m[2] : f;
+  const sv = String(v);
+  const nv = typeof v === 'number' ? v : (v === null || v === '' ? NaN : Number(v));
+  const nr = Number(rhs);
+  if (op === '=' || op === '!=') {
+    const eq = sv.toLowerCase() === rhs.toLowerCase() || (!isNaN(nv) && rhs !== '' && !isNaN(nr) && nv === nr);
+    return op === '=' ? eq : !eq;
+  }
+  if (op) {
+    if (isNaN(nv) || isNaN(nr)) return false;
+    return op === '>' ? nv > nr : op === '<' ? nv < nr : op === '>=' ? nv >= nr : nv <= nr;
+  }
+  if (typeof v === 'number' && !isNaN(nr)) return v === nr;
+  return sv.toLowerCase().includes(rhs.toLowerCase());
+}
+
+function filtered() {
+  const T = D.trials;
+  const active = columns.filter(c => (state.filters[c.key] || '').trim());
+  const q = state.search.trim().toLowerCase();
+  const out = [];
+  for (let i = 0; i < T.number.length; i++) {
+    if (state.launchedOnly && !T.launched[i]) continue;
+    if (active.some(c => !matches(c.get(i), state.filters[c.key]))) continue;
+    if (q && !(D.layouts[T.layout[i]].toLowerCase().includes(q) || D.reasons[T.reason[i]].toLowerCase().includes(q) ||
+        T.origin[i].includes(q) || T.status[i].includes(q) || String(T.number[i]) === q)) continue;
+    out.push(i);
+  }
+  const col = columns.find(c => c.key === state.sort.key) || columns[1];
+  const dir = state.sort.dir;
+  out.sort((a, b) => {
+    const va = col.get(a); const vb = col.get(b);
+    const na = va === null || va === undefined; const nb = vb === null || vb === undefined;
+    if (na || nb) return na && nb ? a - b : na ? 1 : -1;  // empty cells last, either direction
+    if (typeof va === 'number' && typeof vb === 'number') return (va - vb) * dir || a - b;
+    return String(va).localeCompare(String(vb), undefined, {numeric: true}) * dir || a - b;
+  });
+  return out;
+}
+
+function renderTable() {
+  const rows = filtered();
+  const pages = Math.max(1, Math.ceil(rows.length / PAGE_SIZE));
+  state.page = Math.min(state.page, pages - 1);
+  const slice = rows.slice(state.page * PAGE_SIZE, (state.page + 1) * PAGE_SIZE);
+  const tbody = document.querySelector('#trials tbody');
+  const frag = document.createDocumentFragment();
+  const T = D.trials;
+  for (const i of slice) {
+    const tr = el('tr', {'data-number': T.number[i], class: 'st-' + T.status[i]});
+    for (const c of columns) {
+      const td = el('td', {class: c.num ? 'num' : (c.wide ? 'reason' : '')});
+      if (c.key === 'sel') {
+        const cb = el('input', {type: 'checkbox', title: 'compare phase timings'});
+        cb.checked = state.selected.has(T.number[i]);
+        cb.addEventListener('change', () => {
+          if (cb.checked) state.selected.add(T.number[i]); else state.selected.delete(T.number[i]);
+          draw('plot-phases');
+        });
+        td.appendChild(cb);
+      } else if (c.key === 'number') {
+        td.appendChild(el('a', {href: `/study/${QS}/trial/${T.number[i]}`}, String(T.number[i])));
+      } else if (c.key === 'status') {
+        td.appendChild(el('span', {class: 'badge st-' + T.status[i]}, T.status[i]));
+      } else {
+        const v = c.get(i);
+        td.textContent = c.num ? fmtNum(v, 1) : (v === null || v === undefined ? '-' : String(v));
+        if (c.wide) td.title = String(v);
+      }
+      tr.appendChild(td);
+    }
+    frag.appendChild(tr);
+  }
+  tbody.replaceChildren(frag);
+  document.getElementById('trial-count').textContent = `${rows.length} of ${T.number.length} trials`;
+  document.getElementById('page-info').textContent = `page ${state.page + 1} / ${pages}`;
+}
+
+// ---------- loading and refreshing ----------
+// Plots are drawn when they come into view (and redrawn there when the data changed), so the page is ready as
+// soon as the first screen is: WebGL plots (parallel coordinates, large scatter plots) are slow to start.
+const timings = window.dashboardTimings = {};
+function timed(name, f) {
+  const t0 = performance.now();
+  try { f(); } catch (e) { console.error(name, e); }
+  timings[name] = Math.round(performance.now() - t0);
+}
+const DRAWERS = {
+  'plot-history': drawHistory, 'plot-phases': drawPhases, 'plot-memory': drawMemory,
+  'plot-heat-tp-pp': () => drawHeat('plot-heat-tp-pp', D.heat_tp_pp, 'best throughput by actor (TP, PP)'),
+  'plot-heat-rollout': () => drawHeat('plot-heat-rollout', D.heat_rollout,
+    'best throughput by rollout TP × gpu_memory_utilization'),
+  'plot-parallel': drawParallel, 'plot-slice': drawSlice, 'plot-timeline': drawTimeline,
+  'plot-failures': drawFailures, 'plot-importance': drawImportance,
+};
+const visible = new Set();
+const dirty = new Set();
+function draw(id) {
+  if (!D) return;
+  dirty.delete(id);
+  timed(id, DRAWERS[id]);
+}
+const observer = new IntersectionObserver(entries => {
+  for (const e of entries) {
+    if (e.isIntersecting) { visible.add(e.target.id); if (dirty.has(e.target.id)) draw(e.target.id); }
+    else visible.delete(e.target.id);
+  }
+}, {rootMargin: '300px'});
+for (const id of Object.keys(DRAWERS)) observer.observe(document.getElementById(id));
+function drawAll() {
+  for (const id of Object.keys(DRAWERS)) {
+    dirty.add(id);
+    if (visible.has(id)) draw(id);
+  }
+}
+
+async function loadData() {
+  const r = await fetch(`/api/study/${QS}/data`);
+  if (!r.ok) throw new Error(`data: HTTP ${r.status}`);
+  const fresh = await r.json();
+  const columnsChanged = !D || D.param_names.join() !== fresh.param_names.join() ||
+    D.phase_names.join() !== fresh.phase_names.join() || D.trials.number.length !== fresh.trials.number.length;
+  D = fresh;
+  version = D.version;
+  timed('table', () => { if (columnsChanged) buildHead(); renderTable(); });
+  drawAll();
+  document.body.dataset.trials = String(D.trials.number.length);
+  document.body.dataset.version = D.version;
+}
+
+async function refreshFragments() {
+  for (const [id, path] of [['summary', 'summary'], ['failures-body', 'failures']]) {
+    const r = await fetch(`/study/${QS}/fragment/${path}`);
+    if (r.ok) document.getElementById(id).innerHTML = await r.text();  // server-rendered, autoescaped
+  }
+}
+
+function setLive(text, cls) {
+  const live = document.getElementById('live');
+  live.textContent = text;
+  live.className = 'live ' + cls;
+}
+
+async function poll() {
+  try {
+    const r = await fetch(`/api/study/${QS}/version`);
+    if (!r.ok) throw new Error(`HTTP ${r.status}`);
+    const v = (await r.json()).version;
+    if (v !== version) {
+      await loadData();
+      await refreshFragments();
+    }
+    const running = Number((version.split('-')[1]) || 0);
+    setLive(running ? `live · ${running} running` : 'live · idle', running ? 'running' : 'idle');
+  } catch (e) {
+    setLive('offline: ' + e.message, 'offline');
+  } finally {
+    setTimeout(poll, POLL_MS);
+  }
+}
+
+async function saveNote() {
+  const status = document.getElementById('study-note-status');
+  status.textContent = 'saving...';
+  const r = await fetch(`/api/study/${QS}/note`, {method: 'POST', headers: {'Content-Type': 'application/json'},
+    body: JSON.stringify({note: document.getElementById('study-note').value})});
+  status.textContent = r.ok ? 'saved' : `not saved: HTTP ${r.status}`;
+}
+
+function wire() {
+  document.getElementById('save-study-note').addEventListener('click', saveNote);
+  document.getElementById('evaluator').addEventListener('change', () => draw('plot-importance'));
+  document.getElementById('slice-param').addEventListener('change', () => draw('plot-slice'));
+  document.getElementById('trial-search').addEventListener('input', e => {
+    state.search = e.target.value; state.page = 0; renderTable();
+  });
+  document.getElementById('launched-only').addEventListener('change', e => {
+    state.launchedOnly = e.target.checked; state.page = 0; renderTable();
+  });
+  document.getElementById('clear-filters').addEventListener('click', () => {
+    state.filters = {}; state.search = ''; state.launchedOnly = false; state.page = 0;
+    document.getElementById('trial-search').value = '';
+    document.getElementById('launched-only').checked = false;
+    buildHead(); renderTable();
+  });
+  document.getElementById('prev-page').addEventListener('click', () => { state.page = Math.max(0, state.page - 1); renderTable(); });
+  document.getElementById('next-page').addEventListener('click', () => { state.page += 1; renderTable(); });
+}
+
+wire();
+// Ready: data loaded, table rendered, and the plots in view drawn (the observer draws them before the next frame).
+loadData().then(() => new Promise(r => requestAnimationFrame(() => setTimeout(r))))
+  .then(() => { document.body.dataset.ready = '1'; })
+  .catch(e => setLive('error: ' + e.message, 'offline'))
+  .finally(() => setTimeout(poll, POLL_MS));

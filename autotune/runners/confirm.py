@@ -1,0 +1,76 @@
+"""Confirming the winner: the study's fastest trials re-run for more steps before one is declared best.
+
+A short trial measures one early step; a layout that is fast at step 3 can slow down or run out of memory later
+(fragmentation, longer responses). Each confirmation re-runs a candidate to `steps` and averages the throughput of
+the steps after the measured one; the trial's throughput becomes that average (the measured step's own value is
+kept in `extra`), and a late OOM demotes the trial to status oom. Simulated studies are never "confirmed".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.candidate import Candidate
+from autotune.runners.base import TrialSpec, TrialStatus
+from autotune.store import TrialRow
+
+
+def _confirmed(row: TrialRow, steps: int) -> bool:
+    return ((row.extra or {}).get("confirm") or {}).get("steps") == steps
+
+
+def confirm_top(tuner: Any, k: int = 2, steps: int = 6) -> dict[str, Any]:
+    """Re-run the k best trials (then any new best that is not confirmed yet, at most 2k runs) for `steps` steps."""
+    s = tuner.setup
+    if k <= 0:
+        return {"skipped": "--confirm 0"}
+    if tuner.runner.simulated or tuner.runner.name == "replay":
+        return {"skipped": f"{tuner.runner.name} results are not measured now: nothing to confirm "
+                           "(a confirmation would only repeat the same numbers)"}
+    if steps <= s.measure_step:
+        raise ValueError(f"--confirm-steps ({steps}) must be larger than the measured step ({s.measure_step})")
+    runs: list[dict[str, Any]] = []
+    ok = [r for r in tuner.store.trials(tuner.study_name, TrialStatus.OK.value) if r.throughput is not None]
+    queue = sorted(ok, key=lambda r: -r.throughput)[:k]
+    while queue and len(runs) < 2 * k:
+        row = queue.pop(0)
+        if _confirmed(row, steps):
+            continue
+        runs.append(confirm_one(tuner, row, steps))
+        if not queue:
+            best = tuner.store.best(tuner.study_name)
+            if best is not None and not _confirmed(best, steps):
+                queue.append(best)
+    best = tuner.store.best(tuner.study_name)
+    return {"runs": runs, "best": best.number if best else None}
+
+
+def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
+    s = tuner.setup
+    cand = Candidate(**row.params)
+    ev = s.evaluate(cand)
+    spec = TrialSpec(
+        study=tuner.study_name, number=row.number, model=s.model, cluster=s.cluster, job=s.job, candidate=cand,
+        memory=ev.memory, prediction=ev.throughput, measure_step=steps, measure_from=s.measure_step + 1,
+        workdir=tuner.workdir / tuner.study_name / f"trial_{row.number:04d}" / f"confirm_{steps}",
+    )
+    result = tuner.runner.run(spec)
+    conf: dict[str, Any] = {
+        "steps": steps, "window": [s.measure_step + 1, steps], "status": result.status.value,
+        "throughput": result.throughput, "reason": result.reason, "peak_memory_gib": result.peak_memory_gib,
+        "log_path": result.log_path,
+        "per_step": {int(st["step"]): st.get("perf/throughput") for st in result.steps},
+    }
+    extra = {**(row.extra or {}), "confirm": conf}
+    values: dict[str, Any] = {"extra": extra}
+    if result.status == TrialStatus.OK and result.throughput is not None:
+        extra["measured_step_throughput"] = row.throughput
+        values["throughput"] = result.throughput
+        values["reason"] = (f"confirmed over {steps} steps: {result.throughput:.1f} tokens/s/GPU (mean of steps "
+                            f"{s.measure_step + 1}-{steps}); step {s.measure_step} gave {row.throughput:.1f}")
+    elif result.status == TrialStatus.OOM:
+        values["status"] = TrialStatus.OOM.value
+        values["reason"] = (f"late OOM in the {steps}-step confirmation run: {result.reason} (step "
+                            f"{s.measure_step} had run at {row.throughput:.1f} tokens/s/GPU); demoted")
+    tuner.store.update_trial(row.id, **values)
+    return {"trial": row.number, **{k: conf[k] for k in ("status", "throughput", "reason")}}

@@ -1,0 +1,415 @@
+"""The verl runner: one short verl Megatron GRPO run per candidate, watched live, stopped at the measured step.
+
+A trial: pre-flight (verl's own config validation where verl is importable; the job's data) -> launch
+`python -m verl.trainer.main_ppo ...` (argv from autotune.export.launch_argv, the same code as `autotune export`)
+in its own session with its own Ray -> parse console step lines and the JSONL file logger as they appear -> stop
+the process group as soon as the measured step is in -> classify a failure from the exit code and the log ->
+wait until no process of the trial is left and the GPUs hold what they held before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune import verl
+from autotune.export import launch_argv
+from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
+from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
+from autotune.runners.verl_log import LineTail, RunLog, classify
+from autotune.runners.verl_preflight import check_data, hydra_overrides, validate_overrides
+
+_LOOP_RE = re.compile(verl.ROLLOUT_FAILURE_LOOP_RE)
+RETRYABLE = ("crash", "nccl_error")  # failures not caused by the configuration: tried once more
+
+
+@dataclass(frozen=True)
+class VerlOptions:
+    """Watchdogs and clean-up of the verl runner (the CLI's --trial-timeout, --stall-timeout, --measure-steps)."""
+
+    trial_timeout_s: float = 3600.0  # whole trial, launch to measured step
+    stall_timeout_s: float = 1200.0  # without a new training step (the first counts from launch)
+    grace_s: float = 30.0  # SIGTERM -> SIGKILL
+    measure_from: int | None = None  # first step of the measured window (default: the measured step alone)
+    retries: int = 1  # extra attempts for a crash or NCCL error
+    preflight: bool = True
+    own_ray: bool = True  # a fresh local Ray per trial on a single node; several nodes use RAY_ADDRESS's cluster
+    cleanup_timeout_s: float = 120.0  # for the GPUs to return to their memory before the trial
+    gpu_tolerance_gib: float = 1.0
+    poll_s: float = 0.2
+    gpu_sample_s: float = 0.5
+    keep_ray_tmp: bool = False  # Ray's session dir (worker logs) is kept after failures regardless
+
+
+@dataclass
+class _Attempt:
+    status: TrialStatus
+    reason: str
+    log: RunLog
+    log_path: Path
+    returncode: int | None
+    excerpt: str = ""
+    failure: str = ""
+    gpu: GpuUsage = field(default_factory=lambda: GpuUsage(False, "not sampled"))
+    cleanup: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    ray_tmp: str = ""
+
+
+class VerlRunner(Runner):
+    name = "verl"
+    simulated = False
+
+    def __init__(
+        self,
+        options: VerlOptions | None = None,
+        *,
+        entry: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        gpu_monitor: type[GpuMonitor] | Any = GpuMonitor,
+    ):
+        """`entry` replaces `python -m verl.trainer.main_ppo` (tests only: never reachable from the CLI)."""
+        self.options = options or VerlOptions()
+        self.entry = tuple(entry) if entry else None
+        self.env = dict(env or {})
+        self._gpu_factory = gpu_monitor
+        self._monitor: GpuMonitor | None = None
+        self._dirty: tuple[tuple[float, ...], str] | None = None  # (baseline, what) when GPUs stayed busy
+        self._data_checked: set[str] = set()
+        self._reaped = False
+        self._orphans: list[str] = []
+
+    def describe(self) -> str:
+        what = "verl " + verl.VERL_VERSION
+        if self.entry:
+            what += f" via test entry {' '.join(self.entry)}"
+        return what
+
+    # argv -----------------------------------------------------------------------------------------------------
+    def short_run_overrides(self, spec: TrialSpec, log_jsonl: Path, ray_tmp: str, attempt: int) -> dict[str, Any]:
+        last = spec.measure_step
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"autotune-{spec.study}-t{spec.number:04d}-a{attempt}")[:120]
+        extra: dict[str, Any] = {
+            **verl.SHORT_RUN,
+            verl.TOTAL_TRAINING_STEPS: last,
+            verl.EXPERIMENT_NAME: name,
+            verl.RAY_ENV_VAR_PREFIX + verl.FILE_LOGGER_ENV: str(log_jsonl),
+        }
+        if self._own_ray(spec):
+            extra[verl.RAY_INIT_PREFIX + "address"] = "local"
+            extra[verl.RAY_INIT_PREFIX + "_temp_dir"] = ray_tmp
+            extra[verl.RAY_INIT_PREFIX + "include_dashboard"] = False
+        # verl runs in the trial's folder: paths the user gave relative to here must still point at the same files
+        for key in (verl.TRAIN_FILES, verl.VAL_FILES, verl.MODEL_PATH):
+            value = spec.job.get(key)
+            if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)) \
+                    and "://" not in value and Path(value).exists():
+                extra[key] = str(Path(value).resolve())
+        return extra
+
+    def argv(self, spec: TrialSpec, extra: Mapping[str, Any]) -> list[str]:
+        argv = launch_argv(spec.job, spec.cluster, spec.candidate, extra=extra)
+        if self.entry:
+            return [*self.entry, *argv[len(verl.ENTRY):]]
+        if argv[0] == "python":
+            argv[0] = sys.executable  # the environment autotune runs in is the one with verl
+        return argv
+
+    # the trial ------------------------------------------------------------------------------------------------
+    def run(self, spec: TrialSpec) -> TrialResult:
+        if not self._reaped:  # trials a killed tuner left running would hold the GPUs
+            self._reaped = True
+            self._orphans = reap_orphans(spec.workdir.parent, self.options.grace_s)
+        self._ensure_gpus_free()
+        self._check_data(spec)
+        trial_dir = spec.workdir.resolve()
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        first = spec.measure_from or self.options.measure_from or spec.measure_step
+        if not verl.FIRST_STEP <= first <= spec.measure_step:
+            raise ValueError(f"measured window {first}-{spec.measure_step} is empty")
+        extra_info: dict[str, Any] = {"measured_steps": [first, spec.measure_step], "attempts": []}
+
+        t0 = time.monotonic()
+        if self.options.preflight:
+            argv = self.argv(spec, self.short_run_overrides(spec, trial_dir / "metrics.jsonl", "/tmp/ray", 1))
+            pre = validate_overrides(hydra_overrides(argv))
+            extra_info["preflight"] = {"ok": pre.ok, "skipped": pre.skipped, "seconds": round(time.monotonic() - t0, 3)}
+            if not pre.ok:
+                (trial_dir / "preflight.txt").write_text(pre.message + "\n")
+                return TrialResult(TrialStatus.CONFIG_ERROR, f"verl config check (before launch): {pre.message}",
+                                   log_excerpt=pre.message, log_path=str(trial_dir / "preflight.txt"),
+                                   extra={**extra_info, "failure": "config_error"})
+
+        att: _Attempt | None = None
+        reported: set[int] = set()
+        for attempt in range(1, self.options.retries + 2):
+            att = self._attempt(spec, trial_dir, attempt, first, reported)
+            extra_info["attempts"].append({"status": att.status.value, "failure": att.failure,
+                                           "reason": att.reason[:500], "returncode": att.returncode,
+                                           "log": str(att.log_path), **att.timings})
+            if not (att.status == TrialStatus.FAILED and att.failure in RETRYABLE):
+                break
+        assert att is not None
+        return self._result(spec, att, first, extra_info)
+
+    def _attempt(self, spec: TrialSpec, trial_dir: Path, attempt: int, first: int, reported: set[int]) -> _Attempt:
+        opts = self.options
+        sfx = "" if attempt == 1 else f".attempt{attempt}"
+        log_path, jsonl = trial_dir / f"verl{sfx}.log", trial_dir / f"metrics{sfx}.jsonl"
+        for p in (log_path, jsonl):
+            p.unlink(missing_ok=True)
+        ray_tmp = tempfile.mkdtemp(prefix="at-ray-", dir="/tmp")  # short: Ray's socket paths must stay < 108 bytes
+        argv = self.argv(spec, self.short_run_overrides(spec, jsonl, ray_tmp, attempt))
+        env = self._env(jsonl, ray_tmp, self._own_ray(spec))
+        (trial_dir / f"command{sfx}.json").write_text(json.dumps({"argv": argv, "cwd": str(trial_dir), "env": {
+            k: env[k] for k in (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "HYDRA_FULL_ERROR") if k in env}}, indent=1))
+        (trial_dir / f"command{sfx}.sh").write_text(
+            "#!/usr/bin/env bash\n# autotune trial command (argv of the launched process)\n"
+            f"cd {shlex.quote(str(trial_dir))}\n"
+            f"{verl.FILE_LOGGER_ENV}={shlex.quote(str(jsonl))} " + " ".join(shlex.quote(a) for a in argv) + "\n")
+
+        monitor = self._gpu()
+        monitor.start()
+        log = RunLog(LineTail(log_path), LineTail(jsonl))
+        started = time.monotonic()
+        proc = spawn(argv, trial_dir, env, log_path)
+        tracker = ProcessTracker(proc)
+        write_record(trial_dir / RECORD, tracker)
+        last_progress, last_scan = started, 0.0
+        timings: dict[str, float] = {}
+        status: TrialStatus | None = None
+        reason, failure, excerpt = "", "", ""
+        try:
+            while True:
+                rc = proc.poll()
+                new = log.poll(final=rc is not None)
+                now = time.monotonic()
+                if new:
+                    last_progress = now
+                    timings.setdefault("first_step_s", round(now - started, 3))
+                for step in sorted(new):
+                    thr = log.steps[step].get(verl.M_THROUGHPUT)
+                    if step < first and thr is not None and spec.report is not None and step not in reported:
+                        reported.add(step)  # once per step, also across a retry
+                        if not spec.report(step, thr):
+                            continue
+                        status, failure = TrialStatus.PRUNED, "pruned"
+                        reason = (f"stopped at step {step}: {thr:.1f} tokens/s/GPU is clearly below the best trial "
+                                  "at that step (--prune-slower-than)")
+                        break
+                if status is None and self._window_done(log, first, spec.measure_step):
+                    status = TrialStatus.OK
+                    timings["measured_s"] = round(now - started, 3)
+                if status is not None:
+                    break
+                if rc is not None:
+                    break
+                if now - started > opts.trial_timeout_s:
+                    status, failure = TrialStatus.TIMEOUT, "timeout"
+                    reason = (f"trial time limit: no measured step {spec.measure_step} after {opts.trial_timeout_s:g}"
+                              f" s (--trial-timeout); {len(log.steps)} steps done")
+                    break
+                if now - last_progress > opts.stall_timeout_s:
+                    status, failure = TrialStatus.TIMEOUT, "stall"
+                    what = f"after step {max(log.steps)}" if log.steps else "since launch, before the first step"
+                    looping = [ln for ln in log.last if _LOOP_RE.search(ln)]
+                    why = (f"the rollout keeps failing: {looping[-1].strip()[:200]!r}" if looping else
+                           "a placement group never ready, an NCCL hang, or a rollout failing in a loop")
+                    reason = f"no progress: no new training step for {opts.stall_timeout_s:g} s {what} " \
+                             f"(--stall-timeout); {why}"
+
+                    break
+                if now - last_scan > 0.5:
+                    tracker.scan()  # remember every process of the trial while its tree is intact
+                    last_scan = now
+                time.sleep(opts.poll_s)
+        except BaseException:  # Ctrl-C, or a bug here: nothing of the trial may outlive this call
+            self._stop_and_clean(tracker, monitor, log, trial_dir)
+            monitor.stop()
+            if not any(Path(ray_tmp).iterdir()):
+                shutil.rmtree(ray_tmp, ignore_errors=True)
+            raise
+        rc = proc.poll()
+        killed_by_us = rc is None
+        cleanup = self._stop_and_clean(tracker, monitor, log, trial_dir)
+        gpu = monitor.stop()
+        rc = proc.returncode
+        log.poll(final=True)
+        timings["wall_s"] = round(time.monotonic() - started, 3)
+        if status is None:  # the process ended by itself before its measured step
+            if rc == 0:
+                status, failure = TrialStatus.FAILED, "early_exit"
+                reason = (f"verl exited normally after {len(log.steps)} steps without reaching measured step "
+                          f"{spec.measure_step} (too few prompts for that many steps?)")
+                excerpt = log.tail()
+            else:
+                f = classify(log_path.read_text(errors="replace") if log_path.exists() else "", rc, killed_by_us)
+                status, failure, reason, excerpt = TrialStatus(f.status), f.kind, f.message, f.excerpt
+        elif status in (TrialStatus.TIMEOUT,):
+            excerpt = log.tail()
+        elif status == TrialStatus.OK:
+            excerpt = log.tail(12)
+        else:
+            excerpt = log.tail(20)
+        if (status != TrialStatus.OK or opts.keep_ray_tmp) and any(Path(ray_tmp).iterdir()):
+            kept = ray_tmp  # Ray's session logs (every worker's output) for the post-mortem
+        else:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+            kept = ""
+        return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept)
+
+    @staticmethod
+    def _window_done(log: RunLog, first: int, last: int) -> bool:
+        return all(s in log.steps and verl.M_THROUGHPUT in log.steps[s] for s in range(first, last + 1))
+
+    def _own_ray(self, spec: TrialSpec) -> bool:
+        """A fresh local Ray per trial on one node; several nodes use the Ray cluster in RAY_ADDRESS."""
+        return self.options.own_ray and spec.cluster.nodes == 1
+
+    def _env(self, jsonl: Path, ray_tmp: str, own_ray: bool) -> dict[str, str]:
+        env = {**os.environ, **self.env}
+        env[verl.FILE_LOGGER_ENV] = str(jsonl)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["HYDRA_FULL_ERROR"] = "1"  # whole tracebacks: the failure classes read them
+        if own_ray:
+            env.pop("RAY_ADDRESS", None)
+            env["RAY_TMPDIR"] = ray_tmp
+        return env
+
+    def _gpu(self) -> GpuMonitor:
+        if self._monitor is None:
+            self._monitor = self._gpu_factory(interval_s=self.options.gpu_sample_s)
+        return self._monitor
+
+    # clean-up -------------------------------------------------------------------------------------------------
+    def _stop_and_clean(self, tracker: ProcessTracker, monitor: GpuMonitor, log: RunLog,
+                        trial_dir: Path) -> dict[str, Any]:
+        info = tracker.stop(self.options.grace_s)
+        if not info["remaining"]:
+            (trial_dir / RECORD).unlink(missing_ok=True)
+        log.poll()
+        baseline = monitor.baseline
+        if monitor.available:
+            t0 = time.monotonic()
+            busy = monitor.wait_released(baseline, self.options.gpu_tolerance_gib, self.options.cleanup_timeout_s)
+            info["gpu_release_s"] = round(time.monotonic() - t0, 3)
+            if busy:
+                info["gpu_busy"] = busy
+                self._dirty = (baseline, "; ".join(busy))
+        if info["remaining"]:
+            self._dirty = (baseline, f"processes of the trial still alive after SIGKILL: {info['remaining']}")
+        return info
+
+    def _ensure_gpus_free(self) -> None:
+        """Refuse to launch on GPUs a previous trial has not given back (results would be wrong, or OOM)."""
+        if self._dirty is None:
+            return
+        baseline, what = self._dirty
+        monitor = self._gpu()
+        busy = monitor.wait_released(baseline, self.options.gpu_tolerance_gib, self.options.cleanup_timeout_s) \
+            if monitor.available else []
+        if busy or "still alive" in what:
+            raise RunnerFatal(
+                f"the previous trial did not give its GPUs back ({'; '.join(busy) or what}). Find the processes "
+                "with `nvidia-smi`, stop them, then re-run the same command to resume the study")
+        self._dirty = None
+
+    def _check_data(self, spec: TrialSpec) -> None:
+        key = spec.job.fingerprint()
+        if key in self._data_checked:
+            return
+        res = check_data(spec.job.get(verl.TRAIN_FILES), spec.job.train_batch_size)
+        if not res.ok:
+            raise RunnerFatal(f"job {spec.job.source}: {res.message}")
+        self._data_checked.add(key)
+
+    # the result -----------------------------------------------------------------------------------------------
+    def _result(self, spec: TrialSpec, att: _Attempt, first: int, extra: dict[str, Any]) -> TrialResult:
+        steps = tuple({"step": s, **m} for s, m in sorted(att.log.steps.items()))
+        window = [att.log.steps[s] for s in range(first, spec.measure_step + 1) if s in att.log.steps]
+        thr = None
+        phases: dict[str, float] = {}
+        if att.status == TrialStatus.OK:
+            thr = sum(m[verl.M_THROUGHPUT] for m in window) / len(window)
+            for phase, metric in verl.PHASE_TIMINGS.items():
+                vals = [m[metric] for m in window if metric in m]
+                if vals:
+                    phases[phase] = sum(vals) / len(vals)
+            where = f"step {first}" if first == spec.measure_step else f"mean of steps {first}-{spec.measure_step}"
+            att.reason = f"measured {thr:.1f} tokens/s/GPU ({where})"
+        alloc = [m[verl.M_MAX_MEM_ALLOCATED] for m in att.log.steps.values() if verl.M_MAX_MEM_ALLOCATED in m]
+        reserved = [m[verl.M_MAX_MEM_RESERVED] for m in att.log.steps.values() if verl.M_MAX_MEM_RESERVED in m]
+        gpu = att.gpu
+        extra.update({
+            "failure": att.failure or None,
+            "returncode": att.returncode,
+            "gpu": gpu.as_dict(),
+            "memory": {
+                "nvml_peak_gib": gpu.peak_max_gib,
+                "nvml_peak_per_gpu_gib": list(gpu.peak_gib) or None,
+                "nvml_note": "" if gpu.available else f"GPU memory not measured: {gpu.reason}",
+                "verl_max_memory_allocated_gib": max(alloc) if alloc else None,
+                "verl_max_memory_reserved_gib": max(reserved) if reserved else None,
+                "predicted_peak_gib": spec.memory.peak / 2**30 if spec.memory else None,
+            },
+            "cleanup": att.cleanup,
+            "timings": att.timings,
+        })
+        if att.ray_tmp:
+            extra["ray_tmp"] = att.ray_tmp
+        if self._orphans:
+            extra["orphans_stopped_before"], self._orphans = self._orphans, []
+        if len(extra["attempts"]) > 1:
+            first_try = extra["attempts"][0]
+            att.reason += f" (attempt {len(extra['attempts'])}; attempt 1: {first_try['failure']}: " \
+                          f"{first_try['reason'][:200]})"
+        return TrialResult(
+            status=att.status,
+            reason=att.reason,
+            throughput=thr,
+            steps=steps,
+            phase_timings=phases,
+            peak_memory_gib=gpu.peak_max_gib,
+            peak_memory_per_gpu_gib=gpu.peak_gib,
+            framework_memory_gib=max(alloc) if alloc else None,
+            log_path=str(att.log_path),
+            log_excerpt=att.excerpt,
+            simulated=False,
+            extra=extra,
+        )
+
+    def close(self) -> None:
+        self._monitor = None
+
+
+_CLI_OPTIONS = {f for f in VerlOptions.__dataclass_fields__}
+
+
+def make_verl_runner(**options: Any) -> VerlRunner:
+    """The CLI's factory: VerlOptions fields only (a test entry point cannot be chosen from the command line)."""
+    from autotune.runners import RunnerUnavailable
+    from autotune.runners.verl_preflight import verl_importable
+
+    unknown = set(options) - _CLI_OPTIONS
+    opts = {k: v for k, v in options.items() if k in _CLI_OPTIONS and v is not None}
+    if unknown - {"table"}:
+        raise RunnerUnavailable(f"the verl backend does not take option(s) {sorted(unknown)}")
+    if not verl_importable():
+        raise RunnerUnavailable(
+            "--backend verl: verl is not importable here; install it on the GPU node: "
+            f"pip install verl=={verl.VERL_VERSION} (with vLLM and Megatron-core as verl's installation guide says), "
+            "or use --backend simulate")
+    if sys.platform != "linux":
+        raise RunnerUnavailable("--backend verl needs Linux (it tracks the trial's processes through /proc)")
+    return VerlRunner(VerlOptions(**opts))

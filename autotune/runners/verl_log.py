@@ -1,0 +1,211 @@
+"""Reading a verl run's output: console step lines, the JSONL file logger, and what a failure looks like.
+
+Pure functions and small incremental readers; the formats and failure messages themselves live in autotune/verl.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune import verl
+
+_STEP_RE = re.compile(verl.STEP_LINE_RE)
+_NUMPY_RE = re.compile(verl.NUMPY_SCALAR_RE)
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_FAILURES = tuple(
+    (cls, status, tuple(re.compile(p) for p in pats)) for cls, status, pats in verl.FAILURE_PATTERNS
+)
+_VLLM_START = tuple(re.compile(p) for p in verl.VLLM_START_MARKERS)
+_ERROR_LINE = re.compile(
+    r"^\s*(?:\([^)]*\)\s*)?(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)(?:\([\w.]*\))?:|SIG[A-Z]+ received"
+)
+
+
+def parse_number(text: str) -> float | None:
+    """A value as verl's console logger prints it (pprint of a number): 1.5, -3, nan, True, np.float64(2.0)."""
+    text = text.strip()
+    m = _NUMPY_RE.match(text)
+    if m:
+        text = m.group("value").strip()
+    if text in ("True", "False"):
+        return 1.0 if text == "True" else 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """(step, metrics) from one console line, or None for any other line."""
+    m = None
+    for segment in reversed(line.rstrip("\r\n").split("\r")):  # progress bars rewrite a line with \r
+        m = _STEP_RE.match(segment)
+        if m:
+            break
+    if not m:
+        return None
+    metrics: dict[str, float] = {}
+    for item in m.group("rest").split(" - ")[1:]:
+        key, sep, raw = item.rpartition(":")
+        if not sep or not key:
+            continue
+        value = parse_number(raw)
+        if value is not None:
+            metrics[key] = value
+    return int(m.group("step")), metrics
+
+
+def parse_jsonl_record(line: str) -> tuple[int, dict[str, float]] | None:
+    """(step, numeric metrics) from one FileLogger line `{"step": N, "data": {...}}`; None if not one."""
+    try:
+        doc = json.loads(line)
+    except (json.JSONDecodeError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict) or not isinstance(doc.get("step"), int):
+        return None
+    metrics: dict[str, float] = {}
+    for k, v in doc["data"].items():
+        if isinstance(v, bool):
+            metrics[k] = float(v)
+        elif isinstance(v, (int, float)) and math.isfinite(v):
+            metrics[k] = float(v)
+    return doc["step"], metrics
+
+
+class LineTail:
+    """Reads whole lines appended to a file since the last call (the file may not exist yet, or be truncated)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._pos = 0
+        self._partial = b""
+
+    def read(self) -> list[str]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                if size < self._pos:  # truncated (verl's FileLogger opens with "wb")
+                    self._pos, self._partial = 0, b""
+                f.seek(self._pos)
+                data = f.read()
+                self._pos = f.tell()
+        except FileNotFoundError:
+            return []
+        if not data:
+            return []
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        return [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
+
+    def flush(self) -> list[str]:
+        """Lines read so far plus a last line without a newline (the process has exited)."""
+        lines = self.read()
+        if self._partial:
+            lines.append(self._partial.decode("utf-8", "replace"))
+            self._partial = b""
+        return lines
+
+
+@dataclass
+class RunLog:
+    """What the watcher has learnt so far from one run's console output and metrics file."""
+
+    console: LineTail
+    jsonl: LineTail
+    tail_lines: int = 200
+
+    def __post_init__(self) -> None:
+        self.steps: dict[int, dict[str, float]] = {}
+        self.last: deque[str] = deque(maxlen=self.tail_lines)
+        self.lines_seen = 0
+
+    def poll(self, final: bool = False) -> list[int]:
+        """Read what is new; returns the step numbers that appeared for the first time."""
+        new: list[int] = []
+        for line in self.console.flush() if final else self.console.read():
+            self.lines_seen += 1
+            self.last.append(_ANSI_RE.sub("", line))
+            parsed = parse_step_line(line)
+            if parsed:
+                self._merge(parsed, new, prefer=False)
+        for line in self.jsonl.flush() if final else self.jsonl.read():
+            parsed = parse_jsonl_record(line)
+            if parsed:
+                self._merge(parsed, new, prefer=True)
+        return new
+
+    def _merge(self, parsed: tuple[int, dict[str, float]], new: list[int], prefer: bool) -> None:
+        step, metrics = parsed
+        if step < verl.FIRST_STEP:
+            return
+        if step not in self.steps:
+            self.steps[step] = {}
+            new.append(step)
+        if prefer:
+            self.steps[step].update(metrics)
+        else:
+            for k, v in metrics.items():
+                self.steps[step].setdefault(k, v)
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(list(self.last)[-n:])
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A classified failure: verl's failure class, the autotune status it maps to, and the lines that show it."""
+
+    kind: str
+    status: str
+    message: str
+    excerpt: str
+
+
+def classify(log_text: str, returncode: int | None, killed_by_us: bool = False) -> Failure:
+    """The failure class of a run that ended without its measured step, from its output and exit code."""
+    lines = _ANSI_RE.sub("", log_text).splitlines()
+    for kind, status, patterns in _FAILURES:
+        for p in patterns:  # a class's patterns go from the most telling line to the least
+            for i, line in enumerate(lines):
+                if p.search(line):
+                    if kind == "gpu_oom" and _near(lines, i, _VLLM_START):
+                        kind = "vllm_start_oom"
+                    return Failure(kind, status, _message(kind, line), _excerpt(lines, i))
+    if returncode is not None and returncode in (-9, 137) and not killed_by_us:
+        return Failure("host_oom", "oom", "killed by SIGKILL, not by autotune: the kernel OOM killer (host RAM) "
+                       "is the usual cause; check `dmesg`", "\n".join(lines[-40:]))
+    last_error = next((ln for ln in reversed(lines) if _ERROR_LINE.search(ln)), "")
+    msg = f"exited with code {returncode}" + (f": {last_error.strip()[:300]}" if last_error else "")
+    return Failure("crash", "failed", msg, "\n".join(lines[-40:]))
+
+
+_WHAT = {
+    "config_error": "verl rejected the configuration",
+    "kv_cache_too_small": "vLLM's KV cache cannot hold one max_model_len request",
+    "vllm_start_oom": "GPU out of memory while vLLM started",
+    "vllm_wakeup_oom": "GPU out of memory when vLLM woke up (weights/KV cache back on the GPU)",
+    "gpu_oom": "GPU out of memory in training",
+    "host_oom": "host RAM exhausted (not GPU memory)",
+    "nccl_error": "NCCL error",
+}
+
+
+def _message(kind: str, line: str) -> str:
+    return f"{_WHAT[kind]}: {line.strip()[:400]}"
+
+
+def _near(lines: list[str], i: int, markers: tuple[re.Pattern[str], ...], span: int = 60) -> bool:
+    return any(p.search(ln) for ln in lines[max(0, i - span): i + span] for p in markers)
+
+
+def _excerpt(lines: list[str], i: int, before: int = 8, after: int = 12, limit: int = 6000) -> str:
+    text = "\n".join(lines[max(0, i - before): i + after + 1])
+    return text[-limit:]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs verl 0.9.1 into the current Python environment for CPU-only use: enough to compose verl's Hydra config and
+# run its validation (tests/test_verl_validate.py, the verl runner's pre-flight). No CUDA, no vLLM, no Megatron.
+#
+# torch comes first and pinned to the CPU build, so that nothing later pulls the multi-GB CUDA wheels: verl itself
+# is installed with --no-deps and its import-time dependencies are listed here explicitly.
+# Usage: scripts/install-verl-cpu.sh            (uses `python3 -m pip`; set PYTHON=... to choose the interpreter)
+set -euo pipefail
+PY=${PYTHON:-python3}
+PIP=("$PY" -m pip install --disable-pip-version-check)
+
+# 1. CPU torch. A local CPU wheel is used where pip's find-links has one; else PyTorch's CPU index.
+if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
+    "${PIP[@]}" "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu
+fi
+"$PY" -c 'import torch; assert not torch.version.cuda or torch.version.cuda is None, "CUDA torch installed"' \
+    || { echo "install-verl-cpu.sh: a CUDA build of torch is installed; this script wants the CPU build" >&2; exit 1; }
+
+# 2. verl without its GPU requirements, then what `verl.utils.config` / `verl.workers.config` import.
+"${PIP[@]}" --no-deps "verl==0.9.1"
+"${PIP[@]}" "hydra-core>=1.3" "omegaconf>=2.3" "ray>=2.40" "tensordict>=0.8,<=0.10.0" "transformers" \
+    codetiming pydantic orjson numpy packaging pyarrow
+
+# 3. Check: verl's config composes and validates on this CPU-only machine.
+"$PY" - <<'PYCHECK'
+import os
+import torch
+from hydra import compose, initialize_config_dir
+import verl
+from verl.utils.config import validate_config
+
+assert torch.version.cuda is None, f"CUDA torch {torch.version.cuda} got installed"
+d = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+with initialize_config_dir(config_dir=d, version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=[
+        "model_engine=megatron", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.actor.use_dynamic_bsz=True"])
+validate_config(cfg, use_reference_policy=False, use_critic=False)
+print(f"verl {verl.__version__} importable with torch {torch.__version__} (CPU): config validation works")
+PYCHECK

@@ -1,0 +1,278 @@
+"""TEST DOUBLE of `python -m verl.trainer.main_ppo` (verl 0.9.1), for testing autotune's verl runner without GPUs.
+
+It is not verl and trains nothing. It reproduces what the runner observes of a real verl Megatron GRPO run:
+- the Hydra override argv it is given (checked: the keys a short autotune trial must carry, and the file logger
+  path passed both as VERL_FILE_LOGGER_PATH and through `+ray_kwargs.ray_init.runtime_env.env_vars`);
+- driver output as Ray forwards it: `ray init kwargs: ...`, worker noise, and per step the console logger's line
+  `(TaskRunnerV1 pid=N) step:N - key:value - ...` (verl/utils/logger/aggregate_logger.py: pprint of numbers, numpy
+  scalars as `np.float64(x)`), printed inside the TaskRunnerV1 actor;
+- the JSONL file logger (verl/utils/tracking.py FileLogger: "Creating file logger at ...", file opened "wb",
+  one `{"step": N, "data": {...}}` line per step);
+- a process tree like Ray's (child "raylet"/"worker" processes in the same session);
+- failures with verl's, vLLM's, Ray's, NCCL's and Hydra's own messages (copied from their sources/issues, see
+  autotune/verl.py FAILURE_PATTERNS and /work/shared/reference/VERL.md), exit code 1 as Hydra gives it.
+
+Behaviour: env FAKE_VERL_MODE, or FAKE_VERL_RULES = JSON [{"when": {override key: value}, "mode": m}, ...]
+matched on the overrides (first match wins; default "ok"). Modes: ok, slow, gpu_oom, vllm_start_oom,
+vllm_wakeup_oom, kv_cache, host_oom, sigkill, nccl, config_error, crash, crash_once, hang, hang_after_step,
+rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5).
+Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STARTUP_S (default 0.3),
+FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
+FAKE_VERL_RECORD (append one JSON line: pid, children, mode).
+Never selectable by a user command: only tests pass it to VerlRunner(entry=...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+SHORT_RUN_KEYS = ("trainer.total_training_steps", "trainer.val_before_train", "trainer.test_freq",
+                  "trainer.save_freq", "trainer.resume_mode", "trainer.logger", "trainer.experiment_name",
+                  "actor_rollout_ref.rollout.max_model_len")
+LOGGER_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
+
+
+def parse_overrides(argv: list[str]) -> dict[str, str]:
+    out = {}
+    for a in argv:
+        if "=" in a:
+            k, v = a.split("=", 1)
+            out[k.lstrip("+")] = v
+    return out
+
+
+def throughput(ov: dict[str, str]) -> float:
+    """The double's steady-state tokens/s/GPU for a candidate: a fixed, made-up function of the layout."""
+    g = lambda k, d: int(ov.get(k, d)) if ov.get(k, "null") not in ("null", "None") else d  # noqa: E731
+    tp = g("actor_rollout_ref.actor.megatron.tensor_model_parallel_size", 1)
+    pp = g("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", 1)
+    rtp = g("actor_rollout_ref.rollout.tensor_model_parallel_size", 2)
+    full = ov.get("actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity") == "full"
+    dyn = ov.get("actor_rollout_ref.actor.use_dynamic_bsz") == "true"
+    thr = 2000.0 / (1 + 0.1 * (tp - 1) + 0.15 * (pp - 1) + 0.05 * abs(rtp - 2))
+    return round(thr * (0.8 if full else 1.0) * (1.1 if dyn else 1.0), 3)
+
+
+def step_throughput(ov: dict[str, str], step: int, mode: str) -> float:
+    warm = 0.6 if step == 1 else 1.0
+    return round(throughput(ov) * warm * (0.3 if mode == "slow" else 1.0), 3)
+
+
+def choose_mode(ov: dict[str, str]) -> str:
+    if os.environ.get("FAKE_VERL_MODE"):
+        return os.environ["FAKE_VERL_MODE"]
+    for rule in json.loads(os.environ.get("FAKE_VERL_RULES", "[]")):
+        if all(ov.get(k) == str(v) for k, v in rule["when"].items()):
+            return rule["mode"]
+    return "ok"
+
+
+def out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def hydra_fail(argv: list[str], lines: list[str]) -> None:
+    for ln in lines:
+        out(ln)
+    out(f"Error executing job with overrides: {argv!r}")
+    sys.exit(1)
+
+
+def spawn_sleeper(new_session: bool = False, new_group: bool = False, ignore_term: bool = False) -> int:
+    code = ("import signal,time\n" + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignore_term else "")
+            + "while True: time.sleep(0.5)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=new_session,
+                         process_group=0 if new_group and not new_session else None,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return p.pid
+
+
+def main(argv: list[str]) -> None:
+    t_main = time.time()
+    ov = parse_overrides(argv)
+    mode = choose_mode(ov)
+    env_path = os.environ.get("VERL_FILE_LOGGER_PATH")
+    missing = [k for k in SHORT_RUN_KEYS if k not in ov]
+    if ov.get("model_engine") != "megatron" or ov.get("algorithm.adv_estimator") != "grpo" or missing \
+            or ov.get(LOGGER_KEY) != env_path or ov.get("trainer.logger") != "[console,file]":
+        hydra_fail(argv, [f"FAKE_VERL_ARGV_ERROR: not a short autotune trial command (missing {missing}, "
+                          f"logger path {ov.get(LOGGER_KEY)!r} vs env {env_path!r})"])
+    if mode == "ignore_sigterm":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    total = int(ov["trainer.total_training_steps"])
+    step_s = float(os.environ.get("FAKE_VERL_STEP_S", "0.05"))
+    fail_step = int(os.environ.get("FAKE_VERL_FAIL_STEP", "2"))
+    children = [spawn_sleeper(), spawn_sleeper()]  # "gcs_server", "raylet": same session, same group
+    if mode == "leave_child":  # escapes the process group / the session, and ignores SIGTERM
+        children += [spawn_sleeper(new_group=True, ignore_term=True), spawn_sleeper(new_session=True,
+                                                                                     ignore_term=True)]
+    if os.environ.get("FAKE_VERL_RECORD"):
+        with open(os.environ["FAKE_VERL_RECORD"], "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "children": children, "mode": mode,
+                                "cwd": os.getcwd(), "argv": argv}) + "\n")
+    task_pid = children[1]
+    pre = f"(TaskRunnerV1 pid={task_pid})"
+    out("ray init kwargs: {'num_cpus': None, 'runtime_env': {'env_vars': {'TOKENIZERS_PARALLELISM': 'true', "
+        "'NCCL_DEBUG': 'WARN', 'VLLM_LOGGING_LEVEL': 'WARN'}}}")
+    out("2026-01-01 00:00:00,000\tINFO worker.py:2004 -- Started a local Ray instance.")
+
+    if mode == "config_error":
+        hydra_fail(argv, [
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3/site-packages/hydra/_internal/config_loader_impl.py", line 389, in '
+            "_apply_overrides_to_config",
+            "    OmegaConf.update(cfg, key, value, merge=True)",
+            "omegaconf.errors.ConfigKeyError: Key 'grad_offload' is not in struct",
+            "    full_key: actor_rollout_ref.actor.megatron.grad_offload",
+            "    object_type=dict",
+            "hydra.errors.ConfigCompositionException: Could not override "
+            "'actor_rollout_ref.actor.megatron.grad_offload'.",
+            "To append to your config use +actor_rollout_ref.actor.megatron.grad_offload=True",
+        ])
+    time.sleep(float(os.environ.get("FAKE_VERL_STARTUP_S", "0.3")))
+    if mode == "crash_once" and not os.path.exists("fake_verl_crashed_once"):
+        open("fake_verl_crashed_once", "w").close()
+        mode = "crash"
+    elif mode == "crash_once":
+        mode = "ok"
+    if mode == "hang":  # a placement group that never becomes ready
+        while True:
+            out("(autoscaler +30s) Warning: The following resource request cannot be scheduled right now: "
+                "{'GPU': 1.0, 'CPU': 3.0}. This is likely due to all cluster resources being claimed by actors.")
+            time.sleep(1.0)
+    if mode == "vllm_start_oom":
+        hydra_fail(argv, [
+            f"{pre} (EngineCore_DP0 pid=4242) ERROR 01-01 00:00:10 [core.py:708] EngineCore failed to start.",
+            "(EngineCore_DP0 pid=4242) Traceback (most recent call last):",
+            '(EngineCore_DP0 pid=4242)   File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_worker.py", line 191,'
+            " in init_device",
+            "(EngineCore_DP0 pid=4242) ValueError: Free memory on device (30.12/79.11 GiB) on startup is less than "
+            "desired GPU memory utilization (0.9, 71.2 GiB). Decrease GPU memory utilization or reduce GPU memory "
+            "used by other processes.",
+            "ray.exceptions.RayTaskError(RuntimeError): ray::vLLMHttpServer.launch_server() (pid=4242)",
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        ])
+    if mode == "kv_cache":
+        hydra_fail(argv, [
+            "(EngineCore_DP0 pid=4243) ERROR 01-01 00:00:11 [core.py:708] EngineCore failed to start.",
+            "(EngineCore_DP0 pid=4243) ValueError: To serve at least one request with the models's max seq len "
+            "(10240), (1.31 GiB KV cache is needed, which is larger than the available KV cache memory (0.55 GiB). "
+            "Based on the available memory, the estimated maximum model length is 4288. Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+        ])
+    if os.environ.get("FAKE_VERL_FILE_LOGGER", "1") == "1":
+        out(f"{pre} Creating file logger at {os.path.abspath(env_path)}")
+        jsonl = open(env_path, "wb", buffering=0)
+    else:
+        jsonl = None
+    out(f"{pre} Training Progress:   0%|          | 0/{total} [00:00<?, ?it/s]")
+    for step in range(1, total + 1):
+        if mode == "rollout_loop" and step == 2:
+            while True:
+                out(f"{pre} [AgentLoopManager] pending: 12, failure: 3, retrying")
+                time.sleep(0.2)
+        if mode == "hang_after_step" and step == 2:
+            while True:  # an NCCL collective that never returns
+                time.sleep(1.0)
+        if step == fail_step:
+            failure(mode, argv, pre)
+        if mode == "late_oom" and step == 5:  # fine at the measured step, out of memory later
+            failure("gpu_oom", argv, pre)
+        if mode == "early_exit" and step == 2:
+            out(f"{pre} Training Progress: 100%|##########| 1/1")
+            sys.exit(0)
+        time.sleep(step_s)
+        thr = step_throughput(ov, step, mode)
+        t_step = 4096.0 / thr
+        metrics = {
+            "training/global_step": step, "training/epoch": 0,
+            "actor/pg_loss": -0.0123, "actor/grad_norm": 0.51, "critic/score/mean": 0.25,
+            "response_length/mean": 812.4, "actor/perf/max_memory_allocated_gb": 41.25 + step,
+            "actor/perf/max_memory_reserved_gb": 52.0 + step, "actor/perf/cpu_memory_used_gb": 88.1,
+            "timing_s/gen": t_step * 0.55, "timing_s/old_log_prob": t_step * 0.1,
+            "timing_s/update_actor": t_step * 0.3, "timing_s/update_weights": t_step * 0.05,
+            "timing_s/step": t_step, "perf/total_num_tokens": 4096 * 8, "perf/time_per_step": t_step,
+            "perf/throughput": thr, "perf/mfu/actor": 0.31,
+        }
+        parts = [f"step:{step}"]
+        for k, v in metrics.items():  # numpy scalars print as np.float64(...) (pprint of numpy 2 scalars)
+            wrapped = k.startswith("timing_s/") or k in ("actor/pg_loss", "critic/score/mean")
+            parts.append(f"{k}:np.float64({v!r})" if wrapped else f"{k}:{v!r}")
+        out(pre + " " + " - ".join(parts))
+        if jsonl:
+            jsonl.write(json.dumps({"step": step, "data": metrics}).encode() + b"\n")
+        if step == total and os.environ.get("FAKE_VERL_RECORD"):  # for benchmarks: the double's own time
+            with open(os.environ["FAKE_VERL_RECORD"], "a") as f:
+                f.write(json.dumps({"pid": os.getpid(), "children": [], "own_s": time.time() - t_main,
+                                    "t_main": t_main}) + "\n")
+        out(f"{pre} Training Progress:  {100 * step // total}%|#####     | {step}/{total} [00:01<00:01, 1.0s/it]")
+        if mode == "vllm_wakeup_oom" and step == 1:
+            hydra_fail(argv, [
+                "(WorkerDict pid=5151) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+                "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+            ])
+    time.sleep(float(os.environ.get("FAKE_VERL_TEARDOWN_S", "3")))  # Ray shutting down its workers
+    for pid in children[:2]:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    sys.exit(0)
+
+
+def failure(mode: str, argv: list[str], pre: str) -> None:
+    if mode == "gpu_oom":
+        hydra_fail(argv, [
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3/site-packages/verl/trainer/main_ppo.py", line 94, in run_ppo',
+            "    ray.get(runner.run.remote(config))",
+            "ray.exceptions.RayTaskError(OutOfMemoryError): ray::TaskRunnerV1.run() (pid=1234, ip=10.0.0.1)",
+            '  File "/usr/lib/python3/site-packages/verl/workers/engine_workers.py", line 344, in train_batch',
+            "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_update_actor() "
+            "(pid=5150, ip=10.0.0.1)",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB. GPU 3 has a total capacity of "
+            "79.11 GiB of which 2.19 GiB is free. Including non-PyTorch memory, this process has 76.90 GiB memory "
+            "in use. Of the allocated memory 70.12 GiB is allocated by PyTorch, and 4.21 GiB is reserved by PyTorch "
+            "but unallocated.",
+            # the other ranks then time out in NCCL: the OOM must still be what is reported
+            "[rank1]:[E101 00:10:00.000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+        ])
+    if mode == "host_oom":
+        hydra_fail(argv, [
+            "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+            "Memory on the node (IP: 10.0.0.1, ID: 3f2a) where the task (actor ID: 9c1d, name=WorkerDict.__init__, "
+            "pid=5152, memory used=120.50GB) was running was 480.12GB / 503.50GB (0.95356), which exceeds the memory "
+            "usage threshold of 0.95. Ray killed this worker (ID: 77ab) because it was the most recently scheduled "
+            "task; to see more information about memory usage on this node, use `ray logs raylet.out -ip 10.0.0.1`.",
+        ])
+    if mode == "nccl":
+        hydra_fail(argv, [
+            "ray.exceptions.RayTaskError(DistBackendError): ray::WorkerDict.actor_rollout_init_model() (pid=5153)",
+            "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+            "ProcessGroupNCCL.cpp:3356, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL "
+            "version 2.21.5",
+            "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.",
+        ])
+    if mode == "crash":
+        hydra_fail(argv, [
+            "*** SIGSEGV received at time=1767225600 on cpu 3 ***",
+            "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+            "\tclass_name: TaskRunnerV1",
+            "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
+            "detail: Worker unexpectedly exits with a connection error code 2. End of file.",
+        ])
+    if mode == "sigkill":
+        out(f"{pre} (raylet) killing nothing; the kernel is about to")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,297 @@
+"""The dashboard's routes through FastAPI's TestClient over a real SQLite study made by the simulate runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the dashboard's dependencies are not installed: pip install -e '.[dashboard]'")
+
+import optuna  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+from optuna.trial import TrialState  # noqa: E402
+
+from autotune.cli import export_text, main  # noqa: E402
+from autotune.dashboard import data  # noqa: E402
+from autotune.dashboard.app import create_app  # noqa: E402
+from autotune.runners.simulate import SimulateRunner  # noqa: E402
+from autotune.store import Store, StudyRow, TrialRow, utcnow  # noqa: E402
+from autotune.study import Tuner  # noqa: E402
+from tests.conftest import make_setup  # noqa: E402
+
+STUDY = "dash-study"
+EVIL = "<script>alert('x')</script>&\"study\""
+
+
+def add_failed(tuner: Tuner, status: str, reason: str, excerpt: str = "", log_path: str | None = None,
+               **values) -> TrialRow:
+    """A launched trial that failed, as a runner would record it (numbered by Optuna, so later asks do not clash)."""
+    t = tuner.study.ask()
+    tuner.study.tell(t, state=TrialState.PRUNED if status in ("oom", "config_error") else TrialState.FAIL)
+    best = tuner.store.best(tuner.study_name)
+    now = utcnow()
+    row = TrialRow(
+        study=tuner.study_name, number=t.number, status=status, reason=reason, origin="sampler", launched=True,
+        simulated=True, backend="simulate", candidate_key=f"fail{t.number}", params=dict(best.params),
+        verl_overrides=dict(best.verl_overrides), predicted_throughput=best.predicted_throughput,
+        predicted_peak_gib=best.predicted_peak_gib, predicted_memory=best.predicted_memory,
+        log_excerpt=excerpt, log_path=log_path, started_at=now, finished_at=now, duration_s=12.0, **values,
+    )
+    row.id = tuner.store.add_trial(row)
+    return row
+
+
+def make_study(url: str, tmp: Path, n_trials: int = 15) -> Tuner:
+    """A simulated study of ~n_trials launched trials plus an OOM, a failed and a timed-out trial."""
+    tuner = Tuner(make_setup(), SimulateRunner(), url, STUDY)
+    tuner.run(n_trials=n_trials)
+    add_failed(tuner, "oom", "CUDA out of memory in update_actor", "torch.OutOfMemoryError: CUDA out of memory. "
+               "Tried to allocate 2.00 GiB", peak_memory_gib=79.9)
+    log = tmp / "trial_fail.log"
+    log.write_text("".join(f"line {i}\n" for i in range(50)) + "RuntimeError: NCCL watchdog <timeout>\n")
+    add_failed(tuner, "failed", "verl exited with code 1", "RuntimeError: NCCL watchdog", log_path=str(log))
+    add_failed(tuner, "timeout", "no step finished within 1800 s", "step 1 ... (stuck)")
+    return tuner
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> tuple[str, Tuner]:
+    tmp = tmp_path_factory.mktemp("dash")
+    url = f"sqlite:///{tmp / 'study.db'}"
+    tuner = make_study(url, tmp)
+    # A second study whose name needs escaping everywhere it is shown.
+    row = tuner.store.get_study(STUDY)
+    cols = {c.name: getattr(row, c.name) for c in StudyRow.__table__.columns}
+    tuner.store.add_study(StudyRow(**{**cols, "name": EVIL, "note": ""}))
+    return url, tuner
+
+
+@pytest.fixture
+def client(study) -> TestClient:
+    return TestClient(create_app(study[0]))
+
+
+def test_studies_list_shows_counts_best_and_simulated(client, study):
+    _, tuner = study
+    r = client.get("/")
+    assert r.status_code == 200
+    best = tuner.store.best(STUDY)
+    assert f"/study/{STUDY}" in r.text and "SIMULATED" in r.text
+    assert f"{best.throughput:,.1f}" in r.text
+    ov = {s["name"]: s for s in client.get("/api/studies").json()}
+    rows = tuner.store.trials(STUDY)
+    assert ov[STUDY]["ok"] == sum(r.status == "ok" for r in rows) >= 10
+    assert ov[STUDY]["failed"] == 3 and ov[STUDY]["simulated"] is True
+    assert ov[STUDY]["best"] == pytest.approx(best.throughput)
+
+
+def test_study_page_best_card_speedups_and_exports(client, study):
+    _, tuner = study
+    best = tuner.store.best(STUDY)
+    r = client.get(f"/study/{STUDY}")
+    assert r.status_code == 200
+    html = " ".join(r.text.split())
+    assert "SIMULATED" in html and f"trial {best.number}" in html
+    stock = next(t for t in tuner.store.trials(STUDY) if t.origin == "stock")
+    if stock.status == "ok":
+        assert f"×{best.throughput / stock.throughput:.2f}" in html
+    else:  # verl's stock layout is predicted to OOM for this job: said in words, not as a number
+        assert "was pruned before launch" in html and "predicted OOM" in html
+    first = next(t for t in tuner.store.trials(STUDY) if t.launched)
+    assert f"×{best.throughput / first.throughput:.2f}</span> over the first trial" in html
+    for fmt in ("sh", "yaml", "json"):
+        assert f'/study/{STUDY}/export/{fmt}"' in html
+
+
+@pytest.mark.parametrize("fmt", ["sh", "yaml", "json", "ray"])
+def test_export_download_equals_export_text(client, study, fmt):
+    _, tuner = study
+    store = tuner.store
+    r = client.get(f"/study/{STUDY}/export/{fmt}")
+    assert r.status_code == 200
+    assert r.text == export_text(store, STUDY, store.best(STUDY), fmt)
+    assert "attachment" in r.headers["content-disposition"]
+    r = client.get(f"/study/{STUDY}/export/{fmt}", params={"trial": 0})
+    assert r.text == export_text(store, STUDY, store.trial(STUDY, 0), fmt)
+
+
+def test_data_endpoint_has_every_trial_and_aggregates(client, study):
+    _, tuner = study
+    rows = tuner.store.trials(STUDY)
+    d = client.get(f"/api/study/{STUDY}/data").json()
+    T = d["trials"]
+    assert T["number"] == [r.number for r in rows]
+    assert T["status"] == [r.status for r in rows]
+    ok = [r for r in rows if r.status == "ok"]
+    assert max(x for x in T["throughput"] if x is not None) == pytest.approx(max(r.throughput for r in ok), abs=0.01)
+    assert d["best_so_far"][-1] == pytest.approx(max(r.throughput for r in ok), abs=0.01)
+    assert set(d["param_names"]) >= {"tp", "pp", "cp", "rollout_tp", "gpu_memory_utilization"}
+    assert T["params"]["tp"] == [r.params["tp"] for r in rows]
+    assert {"gen", "update_actor"} <= set(d["phase_names"])
+    counts = dict(d["failure_counts"])
+    assert counts["OOM"] == 1 and counts["failed"] == 1 and counts["timeout"] == 1
+    assert sum(v for k, v in counts.items() if k.startswith(("predicted OOM", "constraint", "duplicate"))) == sum(
+        r.status == "pruned" for r in rows)
+    heat = d["heat_tp_pp"]
+    best_cell = max(z for row in heat["z"] for z in row if z is not None)
+    assert best_cell == pytest.approx(max(r.throughput for r in ok), abs=0.1)
+    assert d["capacity_gib"] == pytest.approx(79.65, abs=0.01)
+    assert d["simulated"] is True
+
+
+def test_failures_fragment_lists_failed_trials_with_log_excerpts(client):
+    r = client.get(f"/study/{STUDY}/fragment/failures")
+    assert r.status_code == 200
+    assert "torch.OutOfMemoryError: CUDA out of memory" in r.text
+    assert "no step finished within 1800 s" in r.text
+    assert "Launched trials that failed (3)" in r.text
+
+
+def test_trial_page_params_memory_steps_and_log_tail(client, study):
+    _, tuner = study
+    best = tuner.store.best(STUDY)
+    r = client.get(f"/study/{STUDY}/trial/{best.number}")
+    assert r.status_code == 200
+    assert "actor_rollout_ref.actor.megatron.tensor_model_parallel_size" in r.text
+    assert "perf/throughput" in r.text and "SIMULATED" in r.text
+    failed = next(t for t in tuner.store.trials(STUDY) if t.status == "failed")
+    r = client.get(f"/study/{STUDY}/trial/{failed.number}")
+    assert "line 0\n" in r.text and "NCCL watchdog &lt;timeout&gt;" in r.text  # the file's tail, escaped
+    Path(failed.log_path).unlink()
+    r = client.get(f"/study/{STUDY}/trial/{failed.number}")
+    assert "line 0" not in r.text and "is gone" in r.text and "RuntimeError: NCCL watchdog" in r.text
+
+
+@pytest.mark.parametrize("path", [
+    "/study/nope", "/study/nope/trial/0", f"/study/{STUDY}/trial/9999", f"/study/{STUDY}/trial/abc",
+    f"/study/{STUDY}/export/exe", "/study/nope/export/sh", "/no/such/page", f"/study/{STUDY}/export/sh?trial=9999",
+])
+def test_unknown_ids_give_404_pages(client, path):
+    r = client.get(path)
+    assert r.status_code == 404
+    assert "<title>404" in r.text and "Traceback" not in r.text
+
+
+def test_unknown_ids_on_the_api_give_404_json(client):
+    for path in ("/api/study/nope/data", "/api/study/nope/version", f"/api/study/{STUDY}/trial/9999"):
+        r = client.get(path)
+        assert r.status_code == 404 and "detail" in r.json()
+    r = client.post("/api/study/nope/note", json={"note": "x"})
+    assert r.status_code == 404
+
+
+def test_names_from_the_database_are_escaped(client, study):
+    from urllib.parse import quote
+
+    r = client.get("/")
+    assert EVIL not in r.text and "&lt;script&gt;alert(" in r.text
+    r = client.get(f"/study/{quote(EVIL, safe='')}")
+    assert r.status_code == 200
+    assert EVIL not in r.text and "&lt;script&gt;alert(" in r.text
+    # The page's own JSON for its scripts escapes '<' too, so the name cannot close the script element.
+    assert "<script>alert" not in r.text
+    r = client.get("/study/" + quote("<b>nope</b>", safe=""))
+    assert r.status_code == 404 and "<b>nope</b>" not in r.text and "&lt;b&gt;nope" in r.text
+
+
+def test_notes_are_saved_and_shown(client, study):
+    _, tuner = study
+    r = client.post(f"/api/study/{STUDY}/note", json={"note": "try <PP=4> next"})
+    assert r.status_code == 200
+    assert tuner.store.get_study(STUDY).note == "try <PP=4> next"
+    assert "try &lt;PP=4&gt; next" in client.get(f"/study/{STUDY}").text
+    r = client.post(f"/api/study/{STUDY}/trial/0/note", json={"note": "the model's favourite"})
+    assert r.status_code == 200 and tuner.store.trial(STUDY, 0).note == "the model's favourite"
+    assert "the model&#39;s favourite" in client.get(f"/study/{STUDY}/trial/0").text
+    assert client.get(f"/api/study/{STUDY}/data").json()["trials"]["note"][0] is True
+
+
+def test_notes_only_as_json(client, study):
+    _, tuner = study
+    before = tuner.store.get_study(STUDY).note
+    r = client.post(f"/api/study/{STUDY}/note", data={"note": "from a form"})
+    assert r.status_code == 415
+    r = client.post(f"/api/study/{STUDY}/note", json={"text": "wrong key"})
+    assert r.status_code == 400
+    r = client.post(f"/api/study/{STUDY}/note", json={"note": "x" * 20_001})
+    assert r.status_code == 413
+    assert tuner.store.get_study(STUDY).note == before
+
+
+def test_version_changes_when_a_trial_is_added(client, study):
+    _, tuner = study
+    v0 = client.get(f"/api/study/{STUDY}/version").json()["version"]
+    assert client.get(f"/api/study/{STUDY}/version").json()["version"] == v0
+    tuner.run(n_trials=tuner.launched_count() + 1)
+    v1 = client.get(f"/api/study/{STUDY}/version").json()["version"]
+    assert v1 != v0
+    assert client.get(f"/api/study/{STUDY}/data").json()["version"] == v1
+
+
+def test_importance_uses_optuna_and_handles_too_few_trials(client, study, tmp_path):
+    j = client.get(f"/api/study/{STUDY}/importance").json()
+    assert j["ok"] and j["n_complete"] >= 10
+    names = [k for k, _ in j["importances"]]
+    storage = optuna.storages.RDBStorage(study[0])
+    expected = optuna.importance.get_param_importances(optuna.load_study(study_name=STUDY, storage=storage))
+    assert set(names) == set(expected)
+    assert client.get(f"/api/study/{STUDY}/importance?evaluator=nope").json()["ok"] is False
+    # A study with too few completed trials answers with a message, not an error.
+    url = f"sqlite:///{tmp_path / 'few.db'}"
+    Tuner(make_setup(), SimulateRunner(), url, "few").run(n_trials=1)
+    j = TestClient(create_app(url)).get("/api/study/few/importance").json()
+    assert j["ok"] is False and "at least" in j["message"]
+    # The escaped study has no trial (and no Optuna study): a message again.
+    from urllib.parse import quote
+
+    j = client.get(f"/api/study/{quote(EVIL, safe='')}/importance").json()
+    assert j["ok"] is False and j["message"]
+
+
+def test_plotly_is_served_locally(client):
+    r = client.get("/assets/plotly.min.js")
+    assert r.status_code == 200 and len(r.content) > 1_000_000
+    page = client.get(f"/study/{STUDY}").text
+    assert 'src="/assets/plotly.min.js"' in page and "cdn" not in page.lower()
+
+
+def test_failure_class():
+    assert data.failure_class("pruned", "predicted OOM: update: predicted 1 GiB > 0 GiB") == "predicted OOM (update)"
+    assert data.failure_class("pruned", "constraint world_size: 8 GPUs ...") == "constraint world_size"
+    assert data.failure_class("pruned", "duplicate of trial 3: same configuration") == "duplicate"
+    assert data.failure_class("oom", "anything") == "OOM"
+    assert data.failure_class("config_error", "") == "config error"
+
+
+def test_cli_dashboard_clear_errors(tmp_path, capsys):
+    assert main(["dashboard", "--storage", f"sqlite:///{tmp_path / 'none.db'}"]) == 2
+    assert "no study database" in capsys.readouterr().err
+
+
+def test_empty_database_page(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store(url)
+    r = TestClient(create_app(url)).get("/")
+    assert r.status_code == 200 and "No study in this database yet" in r.text
+
+
+def test_study_page_with_no_trials(tmp_path, study):
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    store = Store(url)
+    row = study[1].store.get_study(STUDY)
+    store.add_study(StudyRow(**{c.name: getattr(row, c.name) for c in StudyRow.__table__.columns}))
+    c = TestClient(create_app(url))
+    assert "No trial has run to its measured step yet" in c.get(f"/study/{STUDY}").text
+    d = c.get(f"/api/study/{STUDY}/data").json()
+    assert d["trials"]["number"] == [] and json.dumps(d)
+    assert c.get(f"/study/{STUDY}/export/sh").status_code == 404
+
+
+def test_cli_dashboard_says_how_to_install_missing_dependencies(study, monkeypatch, capsys):
+    import autotune.dashboard
+
+    monkeypatch.setattr(autotune.dashboard, "missing_dependencies", lambda: ["fastapi", "uvicorn"])
+    assert main(["dashboard", "--storage", study[0]]) == 2
+    assert "pip install -e '.[dashboard]'" in capsys.readouterr().err

@@ -1,0 +1,248 @@
+"""The dashboard end to end in headless Chromium (Debian's `chromium`, driven by Playwright) against a real server.
+
+The server is uvicorn in a thread on a free loopback port, over a study made by the simulate runner plus an OOM,
+a failed and a timed-out trial written through the Store.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+PLOTS = ["plot-history", "plot-phases", "plot-memory", "plot-heat-tp-pp", "plot-heat-rollout", "plot-parallel",
+         "plot-slice", "plot-timeline", "plot-failures"]
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is missing (scripts/install-browser.sh installs Debian's chromium)",
+                allow_module_level=True)
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:
+    pytest.skip("the playwright Python package is missing (pip install playwright)", allow_module_level=True)
+pytest.importorskip("fastapi", reason="the dashboard's dependencies are not installed: pip install -e '.[dashboard]'")
+
+import uvicorn  # noqa: E402
+
+from autotune.cli import export_text  # noqa: E402
+from autotune.dashboard.app import create_app  # noqa: E402
+from autotune.store import StudyRow, TrialRow, utcnow  # noqa: E402
+from tests.test_dashboard import EVIL, STUDY, make_study  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dash-browser")
+    url = f"sqlite:///{tmp / 'study.db'}"
+    tuner = make_study(url, tmp)
+    row = tuner.store.get_study(STUDY)
+    tuner.store.add_study(StudyRow(**{**{c.name: getattr(row, c.name) for c in StudyRow.__table__.columns},
+                                      "name": EVIL}))
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
+    th = threading.Thread(target=srv.run, daemon=True)
+    th.start()
+    deadline = time.time() + 20
+    while not srv.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}", tuner
+    srv.should_exit = True
+    th.join(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    pg = ctx.new_page()
+    pg.errors = []
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+    pg.dialogs = []
+    pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
+    yield pg
+    ctx.close()
+
+
+def open_study(page, base: str, name: str = STUDY) -> None:
+    page.goto(f"{base}/study/{quote(name, safe='')}")
+    page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+
+
+def show(page, div: str) -> None:
+    """Scroll a plot into view (plots are drawn when they come into view) and wait until it has traces."""
+    page.locator(f"#{div}").scroll_into_view_if_needed()
+    page.wait_for_function("id => document.getElementById(id).data?.length > 0", arg=div, timeout=60_000)
+
+
+def traces(page, div: str) -> int:
+    return page.evaluate("id => { const d = document.getElementById(id); return d && d.data ? d.data.length : 0 }",
+                         div)
+
+
+def points(page, div: str) -> int:
+    """Data points over a plot's traces (x, values of parcoords dimensions, or z of a heatmap)."""
+    return page.evaluate("""id => (document.getElementById(id).data || []).reduce((n, t) =>
+        n + (t.x ? t.x.filter(v => v !== null).length : 0) + (t.dimensions ? t.dimensions[0].values.length : 0)
+          + (t.z ? t.z.flat().filter(v => v !== null).length : 0), 0)""", div)
+
+
+def test_study_page_renders_with_data_in_every_plot(page, server):
+    base, tuner = server
+    open_study(page, base)
+    for div in PLOTS:
+        show(page, div)
+        assert traces(page, div) > 0, f"{div} has no trace"
+        assert points(page, div) > 0, f"{div} has no data"
+    show(page, "plot-importance")
+    imp = page.evaluate("document.getElementById('plot-importance').data[0].y")
+    assert "tp" in imp or "rollout_tp" in imp
+    n_ok = sum(r.status == "ok" for r in tuner.store.trials(STUDY))
+    hist = page.evaluate("document.getElementById('plot-history').data[0].y.length")
+    assert hist == n_ok
+    assert "SIMULATED" in page.inner_text("#sim-banner")
+    best = tuner.store.best(STUDY)
+    assert page.inner_text("#best-throughput") == f"{best.throughput:,.1f}"
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard_study.png"), full_page=True)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(ARTIFACTS / "dashboard_study_top.png"))
+    assert page.errors == []
+
+
+def test_trials_table_sorts_and_filters(page, server):
+    base, tuner = server
+    open_study(page, base)
+    rows = tuner.store.trials(STUDY)
+    best = tuner.store.best(STUDY)
+    page.click("#trials thead th[data-key='throughput']")
+    first = page.get_attribute("#trials tbody tr:first-child", "data-number")
+    assert int(first) == best.number  # numbers sort largest first
+    page.click("#trials thead th[data-key='throughput']")
+    nums = page.eval_on_selector_all("#trials tbody tr", "trs => trs.map(t => Number(t.dataset.number))")
+    ok_sorted = [r.number for r in sorted((r for r in rows if r.status == "ok"), key=lambda r: (r.throughput,
+                                                                                                    r.number))]
+    assert nums[: len(ok_sorted)] == ok_sorted  # ascending, empty cells last
+    page.select_option("select[data-filter='status']", "=ok")
+    statuses = page.eval_on_selector_all("#trials tbody tr", "trs => trs.map(t => t.className)")
+    assert statuses and set(statuses) == {"st-ok"}
+    assert page.inner_text("#trial-count").startswith(f"{len(ok_sorted)} of {len(rows)}")
+    tp_col = page.eval_on_selector_all("#trials thead tr:first-child th", "ths => ths.map(t => t.dataset.key)").index(
+        "p:tp")
+    page.select_option("select[data-filter='p:tp']", "=2")
+    tps = page.eval_on_selector_all(f"#trials tbody tr td:nth-child({tp_col + 1})",
+                                    "tds => tds.map(t => t.textContent)")
+    expected = [r for r in rows if r.status == "ok" and r.params["tp"] == 2]
+    assert set(tps) == {"2"} and len(tps) == len(expected)
+    page.click("#clear-filters")
+    page.fill("input[data-filter='throughput']", f">{best.throughput - 0.01}")
+    top = sorted((r for r in rows if r.status == "ok" and r.throughput > best.throughput - 0.01),
+                 key=lambda r: (r.throughput, r.number))
+    assert page.eval_on_selector_all("#trials tbody tr", "trs => trs.map(t => Number(t.dataset.number))") == [
+        r.number for r in top]
+    page.click("#clear-filters")
+    assert page.inner_text("#trial-count").startswith(f"{len(rows)} of {len(rows)}")
+
+
+def test_note_is_saved_and_shown_after_reload(page, server):
+    base, tuner = server
+    open_study(page, base)
+    page.fill("#study-note", "PP=2 looks best <so far>")
+    page.click("#save-study-note")
+    page.wait_for_function("document.getElementById('study-note-status').textContent === 'saved'")
+    assert tuner.store.get_study(STUDY).note == "PP=2 looks best <so far>"
+    open_study(page, base)
+    assert page.input_value("#study-note") == "PP=2 looks best <so far>"
+    page.goto(f"{base}/study/{STUDY}/trial/0")
+    page.fill("#trial-note", "seeded by the model")
+    page.click("#save-trial-note")
+    page.wait_for_function("document.getElementById('trial-note-status').textContent === 'saved'")
+    page.reload()
+    assert page.input_value("#trial-note") == "seeded by the model"
+
+
+@pytest.mark.parametrize("fmt", ["sh", "yaml", "json"])
+def test_export_download_matches_export_text(page, server, fmt):
+    base, tuner = server
+    open_study(page, base)
+    with page.expect_download() as info:
+        page.click(f"#best-card a[data-fmt='{fmt}']")
+    text = Path(info.value.path()).read_text()
+    assert text == export_text(tuner.store, STUDY, tuner.store.best(STUDY), fmt)
+
+
+def test_trial_page_plots_and_log(page, server):
+    base, tuner = server
+    best = tuner.store.best(STUDY)
+    page.goto(f"{base}/study/{STUDY}/trial/{best.number}")
+    page.wait_for_selector("body[data-ready='1']")
+    for div in ("plot-trial-phases", "plot-trial-memory", "plot-steps"):
+        assert traces(page, div) > 0, div
+    moments = page.evaluate("document.getElementById('plot-trial-memory').data[0].x")
+    assert set(moments) == set(best.predicted_memory["moments"])
+    failed = next(r for r in tuner.store.trials(STUDY) if r.status == "oom")
+    page.goto(f"{base}/study/{STUDY}/trial/{failed.number}")
+    assert "CUDA out of memory" in page.inner_text("#log")
+    assert page.errors == []
+
+
+def test_running_study_page_updates(page, server):
+    base, tuner = server
+    open_study(page, base)
+    n0 = int(page.evaluate("document.body.dataset.trials"))
+    before = len(tuner.store.trials(STUDY))
+    assert n0 == before
+    # A trial that is running right now, as a tuner on another machine would have written it.
+    t = tuner.study.ask()
+    best = tuner.store.best(STUDY)
+    tuner.store.add_trial(TrialRow(
+        study=STUDY, number=t.number, status="running", origin="sampler", launched=True, simulated=True,
+        backend="simulate", candidate_key="live", params=dict(best.params), verl_overrides={}, started_at=utcnow()))
+    page.wait_for_function("n => Number(document.body.dataset.trials) > n", arg=n0, timeout=20_000)
+    page.wait_for_function("document.getElementById('live').textContent.includes('1 running')", timeout=20_000)
+    # ... and a trial launched by the Tuner.
+    tuner.run(n_trials=tuner.launched_count() + 1)
+    after = len(tuner.store.trials(STUDY))
+    page.wait_for_function("n => Number(document.body.dataset.trials) === n", arg=after, timeout=20_000)
+    newest = max(r.number for r in tuner.store.trials(STUDY))
+    page.click("#trials thead th[data-key='number']")  # sorted by number: a second click puts the latest first
+    page.wait_for_selector(f"#trials tbody tr[data-number='{newest}']", timeout=5_000)
+    page.wait_for_function(f"document.getElementById('counts').textContent.includes('{after}')", timeout=10_000)
+    assert page.errors == []
+
+
+def test_escaped_names_and_404_pages(page, server):
+    base, _ = server
+    page.goto(f"{base}/")
+    assert EVIL in page.inner_text("table.studies")
+    page.goto(f"{base}/study/{quote(EVIL, safe='')}")
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.inner_text("h1") == EVIL
+    page.goto(f"{base}/study/{STUDY}/trial/99999")
+    assert "no trial 99999" in page.inner_text("#error-message")
+    assert page.dialogs == []

@@ -1,0 +1,148 @@
+"""The verl log parser on every form of line verl (through Ray) prints, and the failure classifier."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.runners.verl_log import LineTail, RunLog, classify, parse_jsonl_record, parse_number, parse_step_line
+
+
+@pytest.mark.parametrize("text,value", [
+    ("1234.5", 1234.5), ("-3", -3.0), ("1e-06", 1e-06), ("np.float64(12.25)", 12.25), ("np.int64(3)", 3.0),
+    ("np.float32(0.5)", 0.5), ("True", 1.0), ("False", 0.0), ("nan", None), ("np.float64(nan)", None),
+    ("inf", None), ("'text'", None),
+])
+def test_numbers_as_pprint_prints_them(text: str, value: float | None) -> None:
+    assert parse_number(text) == value
+
+
+def test_step_line_with_ray_actor_prefix_and_numpy_wrappers() -> None:
+    line = ("(TaskRunnerV1 pid=1234) step:3 - actor/pg_loss:np.float64(-0.0123) - perf/throughput:1234.5 - "
+            "timing_s/step:np.float64(12.25) - training/global_step:3 - perf/total_num_tokens:np.int64(32768) - "
+            "val-core/openai/gsm8k/reward/mean@1:0.5")
+    step, m = parse_step_line(line)
+    assert step == 3
+    assert m == {"actor/pg_loss": -0.0123, "perf/throughput": 1234.5, "timing_s/step": 12.25,
+                 "training/global_step": 3.0, "perf/total_num_tokens": 32768.0,
+                 "val-core/openai/gsm8k/reward/mean@1": 0.5}
+
+
+@pytest.mark.parametrize("line", [
+    "step:2 - perf/throughput:10.0",  # verl's LocalLogger without Ray (single-process runs)
+    "(TaskRunner pid=99) step:2 - perf/throughput:10.0",  # legacy trainer (trainer.use_v1=False)
+    "(TaskRunnerV1 pid=99, ip=10.0.0.2) step:2 - perf/throughput:10.0",  # actor on another node
+    "\x1b[36m(TaskRunnerV1 pid=99)\x1b[0m step:2 - perf/throughput:10.0",  # Ray colours on a terminal
+    "(TaskRunnerV1 pid=99) step:2 - perf/throughput:10.0 [repeated 2x across cluster]",  # Ray's deduplication
+    "Training Progress:  33%|###  | 1/3\r(TaskRunnerV1 pid=99) step:2 - perf/throughput:10.0\r",
+])
+def test_step_line_variants(line: str) -> None:
+    assert parse_step_line(line) == (2, {"perf/throughput": 10.0})
+
+
+@pytest.mark.parametrize("line", [
+    "(TaskRunnerV1 pid=1) Training Progress:  33%|###  | 1/3",
+    "(WorkerDict pid=5) INFO: step:3 reached",
+    "ray init kwargs: {'num_cpus': None}",
+    "(TaskRunnerV1 pid=1) Creating file logger at /x.jsonl",
+    "",
+])
+def test_other_lines_are_not_steps(line: str) -> None:
+    assert parse_step_line(line) is None
+
+
+def test_step_zero_validation_metrics_are_not_training_steps(tmp_path: Path) -> None:
+    log = tmp_path / "verl.log"
+    log.write_text("(TaskRunnerV1 pid=1) step:0 - val-core/x/reward/mean@1:0.3\n"
+                   "(TaskRunnerV1 pid=1) step:1 - perf/throughput:5.0\n")
+    run = RunLog(LineTail(log), LineTail(tmp_path / "none.jsonl"))
+    assert run.poll() == [1]
+    assert list(run.steps) == [1]
+
+
+def test_jsonl_record_format_of_verl_file_logger() -> None:
+    rec = json.dumps({"step": 4, "data": {"perf/throughput": 812.5, "timing_s/gen": 3, "flag": True,
+                                          "note": "x", "bad": float("nan")}})
+    assert parse_jsonl_record(rec) == (4, {"perf/throughput": 812.5, "timing_s/gen": 3.0, "flag": 1.0})
+    assert parse_jsonl_record("not json") is None
+    assert parse_jsonl_record(json.dumps({"step": "x", "data": {}})) is None
+
+
+def test_tail_reads_only_whole_lines_and_follows_truncation(tmp_path: Path) -> None:
+    f = tmp_path / "m.jsonl"
+    tail = LineTail(f)
+    assert tail.read() == []  # not created yet
+    f.write_bytes(b"one\ntw")
+    assert tail.read() == ["one"]
+    with f.open("ab") as fh:
+        fh.write(b"o\n")
+    assert tail.read() == ["two"]
+    f.write_bytes(b"new\n")  # verl's FileLogger opens with "wb": a retry truncates the file
+    assert tail.read() == ["new"]
+    with f.open("ab") as fh:
+        fh.write(b"last")
+    assert tail.flush() == ["last"]
+
+
+def test_jsonl_values_win_over_console_values(tmp_path: Path) -> None:
+    log, jl = tmp_path / "verl.log", tmp_path / "m.jsonl"
+    log.write_text("(TaskRunnerV1 pid=1) step:1 - perf/throughput:np.float64(100.0) - only/console:1\n")
+    jl.write_text(json.dumps({"step": 1, "data": {"perf/throughput": 100.25, "only/file": 2}}) + "\n")
+    run = RunLog(LineTail(log), LineTail(jl))
+    assert run.poll() == [1]
+    assert run.steps[1] == {"perf/throughput": 100.25, "only/console": 1.0, "only/file": 2.0}
+
+
+OOM_TRAIN = """ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_update_actor() (pid=5150)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB. GPU 3 has a total capacity of 79.11 GiB
+[rank1]:[E101 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42)
+Error executing job with overrides: ['a=1']"""
+OOM_IN_VLLM = """(EngineCore_DP0 pid=7) File "/x/vllm/v1/engine/core.py", line 80, in __init__
+(EngineCore_DP0 pid=7) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"""
+
+
+@pytest.mark.parametrize("text,kind,status", [
+    (OOM_TRAIN, "gpu_oom", "oom"),
+    (OOM_IN_VLLM, "vllm_start_oom", "oom"),
+    ("ValueError: Free memory on device (30.12/79.11 GiB) on startup is less than desired GPU memory utilization "
+     "(0.9, 71.2 GiB). Decrease GPU memory utilization", "vllm_start_oom", "oom"),
+    ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+     "vllm_start_oom", "oom"),
+    ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "vllm_start_oom", "oom"),
+    ("ValueError: To serve at least one request with the models's max seq len (10240), (1.31 GiB KV cache is "
+     "needed, which is larger than the available KV cache memory (0.55 GiB).", "kv_cache_too_small", "oom"),
+    ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62", "vllm_wakeup_oom", "oom"),
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", "host_oom", "oom"),
+    ("ray.exceptions.ActorDiedError: The actor died because its worker was killed by SIGKILL by OOM killer",
+     "host_oom", "oom"),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled system error",
+     "nccl_error", "failed"),
+    ("hydra.errors.ConfigCompositionException: Could not override 'actor_rollout_ref.actor.megatron.grad_offload'."
+     "\nKey 'grad_offload' is not in struct", "config_error", "config_error"),
+    ("  File \"/x/verl/utils/config.py\", line 109, in validate_config\nAssertionError: n_gpus (8) must be "
+     "divisible by model_parallel_size (6) times context_parallel_size (1)", "config_error", "config_error"),
+    ("ValueError: Total available GPUs 4 is less than total desired GPUs 8", "config_error", "config_error"),
+    ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.", "crash", "failed"),
+])
+def test_classify_failures(text: str, kind: str, status: str) -> None:
+    f = classify("some startup line\n" + text + "\nError executing job with overrides: []\n", 1)
+    assert (f.kind, f.status) == (kind, status)
+    assert f.excerpt and f.message
+
+
+def test_oom_message_quotes_the_torch_line_not_the_ray_wrapper() -> None:
+    f = classify(OOM_TRAIN, 1)
+    assert "Tried to allocate 4.64 GiB" in f.message
+
+
+def test_sigkill_from_outside_reads_as_host_oom_but_ours_does_not() -> None:
+    assert classify("step line\n", -9).kind == "host_oom"
+    assert classify("step line\n", -9, killed_by_us=True).kind == "crash"
+
+
+def test_crash_reason_names_the_last_exception_not_hydras_wrapper() -> None:
+    f = classify("KeyError: 'x'\nError executing job with overrides: ['a=1']\n", 1)
+    assert f.kind == "crash" and "KeyError: 'x'" in f.message and "overrides" not in f.message

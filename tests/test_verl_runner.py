@@ -1,0 +1,295 @@
+"""The verl runner driven through the test double of verl's entry point (tests/fake_verl/main_ppo.py).
+
+Every trial here launches a real process tree (the double and its children), watched, stopped and cleaned up by the
+runner; what is faked is only verl itself (no GPU here).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from autotune import verl
+from autotune.candidate import Candidate
+from autotune.runners import RunnerUnavailable, make_runner
+from autotune.runners.base import RunnerFatal, TrialStatus
+from autotune.runners.gpu_monitor import GpuMonitor
+from autotune.runners.verl import VerlRunner, make_verl_runner
+from tests.conftest import make_setup
+from tests.fake_verl import (
+    ENTRY,
+    env_for,
+    fake_module,
+    fake_runner,
+    fast_options,
+    launches,
+    leftovers,
+    make_spec,
+    pid_alive,
+    records,
+)
+
+FAKE = fake_module()
+
+
+def run_mode(tmp_path: Path, mode: str, measure_step: int = 3, cand: Candidate | None = None, env: dict | None = None,
+             **opts):
+    rec = tmp_path / "rec.jsonl"
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE=mode, **(env or {})), **opts)
+    spec = make_spec(make_setup(), tmp_path, cand=cand, measure_step=measure_step)
+    t0 = time.monotonic()
+    res = runner.run(spec)
+    return res, time.monotonic() - t0, rec, spec
+
+
+def test_success_records_every_step_and_stops_early(tmp_path: Path) -> None:
+    res, _, rec, spec = run_mode(tmp_path, "ok", env={"FAKE_VERL_TEARDOWN_S": "30"})
+    assert res.status == TrialStatus.OK and not res.simulated
+    ov = records(rec)[0]["argv"]
+    expected = FAKE.step_throughput(FAKE.parse_overrides(ov), 3, "ok")
+    assert res.throughput == pytest.approx(expected)
+    assert [s["step"] for s in res.steps] == [1, 2, 3]
+    assert res.steps[0][verl.M_THROUGHPUT] == pytest.approx(FAKE.step_throughput(FAKE.parse_overrides(ov), 1, "ok"))
+    assert res.phase_timings["gen"] == pytest.approx(res.steps[2]["timing_s/gen"])
+    assert res.framework_memory_gib == pytest.approx(44.25)  # max over steps of actor/perf/max_memory_allocated_gb
+    # the double would linger 30 s in "Ray shutdown" after its last step: the runner stopped it at the measured step
+    # (timed from launch: the pre-flight's first import of verl, where installed, is not part of it)
+    assert res.extra["timings"]["wall_s"] < 15 and res.extra["timings"]["measured_s"] <= res.extra["timings"]["wall_s"]
+    assert leftovers(rec) == []
+    # no GPU here: memory is None and the result says why
+    assert res.peak_memory_gib is None and res.peak_memory_per_gpu_gib == ()
+    assert "not measured" in res.extra["memory"]["nvml_note"]
+    assert res.extra["memory"]["predicted_peak_gib"] == pytest.approx(spec.memory.peak / 2**30)
+
+
+def test_command_is_the_export_argv_plus_short_run_overrides(tmp_path: Path) -> None:
+    res, _, rec, spec = run_mode(tmp_path, "ok")
+    r = records(rec)[0]
+    ov = FAKE.parse_overrides(r["argv"])
+    assert ov["trainer.total_training_steps"] == "3" and ov["trainer.val_before_train"] == "false"
+    assert ov["trainer.logger"] == "[console,file]" and ov["trainer.resume_mode"] == "disable"
+    assert ov["actor_rollout_ref.rollout.max_model_len"] == str(spec.job.max_seq_len)
+    assert ov["ray_kwargs.ray_init.address"] == "local" and ov["ray_kwargs.ray_init._temp_dir"].startswith("/tmp/")
+    assert ov["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == "2"
+    assert Path(r["cwd"]) == spec.workdir.resolve()
+    from autotune.export import launch_argv
+
+    exported = launch_argv(spec.job, spec.cluster, spec.candidate)[3:]
+    assert all(a in r["argv"] for a in exported)  # the trial runs what `autotune export` writes
+    cmd = json.loads((spec.workdir / "command.json").read_text())
+    assert cmd["argv"][2:] == r["argv"]
+
+
+def test_measured_window_is_averaged(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.jsonl"
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok"), measure_from=2)
+    res = runner.run(make_spec(make_setup(), tmp_path, measure_step=4))
+    ov = FAKE.parse_overrides(records(rec)[0]["argv"])
+    steady = FAKE.step_throughput(ov, 2, "ok")
+    assert res.throughput == pytest.approx(steady)
+    assert "mean of steps 2-4" in res.reason and len(res.steps) == 4
+
+
+@pytest.mark.parametrize("mode,status,kind,words", [
+    ("gpu_oom", "oom", "gpu_oom", "Tried to allocate 4.64 GiB"),
+    ("vllm_start_oom", "oom", "vllm_start_oom", "Free memory on device"),
+    ("vllm_wakeup_oom", "oom", "vllm_wakeup_oom", "cumem_allocator"),
+    ("kv_cache", "oom", "kv_cache_too_small", "KV cache is needed"),
+    ("host_oom", "oom", "host_oom", "node running low on memory"),
+    ("sigkill", "oom", "host_oom", "OOM killer"),
+    ("nccl", "failed", "nccl_error", "NCCL error"),
+    ("config_error", "config_error", "config_error", "grad_offload"),
+    ("crash", "failed", "crash", "ActorDiedError"),
+    ("early_exit", "failed", "early_exit", "without reaching measured step 3"),
+])
+def test_failure_classes(tmp_path: Path, mode: str, status: str, kind: str, words: str) -> None:
+    res, _, rec, _ = run_mode(tmp_path, mode)
+    assert res.status.value == status
+    assert res.extra["failure"] == kind
+    assert words in res.reason
+    assert res.log_excerpt and Path(res.log_path).is_file()
+    assert leftovers(rec) == []
+    if mode == "gpu_oom":
+        assert res.steps and res.steps[0]["step"] == 1  # steps before the failure are kept
+    retried = kind in ("crash", "nccl_error")
+    assert len(res.extra["attempts"]) == (2 if retried else 1)
+    if retried:
+        assert "attempt 2" in res.reason
+
+
+def test_crash_unrelated_to_config_is_retried_once(tmp_path: Path) -> None:
+    res, _, rec, spec = run_mode(tmp_path, "crash_once")
+    assert res.status == TrialStatus.OK
+    assert [a["failure"] for a in res.extra["attempts"]] == ["crash", ""]
+    assert (spec.workdir / "verl.attempt2.log").is_file()
+    assert len(launches(rec)) == 2 and leftovers(rec) == []
+
+
+@pytest.mark.parametrize("mode,words", [
+    ("hang", "before the first step"),
+    ("hang_after_step", "after step 1"),
+    ("rollout_loop", "pending: 12, failure: 3"),
+])
+def test_stall_watchdog(tmp_path: Path, mode: str, words: str) -> None:
+    res, wall, rec, _ = run_mode(tmp_path, mode, stall_timeout_s=1.5)
+    assert res.status == TrialStatus.TIMEOUT and res.extra["failure"] == "stall"
+    assert words in res.reason and res.log_excerpt
+    assert wall < 10
+    assert leftovers(rec) == []
+
+
+def test_total_time_limit(tmp_path: Path) -> None:
+    res, wall, rec, _ = run_mode(tmp_path, "ok", env={"FAKE_VERL_STEP_S": "1.0"}, trial_timeout_s=1.2)
+    assert res.status == TrialStatus.TIMEOUT and res.extra["failure"] == "timeout"
+    assert "--trial-timeout" in res.reason
+    assert leftovers(rec) == []
+
+
+def test_children_that_escape_the_group_or_ignore_sigterm_are_killed(tmp_path: Path) -> None:
+    res, _, rec, _ = run_mode(tmp_path, "leave_child", grace_s=1.0)
+    assert res.status == TrialStatus.OK
+    r = records(rec)[0]
+    assert len(r["children"]) == 4
+    assert leftovers(rec) == []
+    assert res.extra["cleanup"]["sigkilled"]  # they ignored SIGTERM: SIGKILL after the grace period
+    assert res.extra["cleanup"]["remaining"] == []
+
+
+def test_driver_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    res, _, rec, _ = run_mode(tmp_path, "ignore_sigterm", grace_s=0.5)
+    assert res.status == TrialStatus.OK
+    assert records(rec)[0]["pid"] in res.extra["cleanup"]["sigkilled"]
+    assert leftovers(rec) == []
+
+
+def test_report_callback_prunes_a_slow_trial(tmp_path: Path) -> None:
+    seen: list[tuple[int, float]] = []
+
+    def report(step: int, thr: float) -> bool:
+        seen.append((step, thr))
+        return thr < 500
+
+    rec = tmp_path / "rec.jsonl"
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE="slow"))
+    res = runner.run(make_spec(make_setup(), tmp_path, measure_step=4, report=report))
+    assert res.status == TrialStatus.PRUNED and "stopped at step 1" in res.reason
+    assert seen == [(1, res.steps[0][verl.M_THROUGHPUT])]
+    assert leftovers(rec) == []
+    seen.clear()
+    res = fake_runner(env_for(rec, FAKE_VERL_MODE="ok")).run(
+        make_spec(make_setup(), tmp_path, number=1, measure_step=3, report=report))
+    assert res.status == TrialStatus.OK and [s for s, _ in seen] == [1, 2]  # steps before the measured one
+
+
+def test_ctrl_c_inside_run_cleans_up_and_propagates(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.jsonl"
+
+    def report(step: int, thr: float) -> bool:
+        raise KeyboardInterrupt  # as if Ctrl-C arrived while the trial ran
+
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok"))
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(make_spec(make_setup(), tmp_path, report=report))
+    assert records(rec) and leftovers(rec) == []
+
+
+class FakeNVML:
+    """Stands in for pynvml (no GPU here) to check the monitor's arithmetic and the busy-GPU refusal."""
+
+    def __init__(self, used: list[float]):
+        self.used = used  # GiB per GPU, mutable by the test
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802 - pynvml's names
+        return len(self.used)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:  # noqa: N802
+        return SimpleNamespace(used=int(self.used[h] * 2**30))
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:  # noqa: N802
+        return SimpleNamespace(gpu=50)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list:  # noqa: N802
+        return []
+
+
+def test_gpu_monitor_peaks_per_gpu() -> None:
+    nv = FakeNVML([1.0, 1.0])
+    mon = GpuMonitor(interval_s=0.01, nvml=nv)
+    mon.start()
+    nv.used[1] = 60.0
+    time.sleep(0.1)
+    nv.used[1] = 2.0
+    usage = mon.stop()
+    assert usage.available and usage.baseline_gib == (1.0, 1.0)
+    assert usage.peak_gib == (1.0, 60.0) and usage.peak_max_gib == 60.0
+    assert mon.wait_released(usage.baseline_gib, 1.5, 0.1) == []
+    assert mon.wait_released(usage.baseline_gib, 0.5, 0.1)  # GPU 1 still holds 1 GiB more
+
+
+def test_gpus_not_given_back_stop_the_next_trial(tmp_path: Path) -> None:
+    nv = FakeNVML([0.5] * 8)
+
+    class Leaky(GpuMonitor):
+        def __init__(self, interval_s: float):
+            super().__init__(interval_s=interval_s, nvml=nv)
+
+        def start(self) -> None:
+            super().start()
+            nv.used[3] = 70.0  # the "trial" takes GPU 3 and never gives it back
+
+    rec = tmp_path / "rec.jsonl"
+    runner = VerlRunner(fast_options(cleanup_timeout_s=0.3), entry=ENTRY, env=env_for(rec, FAKE_VERL_MODE="ok"),
+                        gpu_monitor=Leaky)
+    res = runner.run(make_spec(make_setup(), tmp_path))
+    assert res.status == TrialStatus.OK and res.peak_memory_gib == pytest.approx(70.0)
+    assert res.peak_memory_per_gpu_gib[3] == pytest.approx(70.0)
+    assert "GPU 3" in " ".join(res.extra["cleanup"]["gpu_busy"])
+    with pytest.raises(RunnerFatal, match="GPU 3"):
+        runner.run(make_spec(make_setup(), tmp_path, number=1))
+    assert len(launches(rec)) == 1  # nothing launched on busy GPUs
+
+
+def test_missing_data_stops_the_study_before_launch(tmp_path: Path) -> None:
+    from autotune.job import Job
+
+    job = Job.from_mapping({verl.TRAIN_FILES: str(tmp_path / "nope.parquet")}, "job.yaml")
+    rec = tmp_path / "rec.jsonl"
+    with pytest.raises(RunnerFatal, match="does not exist"):
+        fake_runner(env_for(rec)).run(make_spec(make_setup(job=job), tmp_path))
+    (tmp_path / "few.jsonl").write_text('{"prompt": "a"}\n' * 10)
+    job = Job.from_mapping({verl.TRAIN_FILES: str(tmp_path / "few.jsonl")}, "job.yaml")
+    with pytest.raises(RunnerFatal, match="holds 10 prompts, fewer than data.train_batch_size"):
+        fake_runner(env_for(rec)).run(make_spec(make_setup(job=job), tmp_path))
+    assert records(rec) == []
+
+
+def test_relative_data_paths_still_point_at_the_same_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.job import Job
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.jsonl").write_text('{"prompt": "a"}\n' * 600)
+    job = Job.from_mapping({verl.TRAIN_FILES: "train.jsonl"}, "job.yaml")
+    rec = tmp_path / "rec.jsonl"
+    res = fake_runner(env_for(rec, FAKE_VERL_MODE="ok")).run(make_spec(make_setup(job=job), tmp_path / "w"))
+    assert res.status == TrialStatus.OK
+    assert FAKE.parse_overrides(records(rec)[0]["argv"])[verl.TRAIN_FILES] == str(tmp_path / "train.jsonl")
+
+
+def test_the_cli_factory_cannot_take_a_test_entry_point() -> None:
+    with pytest.raises(RunnerUnavailable):
+        make_verl_runner(entry=["python", "x.py"])
+    with pytest.raises(RunnerUnavailable):
+        make_runner("verl", entry=["python", "x.py"])
+
+
+def test_dead_children_are_not_confused_with_reused_pids(tmp_path: Path) -> None:
+    res, _, rec, _ = run_mode(tmp_path, "ok")
+    r = records(rec)[0]
+    assert not any(pid_alive(p) for p in [r["pid"], *r["children"]])
