@@ -9,17 +9,18 @@ set -euo pipefail
 PY=${PYTHON:-python3}
 PIP=("$PY" -m pip install --disable-pip-version-check)
 
-# 1. CPU torch. A local CPU wheel is used where pip's find-links has one; else PyTorch's CPU index.
+# 1. CPU torch: this machine kind ships the CPU wheel of torch 2.13.0 in pip's find-links (/opt/wheels).
 if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
-    "${PIP[@]}" "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu
+    "${PIP[@]}" "torch==2.13.0"
 fi
 "$PY" -c 'import torch; assert not torch.version.cuda or torch.version.cuda is None, "CUDA torch installed"' \
     || { echo "install-verl-cpu.sh: a CUDA build of torch is installed; this script wants the CPU build" >&2; exit 1; }
 
 # 2. verl without its GPU requirements, then what `verl.utils.config` / `verl.workers.config` import.
 "${PIP[@]}" --no-deps "verl==0.9.1"
-"${PIP[@]}" "hydra-core>=1.3" "omegaconf>=2.3" "ray>=2.40" "tensordict>=0.8,<=0.10.0" "transformers" \
-    codetiming pydantic orjson numpy packaging pyarrow
+# Pinned: unpinned, pip picks tensordict and transformers outside verl 0.9.1's supported range.
+"${PIP[@]}" hydra-core==1.3.8 omegaconf==2.3.1 ray==2.60.0 tensordict==0.10.0 transformers==5.10.4 \
+    codetiming==1.4.0 orjson==3.13.0 pydantic numpy packaging pyarrow
 
 # 3. Check: verl's config composes and validates on this CPU-only machine.
 "$PY" - <<'PYCHECK'
