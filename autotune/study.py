@@ -228,13 +228,16 @@ class Tuner:
         if self.study.get_trials(deepcopy=False):
             return
         s = self.setup
-        if s.job.baseline_params():
-            self._enqueue(s.base.params(), origin="baseline")  # the user's current configuration
         ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
                                  objective=s.objective, refuse=lambda c: self.runner.refuse(c, s.job))
-        refs = [("stock", STOCK.params())]
+        # verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them.
+        stock = {**s.base.params(), **{k: v for k, v in STOCK.params().items() if k in s.space.names}}
+        refs = [("stock", Candidate.from_params(stock).params())]
+        if set(s.job.baseline_params()) & set(s.space.names):
+            # The job sets keys the space tunes: that is the user's current configuration, their reference.
+            refs.insert(0, ("baseline", s.base.params()))
         seeds = [("model-seed", s.space.project(p, s.context)) for p, _ in ranked]
-        # The model's favourite first, then verl's stock layout as the reference, then the other seeds.
+        # The model's favourite first, then the references (the user's and verl's stock), then the other seeds.
         for origin, params in seeds[:1] + refs + seeds[1:]:
             if origin == "model-seed":
                 self.study.enqueue_trial(params, user_attrs={"origin": origin})

@@ -295,3 +295,66 @@ def test_cli_dashboard_says_how_to_install_missing_dependencies(study, monkeypat
     monkeypatch.setattr(autotune.dashboard, "missing_dependencies", lambda: ["fastapi", "uvicorn"])
     assert main(["dashboard", "--storage", study[0]]) == 2
     assert "pip install -e '.[dashboard]'" in capsys.readouterr().err
+
+
+def test_trials_table_is_paged_sorted_and_filtered_on_the_server(client, study):
+    _, tuner = study
+    rows = tuner.store.trials(STUDY)
+    j = client.get(f"/api/study/{STUDY}/trials", params={"size": 5}).json()
+    keys = [c["key"] for c in j["columns"]]
+    num = keys.index("number")
+    assert j["total"] == j["matched"] == len(rows) and j["pages"] == -(-len(rows) // 5)
+    assert [r[num] for r in j["rows"]] == [r.number for r in rows[:5]]
+    last = client.get(f"/api/study/{STUDY}/trials", params={"size": 5, "page": 999}).json()
+    assert last["page"] == last["pages"] - 1 and [r[num] for r in last["rows"]] == [
+        r.number for r in rows[5 * last["page"]:]]
+    status = next(c for c in j["columns"] if c["key"] == "status")
+    assert set(status["options"]) == {r.status for r in rows}
+    # Largest throughput first, trials without one last; ties in trial order.
+    j = client.get(f"/api/study/{STUDY}/trials", params={"sort": "throughput", "desc": 1, "size": 500}).json()
+    ok = sorted((r for r in rows if r.status == "ok"), key=lambda r: (-r.throughput, r.number))
+    assert [r[num] for r in j["rows"]] == [r.number for r in ok] + [r.number for r in rows if r.status != "ok"]
+    # The page's filter syntax: =value on a parameter, >x on a number, a search over layout/reason/origin/status.
+    j = client.get(f"/api/study/{STUDY}/trials", params={"f.status": "=ok", "f.p:tp": "=2", "size": 500}).json()
+    assert [r[num] for r in j["rows"]] == [r.number for r in rows if r.status == "ok" and r.params["tp"] == 2]
+    cut = sorted(r.throughput for r in ok)[len(ok) // 2]
+    j = client.get(f"/api/study/{STUDY}/trials", params={"f.throughput": f">{cut}", "size": 500}).json()
+    assert j["matched"] == sum(r.throughput > cut for r in ok) > 0
+    j = client.get(f"/api/study/{STUDY}/trials", params={"search": "out of memory", "size": 500}).json()
+    assert [r[num] for r in j["rows"]] == [r.number for r in rows if "out of memory" in (r.reason or "")]
+    j = client.get(f"/api/study/{STUDY}/trials", params={"launched": 1, "f.status": "!=ok", "size": 500}).json()
+    assert j["matched"] == sum(r.launched and r.status != "ok" for r in rows)
+
+
+def test_filter_matches_the_pages_syntax():
+    m = data.matcher
+    assert m(">3000")(3000.5) and not m(">3000")(None) and not m(">3000")(2999)
+    assert m("<=4")(4) and m("!=ok")("oom") and not m("!=ok")("OK")
+    assert m("=2")(2) and m("=2")(2.0) and not m("=2")(20) and m("=true")(True) and m("=null")(None)
+    assert m("tp2")("tp2pp4") and m("2")(2) and not m("2")(12) and m("")("anything")
+    assert data.js_str(2.0) == "2" and data.js_str(["a", "b"]) == "a,b" and data.js_str(False) == "false"
+
+
+def test_long_history_is_sampled_with_the_best_line_and_failures_exact(study, monkeypatch):
+    url, tuner = study
+    rows = tuner.store.trials(STUDY)
+    ok = [r for r in rows if r.status == "ok"]
+    c = TestClient(create_app(url))
+    h = c.get(f"/api/study/{STUDY}/history").json()
+    assert not h["sampled"] and h["ok"]["x"] == [r.number for r in ok]
+    monkeypatch.setattr(data, "HISTORY_POINTS", 3)
+    monkeypatch.setattr(data, "HISTORY_BUCKETS", 2)
+    data.forget(tuner.store, STUDY)
+    h = c.get(f"/api/study/{STUDY}/history").json()
+    assert h["sampled"] and len(h["ok"]["x"]) < len(ok)
+    best, setters = -1.0, []
+    for r in ok:
+        if r.throughput > best:
+            best = r.throughput
+            setters.append(r.number)
+    assert set(setters) <= set(h["ok"]["x"])  # every trial that set a new best is shown...
+    assert h["best"]["x"][:len(setters)] == setters  # ... and the best-so-far line steps at each of them
+    assert h["best"]["y"][-1] == pytest.approx(best, abs=0.01) and h["best"]["x"][-1] == rows[-1].number
+    for st in ("oom", "failed", "timeout"):  # launched failures: every one
+        assert h["bad"][st]["x"] == [r.number for r in rows if r.status == st]
+    data.forget(tuner.store, STUDY)

@@ -94,6 +94,11 @@ def open_study(page, base: str, name: str = STUDY) -> None:
     page.wait_for_selector("body[data-ready='1']", timeout=20_000)
 
 
+def settled(page) -> None:
+    """Wait for the trials table to show the page last asked for (it is sorted and filtered on the server)."""
+    page.wait_for_selector("#trials[aria-busy='false']", timeout=20_000)
+
+
 def show(page, div: str) -> None:
     """Scroll a plot into view (plots are drawn when they come into view) and wait until it has traces."""
     page.locator(f"#{div}").scroll_into_view_if_needed()
@@ -141,31 +146,38 @@ def test_trials_table_sorts_and_filters(page, server):
     rows = tuner.store.trials(STUDY)
     best = tuner.store.best(STUDY)
     page.click("#trials thead th[data-key='throughput']")
+    settled(page)
     first = page.get_attribute("#trials tbody tr:first-child", "data-number")
     assert int(first) == best.number  # numbers sort largest first
     page.click("#trials thead th[data-key='throughput']")
+    settled(page)
     nums = page.eval_on_selector_all("#trials tbody tr", "trs => trs.map(t => Number(t.dataset.number))")
     ok_sorted = [r.number for r in sorted((r for r in rows if r.status == "ok"), key=lambda r: (r.throughput,
                                                                                                     r.number))]
     assert nums[: len(ok_sorted)] == ok_sorted  # ascending, empty cells last
     page.select_option("select[data-filter='status']", "=ok")
+    settled(page)
     statuses = page.eval_on_selector_all("#trials tbody tr", "trs => trs.map(t => t.className)")
     assert statuses and set(statuses) == {"st-ok"}
     assert page.inner_text("#trial-count").startswith(f"{len(ok_sorted)} of {len(rows)}")
     tp_col = page.eval_on_selector_all("#trials thead tr:first-child th", "ths => ths.map(t => t.dataset.key)").index(
         "p:tp")
     page.select_option("select[data-filter='p:tp']", "=2")
+    settled(page)
     tps = page.eval_on_selector_all(f"#trials tbody tr td:nth-child({tp_col + 1})",
                                     "tds => tds.map(t => t.textContent)")
     expected = [r for r in rows if r.status == "ok" and r.params["tp"] == 2]
     assert set(tps) == {"2"} and len(tps) == len(expected)
     page.click("#clear-filters")
+    settled(page)
     page.fill("input[data-filter='throughput']", f">{best.throughput - 0.01}")
+    settled(page)
     top = sorted((r for r in rows if r.status == "ok" and r.throughput > best.throughput - 0.01),
                  key=lambda r: (r.throughput, r.number))
     assert page.eval_on_selector_all("#trials tbody tr", "trs => trs.map(t => Number(t.dataset.number))") == [
         r.number for r in top]
     page.click("#clear-filters")
+    settled(page)
     assert page.inner_text("#trial-count").startswith(f"{len(rows)} of {len(rows)}")
 
 

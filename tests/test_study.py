@@ -180,3 +180,35 @@ def test_infeasible_space_stops_without_launching(sqlite_url, tmp_path, monkeypa
 
 def test_statuses_are_the_documented_set():
     assert {s.value for s in TrialStatus} >= {"ok", "oom", "pruned", "timeout", "failed"}
+
+
+def test_the_jobs_own_layout_is_the_baseline_trial(sqlite_url):
+    job = Job.from_mapping({
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 4,
+        "actor_rollout_ref.actor.use_dynamic_bsz": True,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 20480,
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 32768,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+    })
+    setup = make_setup(job=job)
+    tuner = Tuner(setup, SimulateRunner(), sqlite_url, "b")
+    tuner.run(n_trials=3)
+    rows = tuner.store.trials("b")
+    assert [r.origin for r in rows[:3]] == ["model-seed", "baseline", "stock"]
+    base = rows[1].params
+    assert (base["tp"], base["rollout_tp"], base["ppo_max_token_len_per_gpu"]) == (4, 1, 20480)
+
+
+def test_a_job_that_fixes_only_untuned_keys_has_no_baseline(sqlite_url, tmp_path):
+    from autotune.space import parse_space
+
+    space = parse_space("name: small\ndimensions:\n  tp: {choices: [2, 4]}\n  rollout_tp: {choices: [1, 2]}\n", "s.yaml")
+    job = Job.from_mapping({"actor_rollout_ref.actor.use_dynamic_bsz": True,
+                            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 16384,
+                            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 32768})
+    setup = dataclasses.replace(make_setup(job=job), space=space)
+    tuner = Tuner(setup, SimulateRunner(), sqlite_url, "nb", space_text="x")
+    tuner.run(n_trials=2)
+    rows = tuner.store.trials("nb")
+    assert "baseline" not in {r.origin for r in rows}
+    assert all(r.params["use_dynamic_bsz"] and r.params["ppo_max_token_len_per_gpu"] == 16384 for r in rows)

@@ -131,6 +131,18 @@ def create_app(storage_url: str, store: Store | None = None) -> FastAPI:
     def api_data(name: str) -> Response:
         return JSONResponse(data.study_data(store, get_study(name)))
 
+    @app.get("/api/study/{name:path}/history")
+    def api_history(name: str) -> Response:
+        return JSONResponse(data.history(store, get_study(name)))
+
+    @app.get("/api/study/{name:path}/trials")
+    def api_trials(request: Request, name: str, sort: str = "number", desc: bool = False, page: int = 0,
+                   size: int = data.TABLE_PAGE, search: str = "", launched: bool = False) -> Response:
+        """A page of the trials table: sorted, filtered (`f.<column>=<filter>`) and searched on the server."""
+        filters = {k[2:]: v for k, v in request.query_params.items() if k.startswith("f.")}
+        return JSONResponse(data.table_page(store, get_study(name), sort, desc, page, size, filters, search,
+                                            launched))
+
     @app.get("/api/study/{name:path}/importance")
     def api_importance(name: str, evaluator: str = "default") -> dict[str, Any]:
         get_study(name)
@@ -210,8 +222,7 @@ def create_app(storage_url: str, store: Store | None = None) -> FastAPI:
     @app.get("/study/{name:path}", response_class=HTMLResponse)
     def study_page(request: Request, name: str) -> HTMLResponse:
         st = get_study(name)
-        return page(request, "study.html", study=st, s=data.summary(store, st), formats=FORMATS,
-                    version=data.version(store, name), f=data.failures(store, name))
+        return page(request, "study.html", study=st, s=data.summary(store, st), formats=FORMATS)
 
     return app
 

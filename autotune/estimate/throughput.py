@@ -39,7 +39,7 @@ class Efficiency:
     train: float = 0.9  # share of bf16 peak that the update's GEMMs reach, compute-bound part
     forward: float = 0.6  # the same for verl's log-prob passes (more Python and gather overhead)
     intensity: float = 213.0  # FLOPs per byte of HBM traffic of the whole update (norms, copies, optimizer)
-    tokens_half: float = 2048.0  # micro-batch size (tokens) at which GEMM efficiency halves
+    tokens_half: float = 1024.0  # micro-batch size (tokens) at which GEMM efficiency halves
     # Per extra TP rank, at hidden size 4096: smaller GEMMs and exposed all-gather/reduce-scatter. Communication
     # per token grows with h and compute with h^2, so the penalty scales as 4096/h.
     tp_penalty: float = 0.04

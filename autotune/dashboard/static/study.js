@@ -1,6 +1,8 @@
-// The study page: plots and the trials table from /api/study/<name>/data, refreshed when the study changes.
-// Text from the database goes into the page through textContent only (never innerHTML), and into Plotly
-// hover text through esc().
+// The study page. First view: the optimisation history (/history: a sample of a long study, the best-so-far line and
+// every failure exact) and the first page of the trials table (/trials: sorted, filtered and paged on the server).
+// Once that is drawn, every trial (/data) is loaded for the plots further down, each drawn when it comes into view.
+// Refreshed when the study changes. Text from the database goes into the page through textContent only (never
+// innerHTML), and into Plotly hover text through esc().
 'use strict';
 
 const PAGE = JSON.parse(document.getElementById('page-data').textContent);
@@ -20,8 +22,9 @@ const BASE_LAYOUT = {
 };
 const CONFIG = {displaylogo: false, responsive: true};
 
-let D = null;
-let version = PAGE.version;
+let D = null;  // every trial: loaded after the first view
+let H = null;  // the history as first drawn
+let version = null;
 const state = {sort: {key: 'number', dir: 1}, filters: {}, search: '', page: 0, selected: new Set(),
   launchedOnly: false};
 let columns = [];
@@ -46,7 +49,7 @@ function idxs(pred) {
   return out;
 }
 function gl(n) { return n > 2000 ? 'scattergl' : 'scatter'; }  // WebGL only where SVG would be slow
-function simTag() { return D.simulated ? ' (SIMULATED)' : ''; }
+function simTag() { return PAGE.simulated ? ' (SIMULATED)' : ''; }
 function plot(id, traces, layout) {
   const div = document.getElementById(id);
   Plotly.react(div, traces, Object.assign({}, BASE_LAYOUT, layout || {}), CONFIG);
@@ -58,38 +61,65 @@ function noData(id, message) {
 }
 
 // ---------- plots ----------
-function drawHistory() {
+function historyFromFull() {
+  // Every point, in the shape /history sends (the page draws both the same way).
   const T = D.trials;
   const ok = idxs(i => T.throughput[i] !== null);
+  const best = {x: [], y: []};
+  let prev = null;
+  for (let i = 0; i < T.number.length; i++) {
+    const b = D.best_so_far[i];
+    if (b !== null && b !== prev) { best.x.push(T.number[i]); best.y.push(b); prev = b; }
+  }
+  if (best.x.length && best.x[best.x.length - 1] !== T.number[T.number.length - 1]) {
+    best.x.push(T.number[T.number.length - 1]); best.y.push(prev);
+  }
+  const pred = idxs(i => T.launched[i] && T.predicted[i] !== null);
+  const bad = {};
+  for (let i = 0; i < T.number.length; i++) {
+    if (T.status[i] === 'ok' || T.status[i] === 'running') continue;
+    const g = (bad[T.status[i]] ||= {x: [], y: [], reason: []});
+    g.x.push(T.number[i]); g.y.push(T.cls[i]); g.reason.push(T.reason[i]);
+  }
+  return {version: D.version, n: T.number.length, sampled: false, reasons: D.reasons, bad, best,
+    ok: {x: ok.map(i => T.number[i]), y: ok.map(i => T.throughput[i]), layout: ok.map(i => D.layouts[T.layout[i]])},
+    predicted: {x: pred.map(i => T.number[i]), y: pred.map(i => T.predicted[i])}};
+}
+
+function drawHistory(h) {
+  const note = document.getElementById('history-note');
+  note.hidden = !h.sampled;
+  if (h.sampled) {
+    document.getElementById('history-note-text').textContent = `A sample of the ${h.n_points.toLocaleString()} ` +
+      'points: every failure and the best-so-far line exact, the slowest and fastest trial of each slice.';
+  }
+  if (!h.n) return noData('plot-history', 'No trial yet');
   const traces = [{
-    type: gl(T.number.length), mode: 'markers', name: 'throughput' + simTag(), x: ok.map(i => T.number[i]),
-    y: ok.map(i => T.throughput[i]), marker: {color: STATUS_COLORS.ok, size: 7},
-    text: ok.map(i => esc(D.layouts[T.layout[i]])), hovertemplate: 'trial %{x}: %{y:.1f} tokens/s/GPU<br>%{text}<extra></extra>',
+    type: gl(h.ok.x.length), mode: 'markers', name: 'throughput' + simTag(), x: h.ok.x, y: h.ok.y,
+    marker: {color: STATUS_COLORS.ok, size: 7},
+    text: h.ok.layout.map(esc), hovertemplate: 'trial %{x}: %{y:.1f} tokens/s/GPU<br>%{text}<extra></extra>',
   }, {
-    type: 'scatter', mode: 'lines', name: 'best so far', x: T.number, y: D.best_so_far,
+    type: 'scatter', mode: 'lines', name: 'best so far', x: h.best.x, y: h.best.y,
     line: {color: '#111827', width: 2, shape: 'hv'}, hoverinfo: 'skip',
+  }, {
+    type: gl(h.predicted.x.length), mode: 'markers', name: 'predicted', visible: 'legendonly', x: h.predicted.x,
+    y: h.predicted.y, marker: {color: '#9ca3af', symbol: 'circle-open', size: 6},
   }];
-  const launched = idxs(i => T.launched[i] && T.predicted[i] !== null);
-  traces.push({
-    type: gl(T.number.length), mode: 'markers', name: 'predicted', visible: 'legendonly', x: launched.map(i => T.number[i]),
-    y: launched.map(i => T.predicted[i]), marker: {color: '#9ca3af', symbol: 'circle-open', size: 6},
-  });
-  const bad = idxs(i => T.status[i] !== 'ok' && T.status[i] !== 'running');
-  const byStatus = {};
-  for (const i of bad) (byStatus[T.status[i]] ||= []).push(i);
-  for (const [st, ii] of Object.entries(byStatus)) {
+  for (const [st, g] of Object.entries(h.bad)) {
     traces.push({
-      type: gl(T.number.length), mode: 'markers', name: st, x: ii.map(i => T.number[i]), y: ii.map(i => T.cls[i]),
+      type: gl(g.x.length), mode: 'markers', name: st, x: g.x, y: g.y,
       yaxis: 'y2', marker: {color: STATUS_COLORS[st] || '#444', symbol: st === 'pruned' ? 'line-ns-open' : 'x',
-        size: 8}, text: ii.map(i => esc(D.reasons[T.reason[i]]).slice(0, 160)),
+        size: 8}, text: g.reason.map(k => esc(h.reasons[k]).slice(0, 160)),
       hovertemplate: 'trial %{x}: %{y}<br>%{text}<extra></extra>',
     });
   }
-  if (!T.number.length) return noData('plot-history', 'No trial yet');
+  // A left margin wide enough for the class names, not automargin: that draws every point twice.
+  const classes = Object.values(h.bad).flatMap(g => g.y);
+  const widest = classes.reduce((m, c) => Math.max(m, c.length), 0);
   plot('plot-history', traces, {
-    height: 460, xaxis: {title: {text: 'trial'}, anchor: 'y2'},
+    height: 460, xaxis: {title: {text: 'trial'}, anchor: 'y2'}, margin: {l: Math.max(60, 24 + 6.5 * widest), r: 20, t: 30, b: 45},
     yaxis: {title: {text: 'tokens/s/GPU' + simTag()}, domain: [0.34, 1]},
-    yaxis2: {domain: [0, 0.26], type: 'category', automargin: true, title: {text: 'no number'}},
+    yaxis2: {domain: [0, 0.26], type: 'category', title: {text: 'no number', standoff: 4}},
   });
 }
 
@@ -271,37 +301,12 @@ async function drawImportance() {
   } catch (e) { msg.textContent = 'importance unavailable: ' + e; }
 }
 
-// ---------- trials table ----------
-function buildColumns() {
-  const T = D.trials;
-  const cols = [
-    {key: 'sel', label: '', nofilter: true, nosort: true},
-    {key: 'number', label: '#', num: true, get: i => T.number[i]},
-    {key: 'status', label: 'status', get: i => T.status[i]},
-    {key: 'cls', label: 'class', get: i => T.cls[i]},
-    {key: 'origin', label: 'origin', get: i => T.origin[i]},
-    {key: 'layout', label: 'layout', get: i => D.layouts[T.layout[i]]},
-    {key: 'throughput', label: 'tokens/s/GPU' + (D.simulated ? ' (sim)' : ''), num: true, get: i => T.throughput[i]},
-    {key: 'predicted', label: 'predicted', num: true, get: i => T.predicted[i]},
-    {key: 'pred_mem', label: 'mem pred GiB', num: true, get: i => T.pred_mem[i]},
-    {key: 'mem', label: 'mem meas GiB', num: true, get: i => T.mem[i]},
-    {key: 'duration', label: 'duration s', num: true, get: i => T.duration[i]},
-  ];
-  for (const ph of D.phase_names) cols.push({key: 'ph:' + ph, label: ph + ' s', num: true, get: i => T.phases[ph][i]});
-  for (const p of D.param_names) cols.push({key: 'p:' + p, label: p, get: i => T.params[p][i], param: true});
-  cols.push({key: 'reason', label: 'reason', get: i => D.reasons[T.reason[i]], wide: true});
-  cols.push({key: 'note', label: 'note', get: i => (T.note[i] ? 'yes' : ''), });
-  return cols;
-}
-
-function distinct(col) {
-  const s = new Set();
-  for (let i = 0; i < D.trials.number.length && s.size <= 15; i++) s.add(String(col.get(i)));
-  return [...s].sort((a, b) => (isFinite(a) && isFinite(b) ? a - b : a.localeCompare(b)));
-}
+// ---------- trials table (a page at a time from the server) ----------
+let tableSeq = 0;
+let headSig = '';
+let textTimer = null;
 
 function buildHead() {
-  columns = buildColumns();
   const thead = document.querySelector('#trials thead');
   const r1 = el('tr'); const r2 = el('tr', {class: 'filters'});
   for (const c of columns) {
@@ -309,24 +314,25 @@ function buildHead() {
     if (state.sort.key === c.key) th.classList.add(state.sort.dir > 0 ? 'asc' : 'desc');
     if (!c.nosort) th.addEventListener('click', () => {
       state.sort = {key: c.key, dir: state.sort.key === c.key ? -state.sort.dir : (c.num ? -1 : 1)};
-      state.page = 0; buildHead(); renderTable();
+      state.page = 0; buildHead(); reloadTable();
     });
     r1.appendChild(th);
     const fh = el('th');
     if (!c.nofilter) {
-      const vals = !c.num || c.param ? distinct(c) : [];
       let input;
-      if (vals.length && vals.length <= 15 && c.key !== 'reason' && c.key !== 'layout') {
+      if (c.options && c.key !== 'reason' && c.key !== 'layout') {
         input = el('select', {'data-filter': c.key});
         input.appendChild(el('option', {value: ''}, 'all'));
-        for (const v of vals) input.appendChild(el('option', {value: '=' + v}, v));
+        for (const v of c.options) input.appendChild(el('option', {value: '=' + v}, v));
       } else {
         input = el('input', {'data-filter': c.key, type: 'text', placeholder: 'filter'});
       }
       input.value = state.filters[c.key] || '';
-      input.addEventListener(input.tagName === 'SELECT' ? 'change' : 'input', () => {
-        state.filters[c.key] = input.value; state.page = 0; renderTable();
-      });
+      if (input.tagName === 'SELECT') {
+        input.addEventListener('change', () => { state.filters[c.key] = input.value; state.page = 0; reloadTable(); });
+      } else {
+        input.addEventListener('input', () => { state.filters[c.key] = input.value; state.page = 0; reloadTable(150); });
+      }
       fh.appendChild(input);
     }
     r2.appendChild(fh);
@@ -334,92 +340,71 @@ function buildHead() {
   thead.replaceChildren(r1, r2);
 }
 
-function matches(v, f) {
-  f = f.trim();
-  if (!f) return true;
-  const m = f.match(/^(>=|<=|!=|>|<|=)\s*(.*)$/);
-  const op = m ? m[1] : null;
-  const rhs = m ? m[2] : f;
-  const sv = String(v);
-  const nv = typeof v === 'number' ? v : (v === null || v === '' ? NaN : Number(v));
-  const nr = Number(rhs);
-  if (op === '=' || op === '!=') {
-    const eq = sv.toLowerCase() === rhs.toLowerCase() || (!isNaN(nv) && rhs !== '' && !isNaN(nr) && nv === nr);
-    return op === '=' ? eq : !eq;
-  }
-  if (op) {
-    if (isNaN(nv) || isNaN(nr)) return false;
-    return op === '>' ? nv > nr : op === '<' ? nv < nr : op === '>=' ? nv >= nr : nv <= nr;
-  }
-  if (typeof v === 'number' && !isNaN(nr)) return v === nr;
-  return sv.toLowerCase().includes(rhs.toLowerCase());
+function tableQuery() {
+  const p = new URLSearchParams({sort: state.sort.key, desc: state.sort.dir < 0 ? '1' : '0', page: state.page,
+    size: PAGE_SIZE});
+  if (state.search.trim()) p.set('search', state.search);
+  if (state.launchedOnly) p.set('launched', '1');
+  for (const [k, v] of Object.entries(state.filters)) if (v && v.trim()) p.set('f.' + k, v);
+  return p;
 }
 
-function filtered() {
-  const T = D.trials;
-  const active = columns.filter(c => (state.filters[c.key] || '').trim());
-  const q = state.search.trim().toLowerCase();
-  const out = [];
-  for (let i = 0; i < T.number.length; i++) {
-    if (state.launchedOnly && !T.launched[i]) continue;
-    if (active.some(c => !matches(c.get(i), state.filters[c.key]))) continue;
-    if (q && !(D.layouts[T.layout[i]].toLowerCase().includes(q) || D.reasons[T.reason[i]].toLowerCase().includes(q) ||
-        T.origin[i].includes(q) || T.status[i].includes(q) || String(T.number[i]) === q)) continue;
-    out.push(i);
-  }
-  const col = columns.find(c => c.key === state.sort.key) || columns[1];
-  const dir = state.sort.dir;
-  out.sort((a, b) => {
-    const va = col.get(a); const vb = col.get(b);
-    const na = va === null || va === undefined; const nb = vb === null || vb === undefined;
-    if (na || nb) return na && nb ? a - b : na ? 1 : -1;  // empty cells last, either direction
-    if (typeof va === 'number' && typeof vb === 'number') return (va - vb) * dir || a - b;
-    return String(va).localeCompare(String(vb), undefined, {numeric: true}) * dir || a - b;
-  });
-  return out;
+// The table is marked busy from the moment a change is asked for until its page is shown (the latest one wins).
+function reloadTable(delay) {
+  const seq = ++tableSeq;
+  document.getElementById('trials').setAttribute('aria-busy', 'true');
+  clearTimeout(textTimer);
+  const go = () => fetch(`/api/study/${QS}/trials?${tableQuery()}`).then(r => {
+    if (!r.ok) throw new Error(`trials: HTTP ${r.status}`);
+    return r.json();
+  }).then(j => { if (seq === tableSeq) showTable(j); }).catch(e => setLive('error: ' + e.message, 'offline'));
+  if (delay) { return new Promise(res => { textTimer = setTimeout(() => go().then(res), delay); }); }
+  return go();
 }
 
-function renderTable() {
-  const rows = filtered();
-  const pages = Math.max(1, Math.ceil(rows.length / PAGE_SIZE));
-  state.page = Math.min(state.page, pages - 1);
-  const slice = rows.slice(state.page * PAGE_SIZE, (state.page + 1) * PAGE_SIZE);
+function showTable(j) {
+  const sig = JSON.stringify(j.columns);
+  columns = j.columns;
+  if (sig !== headSig) { headSig = sig; buildHead(); }
+  state.page = j.page;
   const tbody = document.querySelector('#trials tbody');
   const frag = document.createDocumentFragment();
-  const T = D.trials;
-  for (const i of slice) {
-    const tr = el('tr', {'data-number': T.number[i], class: 'st-' + T.status[i]});
+  for (const row of j.rows) {
+    const v = Object.fromEntries(columns.map((c, k) => [c.key, row[k]]));
+    const tr = el('tr', {'data-number': v.number, class: 'st-' + v.status});
     for (const c of columns) {
       const td = el('td', {class: c.num ? 'num' : (c.wide ? 'reason' : '')});
       if (c.key === 'sel') {
         const cb = el('input', {type: 'checkbox', title: 'compare phase timings'});
-        cb.checked = state.selected.has(T.number[i]);
+        cb.checked = state.selected.has(v.number);
         cb.addEventListener('change', () => {
-          if (cb.checked) state.selected.add(T.number[i]); else state.selected.delete(T.number[i]);
+          if (cb.checked) state.selected.add(v.number); else state.selected.delete(v.number);
           draw('plot-phases');
         });
         td.appendChild(cb);
       } else if (c.key === 'number') {
-        td.appendChild(el('a', {href: `/study/${QS}/trial/${T.number[i]}`}, String(T.number[i])));
+        td.appendChild(el('a', {href: `/study/${QS}/trial/${v.number}`}, String(v.number)));
       } else if (c.key === 'status') {
-        td.appendChild(el('span', {class: 'badge st-' + T.status[i]}, T.status[i]));
+        td.appendChild(el('span', {class: 'badge st-' + v.status}, v.status));
       } else {
-        const v = c.get(i);
-        td.textContent = c.num ? fmtNum(v, 1) : (v === null || v === undefined ? '-' : String(v));
-        if (c.wide) td.title = String(v);
+        const x = v[c.key];
+        td.textContent = c.num ? fmtNum(x, 1) : (x === null || x === undefined ? '-' : String(x));
+        if (c.wide) td.title = String(x);
       }
       tr.appendChild(td);
     }
     frag.appendChild(tr);
   }
   tbody.replaceChildren(frag);
-  document.getElementById('trial-count').textContent = `${rows.length} of ${T.number.length} trials`;
-  document.getElementById('page-info').textContent = `page ${state.page + 1} / ${pages}`;
+  document.getElementById('trial-count').textContent = `${j.matched} of ${j.total} trials`;
+  document.getElementById('page-info').textContent = `page ${j.page + 1} / ${j.pages}`;
+  document.getElementById('trials').setAttribute('aria-busy', 'false');
+  document.body.dataset.trials = String(j.total);
 }
 
 // ---------- loading and refreshing ----------
-// Plots are drawn when they come into view (and redrawn there when the data changed), so the page is ready as
-// soon as the first screen is: WebGL plots (parallel coordinates, large scatter plots) are slow to start.
+// The plots below the history are drawn when they come into view (and redrawn there when the data changed), from
+// every trial's data, which is loaded once the first view is ready: none of it is on the way to the first view.
 const timings = window.dashboardTimings = {};
 function timed(name, f) {
   const t0 = performance.now();
@@ -427,19 +412,34 @@ function timed(name, f) {
   timings[name] = Math.round(performance.now() - t0);
 }
 const DRAWERS = {
-  'plot-history': drawHistory, 'plot-phases': drawPhases, 'plot-memory': drawMemory,
+  'plot-phases': drawPhases, 'plot-memory': drawMemory,
   'plot-heat-tp-pp': () => drawHeat('plot-heat-tp-pp', D.heat_tp_pp, 'best throughput by actor (TP, PP)'),
   'plot-heat-rollout': () => drawHeat('plot-heat-rollout', D.heat_rollout,
     'best throughput by rollout TP × gpu_memory_utilization'),
   'plot-parallel': drawParallel, 'plot-slice': drawSlice, 'plot-timeline': drawTimeline,
-  'plot-failures': drawFailures, 'plot-importance': drawImportance,
+  'plot-failures': drawFailures, 'plot-importance': drawImportance, 'failures-body': loadFailures,
 };
+const NEEDS_DATA = id => id !== 'plot-importance' && id !== 'failures-body';
+let started = false;  // the first view is drawn: the rest may load
+let full = null;  // the promise of every trial's data for the current version
 const visible = new Set();
-const dirty = new Set();
+const dirty = new Set(Object.keys(DRAWERS));
+
+function loadFull() {
+  if (!full) {
+    full = fetch(`/api/study/${QS}/data`).then(r => {
+      if (!r.ok) throw new Error(`data: HTTP ${r.status}`);
+      return r.json();
+    }).then(j => { D = j; return j; });
+    full.catch(e => { full = null; setLive('error: ' + e.message, 'offline'); });
+  }
+  return full;
+}
 function draw(id) {
-  if (!D) return;
+  if (!started) { dirty.add(id); return; }
   dirty.delete(id);
-  timed(id, DRAWERS[id]);
+  if (!NEEDS_DATA(id)) return timed(id, DRAWERS[id]);
+  loadFull().then(() => timed(id, DRAWERS[id]), () => dirty.add(id));
 }
 const observer = new IntersectionObserver(entries => {
   for (const e of entries) {
@@ -448,32 +448,39 @@ const observer = new IntersectionObserver(entries => {
   }
 }, {rootMargin: '300px'});
 for (const id of Object.keys(DRAWERS)) observer.observe(document.getElementById(id));
-function drawAll() {
-  for (const id of Object.keys(DRAWERS)) {
-    dirty.add(id);
-    if (visible.has(id)) draw(id);
-  }
+function drawVisible() {
+  for (const id of Object.keys(DRAWERS)) if (visible.has(id) && dirty.has(id)) draw(id);
 }
 
-async function loadData() {
-  const r = await fetch(`/api/study/${QS}/data`);
-  if (!r.ok) throw new Error(`data: HTTP ${r.status}`);
-  const fresh = await r.json();
-  const columnsChanged = !D || D.param_names.join() !== fresh.param_names.join() ||
-    D.phase_names.join() !== fresh.phase_names.join() || D.trials.number.length !== fresh.trials.number.length;
-  D = fresh;
-  version = D.version;
-  timed('table', () => { if (columnsChanged) buildHead(); renderTable(); });
-  drawAll();
-  document.body.dataset.trials = String(D.trials.number.length);
-  document.body.dataset.version = D.version;
+async function loadFailures() {
+  const r = await fetch(`/study/${QS}/fragment/failures`);
+  if (r.ok) document.getElementById('failures-body').innerHTML = await r.text();  // server-rendered, autoescaped
+}
+
+async function json(respOrPromise) {
+  const r = await respOrPromise;
+  if (!r.ok) throw new Error(`${new URL(r.url).pathname}: HTTP ${r.status}`);
+  return r.json();
+}
+
+// The first view: the history and the first page of the table, asked for by the page's head (or again on a change).
+async function loadFirst(first) {
+  if (first) timings['at: scripts run'] = Math.round(performance.now());
+  const [h, t] = await Promise.all([
+    json(first ? first.history : fetch(`/api/study/${QS}/history`)),
+    first ? json(first.table) : reloadTable(),
+  ]);
+  if (first) timings['at: first view data in'] = Math.round(performance.now());
+  H = h;
+  version = h.version;
+  document.body.dataset.version = h.version;
+  if (first) timed('table', () => showTable(t));
+  timed('plot-history', () => drawHistory(h));
 }
 
 async function refreshFragments() {
-  for (const [id, path] of [['summary', 'summary'], ['failures-body', 'failures']]) {
-    const r = await fetch(`/study/${QS}/fragment/${path}`);
-    if (r.ok) document.getElementById(id).innerHTML = await r.text();  // server-rendered, autoescaped
-  }
+  const r = await fetch(`/study/${QS}/fragment/summary`);
+  if (r.ok) document.getElementById('summary').innerHTML = await r.text();  // server-rendered, autoescaped
 }
 
 function setLive(text, cls) {
@@ -488,8 +495,11 @@ async function poll() {
     if (!r.ok) throw new Error(`HTTP ${r.status}`);
     const v = (await r.json()).version;
     if (v !== version) {
-      await loadData();
+      full = null;  // every view is redrawn from the new data, the ones in view now, the others when they come
+      for (const id of Object.keys(DRAWERS)) dirty.add(id);
+      await loadFirst(null);
       await refreshFragments();
+      drawVisible();
     }
     const running = Number((version.split('-')[1]) || 0);
     setLive(running ? `live · ${running} running` : 'live · idle', running ? 'running' : 'idle');
@@ -512,25 +522,35 @@ function wire() {
   document.getElementById('save-study-note').addEventListener('click', saveNote);
   document.getElementById('evaluator').addEventListener('change', () => draw('plot-importance'));
   document.getElementById('slice-param').addEventListener('change', () => draw('plot-slice'));
+  document.getElementById('history-all').addEventListener('click', () => {
+    loadFull().then(() => timed('plot-history (every point)', () => drawHistory(historyFromFull())));
+  });
   document.getElementById('trial-search').addEventListener('input', e => {
-    state.search = e.target.value; state.page = 0; renderTable();
+    state.search = e.target.value; state.page = 0; reloadTable(150);
   });
   document.getElementById('launched-only').addEventListener('change', e => {
-    state.launchedOnly = e.target.checked; state.page = 0; renderTable();
+    state.launchedOnly = e.target.checked; state.page = 0; reloadTable();
   });
   document.getElementById('clear-filters').addEventListener('click', () => {
     state.filters = {}; state.search = ''; state.launchedOnly = false; state.page = 0;
     document.getElementById('trial-search').value = '';
     document.getElementById('launched-only').checked = false;
-    buildHead(); renderTable();
+    buildHead(); reloadTable();
   });
-  document.getElementById('prev-page').addEventListener('click', () => { state.page = Math.max(0, state.page - 1); renderTable(); });
-  document.getElementById('next-page').addEventListener('click', () => { state.page += 1; renderTable(); });
+  document.getElementById('prev-page').addEventListener('click', () => { state.page = Math.max(0, state.page - 1); reloadTable(); });
+  document.getElementById('next-page').addEventListener('click', () => { state.page += 1; reloadTable(); });
 }
 
 wire();
-// Ready: data loaded, table rendered, and the plots in view drawn (the observer draws them before the next frame).
-loadData().then(() => new Promise(r => requestAnimationFrame(() => setTimeout(r))))
-  .then(() => { document.body.dataset.ready = '1'; })
+// Ready: the history drawn and the first page of the table shown (painted by the next frame). Then the rest loads:
+// every trial's data, when the browser is idle, and the plots in view are drawn from it.
+loadFirst(window.FIRST).then(() => new Promise(r => requestAnimationFrame(() => setTimeout(r))))
+  .then(() => {
+    document.body.dataset.ready = '1';
+    timings['at: ready'] = Math.round(performance.now());
+    started = true;
+    const rest = () => { drawVisible(); loadFull().catch(() => {}); };
+    if (window.requestIdleCallback) requestIdleCallback(rest, {timeout: 500}); else setTimeout(rest, 50);
+  })
   .catch(e => setLive('error: ' + e.message, 'offline'))
   .finally(() => setTimeout(poll, POLL_MS));
