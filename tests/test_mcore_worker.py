@@ -118,6 +118,20 @@ def test_scale_result_only_when_cut():
     assert scale_result(res, full) == {}
 
 
+def test_scaling_keeps_depth_independent_memory_fixed():
+    # 72B cut to 1 of 80 layers (as a lone H100 measures it): embedding state, logits and the CUDA context do not
+    # grow with depth, so scaling only the rest must stay far below 80x the whole reading.
+    m = dataclasses.asdict(get_model("qwen2.5-72b").with_layers(1))
+    spec = validate_spec(_spec(model=m, full_num_layers=80, tokens_per_microbatch=12288), 1)
+    res = {"throughput_train": 30000.0, "nvml_used_gib_max": 78.2, "nvml_baseline_gib": 2.5, "world_size": 1,
+           "step_time_s": 1.0}
+    scaled = scale_result(res, spec)["nvml_used_gib_max_scaled"]
+    emb = 2 * 152064 * 8192 * 18 / 2**30
+    logits = 6 * 12288 * 152064 / 2**30
+    assert scaled == pytest.approx(emb + logits + 2.5 + (78.2 - emb - logits - 2.5) * 80)
+    assert scaled < 2000
+
+
 def test_flops_per_token_grows_with_layers_and_seq():
     m = dataclasses.asdict(get_model("qwen2.5-7b"))
     assert flops_per_token(m, 28, 4096) > flops_per_token(m, 8, 4096)

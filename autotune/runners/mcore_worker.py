@@ -61,9 +61,10 @@ SPEC_DEFAULTS = {
 MEMORY_SCALING_RULE = (
     "mem_full = fixed + (mem_cut - fixed) * full_num_layers / num_layers, where fixed = bytes of the "
     "embedding/output weights held by the rank (bf16 param 2 B + fp32 grad 4 B + 12 B/dp_shard of "
-    "distributed-optimizer state per parameter); everything else (layer weights, optimizer state, "
-    "activations, logits, allocator slack) is scaled with the layer count, so it over-estimates a little "
-    "(logits do not grow with depth)"
+    "distributed-optimizer state per parameter), the logits of one micro-batch without PP (6 B per "
+    "[token, vocab/TP] element) and, for NVML readings, the memory in use before the model was built (CUDA "
+    "context); everything else (layer weights, optimizer state, activations, allocator slack) is scaled "
+    "with the layer count"
 )
 THROUGHPUT_SCALING_RULE = (
     "tokens_per_s_full = tokens_per_s_cut * F(num_layers) / F(full_num_layers), F(L) = training FLOPs per "
@@ -219,11 +220,21 @@ def scale_result(result: dict, spec: dict) -> dict:
         out["step_time_s_scaled"] = result["step_time_s"] / ratio
     ws = result.get("world_size") or spec.get("world_size") or 1
     fixed = embedding_state_bytes(m, lay, ws, True, lay["pp"] == 1) / 2**30
+    if lay["pp"] == 1:  # the logits of one micro-batch live on the same rank and do not grow with depth
+        fixed += logits_bytes(m, lay, spec["tokens_per_microbatch"]) / 2**30
     for key in ("peak_alloc_gib_max", "peak_reserved_gib_max", "nvml_used_gib_max", "fwd_peak_alloc_gib_max"):
         v = result.get(key)
         if v:
-            out[key + "_scaled"] = fixed + max(0.0, v - fixed) * Lf / L
+            # NVML also counts the CUDA context, which does not grow with depth either.
+            context = (result.get("nvml_baseline_gib") or 0.0) if key == "nvml_used_gib_max" else 0.0
+            base = fixed + context
+            out[key + "_scaled"] = base + max(0.0, v - base) * Lf / L
     return out
+
+
+def logits_bytes(model: dict, layout: dict, tokens: int) -> float:
+    """bf16 logits plus the fp32 softmax cross entropy keeps: about 6 B per [token, vocab/TP] element (measured)."""
+    return 6.0 * tokens * model["vocab_size"] / layout["tp"]
 
 
 def classify_error(exc_text: str) -> str:
@@ -534,15 +545,16 @@ class Worker:
 
         m, lay = spec["model"], spec["layout"]
         moe = bool(m.get("num_experts", 0))
-        ps.initialize_model_parallel(
+        # The same names in parallel_state and TransformerConfig.
+        parallel = dict(
             tensor_model_parallel_size=lay["tp"],
             pipeline_model_parallel_size=lay["pp"],
             virtual_pipeline_model_parallel_size=lay["vpp"],
             context_parallel_size=lay["cp"],
             expert_model_parallel_size=lay["ep"],
             expert_tensor_parallel_size=lay["etp"],
-            create_gloo_process_groups=False,
         )
+        ps.initialize_model_parallel(**parallel, create_gloo_process_groups=False)
         tensor_parallel.model_parallel_cuda_manual_seed(spec["seed"])
         kw = dict(
             num_layers=m["num_layers"],
@@ -564,12 +576,7 @@ class Worker:
             params_dtype=torch.bfloat16,
             pipeline_dtype=torch.bfloat16,
             autocast_dtype=torch.bfloat16,
-            tensor_model_parallel_size=lay["tp"],
-            pipeline_model_parallel_size=lay["pp"],
-            virtual_pipeline_model_parallel_size=lay["vpp"],
-            context_parallel_size=lay["cp"],
-            expert_model_parallel_size=lay["ep"],
-            expert_tensor_parallel_size=lay["etp"],
+            **parallel,
             sequence_parallel=bool(lay["sequence_parallel"]),
             recompute_granularity=lay["recompute_granularity"],
             recompute_method=lay["recompute_method"],
