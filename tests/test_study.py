@@ -202,7 +202,8 @@ def test_the_jobs_own_layout_is_the_baseline_trial(sqlite_url):
 def test_a_job_that_fixes_only_untuned_keys_has_no_baseline(sqlite_url, tmp_path):
     from autotune.space import parse_space
 
-    space = parse_space("name: small\ndimensions:\n  tp: {choices: [2, 4]}\n  rollout_tp: {choices: [1, 2]}\n", "s.yaml")
+    text = "name: small\ndimensions:\n  tp: {choices: [2, 4]}\n  rollout_tp: {choices: [1, 2]}\n"
+    space = parse_space(text, "s.yaml")
     job = Job.from_mapping({"actor_rollout_ref.actor.use_dynamic_bsz": True,
                             "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 16384,
                             "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 32768})
