@@ -19,7 +19,7 @@ from autotune import __version__, verl
 from autotune.candidate import Candidate
 from autotune.cluster import GPU_TYPES, ClusterError, make_cluster
 from autotune.estimate import evaluate
-from autotune.export import FORMATS, ExportInfo, render
+from autotune.export import FORMATS, ExportInfo, export_text
 from autotune.job import Job, JobError
 from autotune.launch_script import is_launch_script, read_script
 from autotune.model import CATALOG, UnknownModelError, get_model
@@ -383,13 +383,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
-
-
-def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
-    """The export of one trial, as `autotune export` and the dashboard's download buttons give it."""
-    setup = setup_from_row(store.get_study(study))
-    info = ExportInfo(study, row.number, row.throughput, row.simulated, _layout(row), setup.model.name)
-    return render(fmt, info, setup.job, setup.cluster, Candidate(**row.params))
 
 
 def _parse_sets(sets: list[str]) -> dict[str, Any]:

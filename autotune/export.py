@@ -18,6 +18,8 @@ from autotune import __version__, verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.job import Job
+from autotune.store import Store, TrialRow
+from autotune.study import setup_from_row
 
 FORMATS = ("sh", "yaml", "json", "ray")
 
@@ -125,3 +127,11 @@ def render(fmt: str, info: ExportInfo, job: Job, cluster: Cluster, cand: Candida
     if fmt == "ray":
         return to_ray(info, argv)
     return to_json(info, values, cand.params(), argv)
+
+
+def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
+    """The export of one recorded trial, as `autotune export` and the dashboard's download buttons give it."""
+    setup = setup_from_row(store.get_study(study))
+    cand = Candidate(**row.params)
+    info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name)
+    return render(fmt, info, setup.job, setup.cluster, cand)

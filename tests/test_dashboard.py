@@ -13,9 +13,10 @@ import optuna  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
-from autotune.cli import export_text, main  # noqa: E402
+from autotune.cli import main  # noqa: E402
 from autotune.dashboard import data  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
+from autotune.export import export_text  # noqa: E402
 from autotune.runners.simulate import SimulateRunner  # noqa: E402
 from autotune.store import Store, StudyRow, TrialRow, utcnow  # noqa: E402
 from autotune.study import Tuner  # noqa: E402

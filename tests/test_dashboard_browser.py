@@ -35,8 +35,8 @@ pytest.importorskip("fastapi", reason="the dashboard's dependencies are not inst
 
 import uvicorn  # noqa: E402
 
-from autotune.cli import export_text  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
+from autotune.export import export_text  # noqa: E402
 from autotune.store import StudyRow, TrialRow, utcnow  # noqa: E402
 from tests.test_dashboard import EVIL, STUDY, make_study  # noqa: E402
 

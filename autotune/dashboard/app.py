@@ -176,7 +176,7 @@ def create_app(storage_url: str, store: Store | None = None) -> FastAPI:
 
     @app.get("/study/{name:path}/export/{fmt}")
     def export(name: str, fmt: str, trial: int | None = None) -> Response:
-        from autotune.cli import export_text
+        from autotune.export import export_text
 
         get_study(name)
         if fmt not in FORMATS:
