@@ -38,7 +38,7 @@ def setup7b() -> Setup:
     return make_setup()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -66,7 +66,7 @@ def postgres_url() -> str:
         pytest.skip("psycopg is not installed (pip install -e '.[postgres]')")
     root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
     data = root / "data"
-    port = _free_port()
+    port = free_port()
     as_user: list[str] = []
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")

@@ -7,7 +7,6 @@ a failed and a timed-out trial written through the Store.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -38,13 +37,8 @@ import uvicorn  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.export import export_text  # noqa: E402
 from autotune.store import StudyRow, TrialRow, utcnow  # noqa: E402
+from tests.conftest import free_port  # noqa: E402
 from tests.test_dashboard import EVIL, STUDY, make_study  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +49,7 @@ def server(tmp_path_factory):
     row = tuner.store.get_study(STUDY)
     tuner.store.add_study(StudyRow(**{**{c.name: getattr(row, c.name) for c in StudyRow.__table__.columns},
                                       "name": EVIL}))
-    port = _free_port()
+    port = free_port()
     srv = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
     th = threading.Thread(target=srv.run, daemon=True)
     th.start()

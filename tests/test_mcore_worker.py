@@ -11,7 +11,6 @@ import dataclasses
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from autotune.runners.mcore_worker import (
     validate_spec,
 )
 from benchmarks import mcore_grid
+from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -229,12 +229,6 @@ def test_worker_imports_nothing_from_autotune():
 # ------------------------------------------------------------------------- CP attention (torch, CPU)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _cp_rank(rank, world, port, q, k, v, gout, result_q):
     import torch
     import torch.distributed as dist
@@ -281,7 +275,7 @@ def test_cp_attention_matches_full_causal(cp):
 
     ctx = mp.get_context("spawn")
     result_q = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_cp_rank, args=(r, cp, port, q, k, v, gout, result_q)) for r in range(cp)]
     for p in procs:
         p.start()
@@ -314,7 +308,7 @@ def test_gpu_worker_end_to_end(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0],
                NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1",
-                    "--master_port", str(_free_port()), "-m", "autotune.runners.mcore_worker",
+                    "--master_port", str(free_port()), "-m", "autotune.runners.mcore_worker",
                     "--specs", str(specs), "--out", str(out)], cwd=REPO, env=env, check=True, timeout=600)
     res = json.loads(out.read_text().splitlines()[0])
     assert res["status"] == "ok", res

@@ -13,11 +13,9 @@ import json
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from autotune.estimate.memory import estimate_memory, micro_batches_per_step
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.procs import ProcessTracker, spawn
 
 MAX_PROBE_MICROBATCHES = 8  # enough to fill the pipeline and time a step; memory peaks at min(PP, M) in flight
 
@@ -165,6 +164,7 @@ class McoreRunner(Runner):
         return self.run_specs(spec.workdir, [pspec], world)[0]
 
     def run_specs(self, workdir: Path, specs: list[dict[str, Any]], world: int) -> list[TrialResult]:
+        workdir = workdir.resolve()  # the probe runs in its folder: every path it is given must be absolute
         workdir.mkdir(parents=True, exist_ok=True)
         specs_path, out_path, log_path = workdir / "specs.json", workdir / "results.jsonl", workdir / "probe.log"
         specs_path.write_text(json.dumps(specs))
@@ -172,19 +172,23 @@ class McoreRunner(Runner):
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}",
                f"--master_port={_free_port()}", "-m", "autotune.runners.mcore_worker",
                "--specs", str(specs_path), "--out", str(out_path)]
-        env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        package_root = str(Path(__file__).resolve().parents[2])  # so `-m autotune.runners.mcore_worker` imports
+        pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "PYTHONPATH": pythonpath, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-        with log_path.open("w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            try:
-                proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                return [TrialResult(TrialStatus.TIMEOUT, f"probe ran past {self.timeout_s:.0f} s",
-                                    log_path=str(log_path), log_excerpt=_tail(log_path))] * len(specs)
-            except KeyboardInterrupt:
-                _kill_group(proc)
-                raise
+        log_path.write_text("")
+        proc = spawn(cmd, workdir, env, log_path)
+        tracker = ProcessTracker(proc)  # torchrun's workers: stopped by session and PID, as a verl trial is
+        try:
+            proc.wait(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            tracker.stop(grace_s=10.0)
+            return [TrialResult(TrialStatus.TIMEOUT, f"probe ran past {self.timeout_s:.0f} s",
+                                log_path=str(log_path), log_excerpt=_tail(log_path))] * len(specs)
+        except KeyboardInterrupt:
+            tracker.stop(grace_s=10.0)
+            raise
+        tracker.stop(grace_s=10.0)  # nothing of the probe may outlive it
         results = {}
         if out_path.exists():
             for line in out_path.read_text().splitlines():
@@ -204,17 +208,6 @@ def _has_module(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.time() + wait
-        while time.time() < deadline and proc.poll() is None:
-            time.sleep(0.2)
 
 
 def _tail(path: Path, lines: int = 40) -> str:
