@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from autotune import verl
+from autotune import launch_script, verl
 from autotune.candidate import Candidate
 
 
@@ -69,10 +69,8 @@ class Job:
         p = Path(path)
         if not p.is_file():
             raise JobError(f"job file {p} does not exist")
-        from autotune import launch_script  # a verl launch script (bash) instead of YAML
-
-        if launch_script.is_launch_script(p):
-            return launch_script.read_script(p).job()
+        if launch_script.is_launch_script(p):  # a verl launch script (bash) instead of YAML
+            return cls.from_launch_script(launch_script.read_script(p))
         try:
             data = yaml.safe_load(p.read_text())
         except yaml.YAMLError as e:
@@ -82,6 +80,15 @@ class Job:
         if not isinstance(data, Mapping):
             raise JobError(f"{p}: a job file is a mapping of verl override keys to values, got {type(data).__name__}")
         return cls.from_mapping(data, str(p))
+
+    @classmethod
+    def from_launch_script(cls, script: launch_script.LaunchScript) -> Job:
+        try:
+            return cls.from_mapping(script.job_mapping(), script.path)
+        except JobError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise JobError(f"{script.path}: {e}") from None
 
     @property
     def mapping(self) -> dict[str, Any]:

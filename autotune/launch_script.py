@@ -71,10 +71,9 @@ class LaunchScript:
     def values(self) -> dict[str, Any]:
         return {o.key: parse_hydra_value(o.raw) for o in self.overrides}
 
-    def job(self) -> Any:
-        """The script's overrides as a Job (verl's defaults for shape keys it leaves out; no autotune defaults)."""
-        from autotune.job import Job, JobError
-
+    def job_mapping(self) -> dict[str, Any]:
+        """The script's overrides as a job mapping (verl's defaults for shape keys it leaves out; no autotune
+        defaults). `Job.from_launch_script` turns it into a Job."""
         mapping: dict[str, Any] = {}
         for key, value in self.values().items():
             bare = key.lstrip("+")
@@ -84,12 +83,7 @@ class LaunchScript:
         for key, default in verl.VERL_JOB_DEFAULTS.items():
             if key not in mapping and "+" + key not in mapping:
                 mapping[key] = default
-        try:
-            return Job.from_mapping(mapping, self.path)
-        except JobError:
-            raise
-        except (TypeError, ValueError) as e:
-            raise JobError(f"{self.path}: {e}") from None
+        return mapping
 
     def report(self) -> str:
         lines = [f"{self.path}: {len(self.overrides)} verl overrides read"]

@@ -61,7 +61,7 @@ def test_script_job_and_baseline() -> None:
 
 def test_shape_keys_the_script_leaves_out_take_verls_defaults_not_autotunes() -> None:
     s = parse_script("python3 -m verl.trainer.main_ppo model_engine=megatron algorithm.adv_estimator=grpo\n")
-    job = s.job()
+    job = Job.from_launch_script(s)
     for key, value in verl.VERL_JOB_DEFAULTS.items():
         assert job.get(key) == value
 
@@ -89,7 +89,7 @@ def test_control_flow_is_reported() -> None:
 def test_render_like_changes_only_the_tuned_keys() -> None:
     s = read_script(MATH, {"HOME": "/home/u"})
     cand = Candidate.from_params({"tp": 4, "pp": 1, "rollout_tp": 4, "gpu_memory_utilization": 0.7,
-                                  "recompute": "full"}, s.job().candidate(Candidate()))
+                                  "recompute": "full"}, Job.from_launch_script(s).candidate(Candidate()))
     out = s.render_like(cand, header="# tuned by autotune")
     diff = [ln for ln in difflib.unified_diff(s.text.splitlines(), out.splitlines(), lineterm="", n=0)
             if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]

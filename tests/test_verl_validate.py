@@ -15,6 +15,7 @@ import pytest
 
 from autotune.candidate import Candidate
 from autotune.export import launch_argv
+from autotune.job import Job
 from autotune.launch_script import read_script
 from autotune.runners.verl import VerlRunner
 from autotune.runners.verl_preflight import hydra_overrides, validate_overrides, verl_importable
@@ -107,7 +108,7 @@ def test_exported_like_script_validates(tmp_path: Path) -> None:
     src = REPO / "tests" / "data" / "scripts" / "run_qwen2.5-7b_dapo_style.sh"
     script = read_script(src, {"HOME": "/root"})
     cand = Candidate.from_params({"tp": 2, "pp": 2, "vpp": 2, "rollout_tp": 2, "recompute": "selective"},
-                                 script.job().candidate(Candidate()))
+                                 Job.from_launch_script(script).candidate(Candidate()))
     out = tmp_path / "tuned.sh"
     out.write_text(script.render_like(cand))
     again = read_script(out, {"HOME": "/root", "CKPT_DIR": "/ckpt"})
