@@ -6,6 +6,7 @@ running trial recorded as interrupted). It exists because no user command may se
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from tests.fake_verl import fake_runner
 
 def main(argv: list[str]) -> int:
     storage, workdir, n_trials = argv[0], Path(argv[1]), int(argv[2])
+    # A shell without job control starts background commands with SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: restore it, as an interactive `autotune run` has it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     runner = fake_runner(grace_s=2.0, stall_timeout_s=30.0)
     tuner = Tuner(make_setup(), runner, storage, "ctrl-c", workdir=workdir)
     try:
