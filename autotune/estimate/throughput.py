@@ -48,6 +48,11 @@ class Efficiency:
     decode_compute: float = 0.5
     prefill: float = 0.5
     decode_step_overhead_s: float = 0.007  # scheduler and sampler per decode step
+    longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
+    # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
+    moe_train: float = 0.65  # update and log-prob efficiency relative to dense (grouped GEMMs, router, permutation)
+    a2a: float = 1.0  # share of link bandwidth the all-to-all reaches
+    moe_decode_hbm: float = 0.25  # HBM share of vLLM's fused MoE decode kernel relative to dense GEMMs
     rollout_tp_comm_s_per_layer: float = 3.5e-5  # two all-reduces per layer per decode step
     pcie_gbps: float = 25.0  # host <-> device for offload
     reshard_gbps: float = 6.0  # effective weight-sync bandwidth (per-tensor overheads dominate)
@@ -91,6 +96,31 @@ def active_params(m: ModelArch) -> float:
     return m.total_params() - inactive
 
 
+def decode_weights(m: ModelArch, batch: float) -> float:
+    """Parameters a decode step of `batch` sequences reads: every expert that at least one token routes to."""
+    if not m.is_moe:
+        return float(m.total_params())
+    touched = 1 - (1 - m.moe_top_k / m.num_experts) ** batch
+    return m.total_params() - m.num_moe_layers * m.expert_params_per_layer() * (1 - touched)
+
+
+def moe_dispatch_s(m: ModelArch, cl: Cluster, c: Candidate, tokens: float, eff: Efficiency) -> float:
+    """Seconds of one pass of MoE all-to-all (dispatch and combine of top-k copies of each token, every MoE layer).
+
+    Megatron-core's expert grid puts the EP ranks of an ETP group on consecutive GPUs: the group spans
+    ceil(EP * ETP / GPUs per node) nodes, and with uniform routing a copy leaves the node with probability
+    1 - 1/nodes, goes over NVLink with 1/nodes - 1/EP, and stays on the GPU otherwise.
+    """
+    if not m.is_moe or c.ep <= 1:
+        return 0.0
+    per_gpu = tokens / cl.world_size * m.num_moe_layers * 2 * m.moe_top_k * m.hidden_size * 2
+    nodes = min(math.ceil(c.ep * c.etp_or_tp / cl.gpus_per_node), cl.nodes)
+    off_node = 1 - 1 / nodes
+    on_node = 1 / nodes - 1 / c.ep
+    g = cl.gpu
+    return per_gpu * (off_node / g.inter_node_gbps + on_node / g.link_gbps) / (1e9 * eff.a2a)
+
+
 def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
     """verl's flops_counter: 6 * tokens * matmul params + causal attention (halved), per optimizer pass."""
     matmul = active_params(m) - m.vocab_size * m.hidden_size * (0 if m.tie_word_embeddings else 1)
@@ -117,20 +147,22 @@ def estimate_throughput(
     seq_len = lp + lr
     tokens = seqs * seq_len
 
-    # gen: replicas of rollout_tp GPUs; decode batch limited by max_num_seqs and by KV blocks.
+    # gen: replicas of rollout_tp GPUs; decode batch limited by max_num_seqs and by KV blocks. Continuous batching
+    # keeps the batch full only while sequences wait; then the longest responses decode alone. So a decode step
+    # costs a fixed part (read the weights, TP all-reduces, scheduler) plus a part per sequence in the batch
+    # (its FLOPs or its KV reads), and the number of steps is at least the longest response.
     replicas = world / c.rollout_tp
     per_replica = seqs / replicas
     kv_tokens = max(mem.kv_cache_bytes, 0.0) / mem.kv_bytes_per_token
     conc = max(1.0, min(job.max_num_seqs, per_replica, kv_tokens / seq_len))
-    weights_gpu = 2 * active_params(m) / c.rollout_tp
-    kv_read = conc * (lp + lr / 2) * mem.kv_bytes_per_token
-    t_mem = (weights_gpu + kv_read) / (g.hbm_tbps * 1e12 * eff.hbm)
-    t_cmp = 2 * active_params(m) * conc / c.rollout_tp / (peak * eff.decode_compute)
-    t_comm = (c.rollout_tp > 1) * 2 * m.num_layers * eff.rollout_tp_comm_s_per_layer
-    step = max(t_mem, t_cmp) + t_comm + eff.decode_step_overhead_s
-    decode_steps = max(per_replica * lr / conc, job.max_response_length * 0.9)
+    hbm = g.hbm_tbps * 1e12 * eff.hbm
+    t_fixed = 2 * decode_weights(m, conc) / c.rollout_tp / (hbm * (eff.moe_decode_hbm if m.is_moe else 1.0))
+    t_fixed += (c.rollout_tp > 1) * 2 * m.num_layers * eff.rollout_tp_comm_s_per_layer + eff.decode_step_overhead_s
+    t_seq = max(2 * active_params(m) / c.rollout_tp / (peak * eff.decode_compute),
+                (lp + lr / 2) * mem.kv_bytes_per_token / hbm)
+    decode_steps = max(per_replica * lr / conc, job.max_response_length * eff.longest_response)
     prefill = per_replica * lp * 2 * active_params(m) / c.rollout_tp / (peak * eff.prefill)
-    gen = decode_steps * step + prefill
+    gen = decode_steps * t_fixed + per_replica * lr * t_seq + prefill
 
     # Training-side efficiency of this layout.
     mbs_tokens = (
@@ -142,8 +174,8 @@ def estimate_throughput(
     size_eff = tokens_gpu / (tokens_gpu + eff.tokens_half)
     tp_cost = eff.tp_penalty * 4096 / m.hidden_size
     layout_eff = 1 / (1 + tp_cost * (c.tp - 1)) / (1 + eff.cp_penalty * (c.cp - 1))
-    if m.is_moe:
-        layout_eff /= 1 + 0.05 * math.log2(max(c.ep, 1)) * (1 + (c.ep * c.tp > cl.gpus_per_node))
+    if m.is_moe:  # grouped expert GEMMs, router and token permutation run below dense GEMM efficiency
+        layout_eff *= eff.moe_train
     n_micro = micro_batches_per_step(job, cl, c, seq_len)
     bubble = (c.pp - 1) / (c.vpp_or_1 * n_micro) if c.pp > 1 else 0.0
 
@@ -156,6 +188,8 @@ def estimate_throughput(
         recompute += 0.2
     update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * share(eff.train) * size_eff * layout_eff)
     update *= 1 + bubble
+    passes = 3 + (c.recompute == "full")  # forward, backward (two), recomputed forward
+    update += job.ppo_epochs * passes * moe_dispatch_s(m, cl, c, tokens, eff)
 
     # Data-parallel gradient reduce-scatter + parameter all-gather once per mini-batch.
     pc = params_per_gpu(m, c)
@@ -172,6 +206,7 @@ def estimate_throughput(
     fwd = f_train / 3 / (world * peak * share(eff.forward) * lp_size_eff * layout_eff)
     lp_micro = max(1, math.ceil(seqs / dp * seq_len / lp_tokens))
     fwd *= 1 + ((c.pp - 1) / lp_micro if c.pp > 1 else 0.0)
+    fwd += moe_dispatch_s(m, cl, c, tokens, eff)
 
     offload_bytes = (6 * pc.total if c.param_offload else 0.0) + (
         12 * pc.total / max(dp * c.cp, 1) if c.optimizer_offload else 0.0

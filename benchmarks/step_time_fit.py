@@ -1,0 +1,49 @@
+"""Constants of the throughput model that are fitted on verl_megatron_practice, and how.
+
+Only the MoE constants are fitted (dense constants were set earlier from the tables' MFU, see Efficiency): the
+fused MoE decode kernel's HBM share (`moe_decode_hbm`, on gen), and the MoE training efficiency and all-to-all
+bandwidth share (`moe_train`, `a2a`, on update_actor and old_log_prob). A coarse grid search minimises the MAPE of
+those phases over the rows given; with no MoE row among them the defaults stay (leave-one-table-out then shows
+the model without that table's information).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from autotune.estimate.throughput import DEFAULT_EFFICIENCY, Efficiency
+
+FITTED: tuple[str, ...] = ("moe_decode_hbm", "moe_train", "a2a")
+PRIOR = {"moe_decode_hbm": 1.0, "moe_train": 1.0, "a2a": 1.0}  # MoE as efficient as dense: without MoE rows
+
+
+def _grid(lo: float, hi: float, step: float) -> list[float]:
+    n = round((hi - lo) / step)
+    return [round(lo + i * step, 3) for i in range(n + 1)]
+
+
+def fit(cases: list) -> Efficiency:
+    """The Efficiency whose fitted constants minimise the MAPE of their phases over `cases` (MoE rows only)."""
+    from benchmarks.step_time_error import mape, predict_case
+
+    moe = [c for c in cases if c.moe and any(c.error(ph) is not None for ph in ("gen", "update_actor", "old_log_prob"))]
+    if not moe:
+        return replace(DEFAULT_EFFICIENCY, **PRIOR)
+
+    def cost(eff: Efficiency, phases: tuple[str, ...]) -> float:
+        errs = [e for c in moe for ph in phases if (e := predict_case(c, eff).error(ph)) is not None]
+        return mape(errs) or 0.0
+
+    best = min((replace(DEFAULT_EFFICIENCY, moe_decode_hbm=v) for v in _grid(0.2, 1.0, 0.05)),
+               key=lambda e: cost(e, ("gen",)))
+    return min((replace(best, moe_train=t, a2a=a) for t, a in itertools.product(_grid(0.3, 1.0, 0.05),
+                                                                                  _grid(0.2, 1.0, 0.1))),
+               key=lambda e: cost(e, ("update_actor", "old_log_prob")))
+
+
+if __name__ == "__main__":
+    from benchmarks.step_time_error import DEFAULT_REF, cases
+
+    eff = fit(cases(DEFAULT_REF))
+    print({k: getattr(eff, k) for k in FITTED})
