@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autotune import verl
 from autotune.dashboard import data
+from autotune.estimate.throughput import step_error_percent
 from autotune.export import FORMATS
 from autotune.store import Store, StoreError, StudyRow, TrialRow
 
@@ -52,6 +53,7 @@ def create_app(storage_url: str, store: Store | None = None) -> FastAPI:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["q"] = quote
     templates.env.filters["fmt"] = fmt
+    templates.env.globals["step_error_percent"] = step_error_percent()
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
     def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:

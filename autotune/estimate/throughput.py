@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.estimate.memory import MemoryEstimate, estimate_memory, micro_batches_per_step, params_per_gpu
+from autotune.estimate.step_error import STEP_TIME_ERROR
 from autotune.job import Job
 from autotune.model import ModelArch
 
@@ -86,6 +87,28 @@ class ThroughputEstimate:
             "phases_s": {k: round(v, 2) for k, v in self.phases},
             "rollout_concurrency": round(self.concurrency, 1),
         }
+
+
+def step_error_percent() -> float:
+    """Expected |error| of a predicted step time: its leave-one-table-out MAPE against the measured tables."""
+    return float(STEP_TIME_ERROR["held_out"]["step"])
+
+
+def step_time_label(step_s: float) -> str:
+    """How a predicted step is shown: with its expected error, so nobody plans a GPU budget on a bare number."""
+    return f"step {step_s:.0f} s (\u00b1{step_error_percent():.0f}%, expected error vs measured tables)"
+
+
+def error_band(step_s: float) -> dict:
+    """The expected error of a prediction as data (`estimate --json`): percentages and the step-time range."""
+    pct = step_error_percent()
+    return {
+        "step_time_error_percent": pct,
+        "step_time_range_s": [round(step_s * (1 - pct / 100), 1), round(step_s * (1 + pct / 100), 1)],
+        "phase_error_percent": dict(STEP_TIME_ERROR["held_out"]),
+        "error_basis": "mean absolute percentage error, leave-one-table-out, against verl_megatron_practice's "
+        "measured steps (benchmarks/results/step_time_error.md)",
+    }
 
 
 def active_params(m: ModelArch) -> float:
