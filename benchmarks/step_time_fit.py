@@ -1,7 +1,7 @@
 """Constants of the throughput model that are fitted on verl_megatron_practice, and how.
 
 Only the MoE constants are fitted (dense constants were set earlier from the tables' MFU, see Efficiency): the
-fused MoE decode kernel's HBM share (`moe_decode_hbm`, on gen), and the MoE training efficiency and all-to-all
+fused MoE decode kernel's HBM share (`moe_decode`, on gen), and the MoE training efficiency and all-to-all
 bandwidth share (`moe_train`, `a2a`, on update_actor and old_log_prob). A coarse grid search minimises the MAPE of
 those phases over the rows given; with no MoE row among them the defaults stay (leave-one-table-out then shows
 the model without that table's information).
@@ -14,8 +14,8 @@ from dataclasses import replace
 
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY, Efficiency
 
-FITTED: tuple[str, ...] = ("moe_decode_hbm", "moe_train", "a2a")
-PRIOR = {"moe_decode_hbm": 1.0, "moe_train": 1.0, "a2a": 1.0}  # MoE as efficient as dense: without MoE rows
+FITTED: tuple[str, ...] = ("moe_decode", "moe_train", "a2a")
+PRIOR = {"moe_decode": 1.0, "moe_train": 1.0, "a2a": 1.0}  # MoE as efficient as dense: without MoE rows
 
 
 def _grid(lo: float, hi: float, step: float) -> list[float]:
@@ -35,7 +35,7 @@ def fit(cases: list) -> Efficiency:
         errs = [e for c in moe for ph in phases if (e := predict_case(c, eff).error(ph)) is not None]
         return mape(errs) or 0.0
 
-    best = min((replace(DEFAULT_EFFICIENCY, moe_decode_hbm=v) for v in _grid(0.2, 1.0, 0.05)),
+    best = min((replace(DEFAULT_EFFICIENCY, moe_decode=v) for v in _grid(0.2, 1.0, 0.05)),
                key=lambda e: cost(e, ("gen",)))
     return min((replace(best, moe_train=t, a2a=a) for t, a in itertools.product(_grid(0.3, 1.0, 0.05),
                                                                                   _grid(0.2, 1.0, 0.1))),
