@@ -16,6 +16,7 @@ from optuna.trial import TrialState  # noqa: E402
 from autotune.cli import main  # noqa: E402
 from autotune.dashboard import data  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
+from autotune.estimate.step_error import STEP_TIME_ERROR  # noqa: E402
 from autotune.export import export_text  # noqa: E402
 from autotune.runners.simulate import SimulateRunner  # noqa: E402
 from autotune.store import Store, StudyRow, TrialRow, utcnow  # noqa: E402
@@ -157,6 +158,8 @@ def test_trial_page_params_memory_steps_and_log_tail(client, study):
     assert r.status_code == 200
     assert "actor_rollout_ref.actor.megatron.tensor_model_parallel_size" in r.text
     assert "perf/throughput" in r.text and "SIMULATED" in r.text
+    pct = round(STEP_TIME_ERROR["held_out"]["step"])
+    assert f"±{pct}%, expected error vs measured tables" in r.text  # beside the predicted step time
     failed = next(t for t in tuner.store.trials(STUDY) if t.status == "failed")
     r = client.get(f"/study/{STUDY}/trial/{failed.number}")
     assert "line 0\n" in r.text and "NCCL watchdog &lt;timeout&gt;" in r.text  # the file's tail, escaped
