@@ -158,6 +158,16 @@ def report(ref: Path) -> tuple[str, dict[str, float]]:
         "have reward variance, with a generation batch 3x the training batch: the number of rounds is a property of "
         "the data); their other phases count.",
     ]
+    lines += [
+        "",
+        "What the model represents (autotune/estimate/throughput.py): gen as a fixed cost per decode step (weights "
+        "read, TP all-reduces, scheduler) plus a cost per sequence in the batch (its FLOPs or its KV reads), over "
+        "at least as many steps as the longest response, so a replica with few sequences no longer pays a full "
+        "batch for every step (dapo7b on H20, rows 19/20/22: step error +48%/+88%/+150% before, +45%/+19%/+58% "
+        "now); an MoE decode step "
+        "reads every expert its batch routes to; MoE update and log-prob passes pay the token all-to-all (NVLink "
+        "within the nodes the EP group spans, the inter-node network across them) and a grouped-GEMM efficiency.",
+    ]
     loto_lines, held_out = loto_section(ref)
     lines += loto_lines
     lines += ["", "## Rows", "",

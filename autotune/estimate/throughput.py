@@ -1,9 +1,11 @@
 """Analytic step time per phase of a verl GRPO step, and tokens/s/GPU.
 
-It ranks candidates and seeds the study; absolute numbers are rough. Phases follow verl's timing metrics:
-gen (vLLM decode, limited by KV capacity and memory bandwidth), old_log_prob and ref (forward FLOPs), update_actor
-(training FLOPs at a calibrated efficiency, TP/CP/DP communication, pipeline bubble, recompute), update_weights
-(reshard). Rank correlation against measured tables: benchmarks/throughput_rank.py.
+It ranks candidates, seeds the study and plans GPU budgets. Phases follow verl's timing metrics: gen (vLLM
+decode: a fixed cost per step for the weights read plus a cost per sequence in the batch, over at least as many
+steps as the longest response), old_log_prob and ref (forward FLOPs), update_actor (training FLOPs at a calibrated
+efficiency, TP/CP/DP communication, MoE all-to-all, pipeline bubble, recompute), update_weights (reshard). Error
+against measured tables: benchmarks/step_time_error.py (the band shown with every prediction); rank correlation:
+benchmarks/throughput_rank.py.
 """
 
 from __future__ import annotations
