@@ -63,6 +63,7 @@ class Efficiency:
 
 
 DEFAULT_WORKLOAD = Workload()
+REFERENCE_TFLOPS = 989.0  # H100 SXM bf16: the GPU the efficiencies were calibrated on
 DEFAULT_EFFICIENCY = Efficiency()
 
 
@@ -196,8 +197,12 @@ def estimate_throughput(
         if c.use_dynamic_bsz
         else (c.ppo_micro_batch_size_per_gpu or 1) * seq_len
     )
+    # A micro-batch's fixed cost (kernel launches, Python) weighs against its compute time: on a GPU slower than the
+    # H100 the constant was calibrated on, fewer tokens amortise it. (Scaling the TP/CP penalty the same way, as
+    # exposed collectives / compute, made dapo14b's H20 ordering worse: it stays as calibrated.)
+    tokens_half = eff.tokens_half * g.bf16_tflops / REFERENCE_TFLOPS
     tokens_gpu = mbs_tokens / c.cp
-    size_eff = tokens_gpu / (tokens_gpu + eff.tokens_half)
+    size_eff = tokens_gpu / (tokens_gpu + tokens_half)
     tp_cost = eff.tp_penalty * 4096 / m.hidden_size
     layout_eff = 1 / (1 + tp_cost * (c.tp - 1)) / (1 + eff.cp_penalty * (c.cp - 1))
     if m.is_moe:  # grouped expert GEMMs, router and token permutation run below dense GEMM efficiency
@@ -228,7 +233,7 @@ def estimate_throughput(
     lp_tokens = c.log_prob_max_token_len_per_gpu * c.cp if c.use_dynamic_bsz else (
         (c.log_prob_micro_batch_size_per_gpu or 1) * seq_len
     )
-    lp_size_eff = (lp_tokens / c.cp) / (lp_tokens / c.cp + eff.tokens_half)
+    lp_size_eff = (lp_tokens / c.cp) / (lp_tokens / c.cp + tokens_half)
     fwd = f_train / 3 / (world * peak * share(eff.forward) * lp_size_eff * layout_eff)
     lp_micro = max(1, math.ceil(seqs / dp * seq_len / lp_tokens))
     fwd *= 1 + ((c.pp - 1) / lp_micro if c.pp > 1 else 0.0)
