@@ -52,6 +52,7 @@ class Efficiency:
     prefill: float = 0.5
     decode_step_overhead_s: float = 0.007  # scheduler and sampler per decode step
     longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
+    rope_fusion: float = 0.817  # update and log-prob time with apply_rope_fusion over without (fitted, paired rows)
     # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
     moe_train: float = 0.65  # update and log-prob efficiency relative to dense (grouped GEMMs, router, permutation)
     a2a: float = 1.0  # share of link bandwidth the all-to-all reaches
@@ -217,6 +218,8 @@ def estimate_throughput(
     recompute = {"none": 0.0, "selective": 0.03, "full": 1 / 3}[c.recompute]
     if c.recompute == "selective" and "mlp" in c.recompute_modules:
         recompute += 0.2
+    if job.rope_fusion:  # RoPE's elementwise passes over q and k fused into one kernel
+        layout_eff /= eff.rope_fusion
     update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * share(eff.train) * size_eff * layout_eff)
     update *= 1 + bubble
     passes = 3 + (c.recompute == "full")  # forward, backward (two), recomputed forward
