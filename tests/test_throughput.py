@@ -2,6 +2,7 @@ import dataclasses
 
 import pytest
 
+from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
 from autotune.estimate.memory import estimate_memory
@@ -107,3 +108,13 @@ def test_step_time_error_against_the_measured_tables_is_under_25_percent_and_the
     assert band == STEP_TIME_ERROR, "run `python -m benchmarks.step_time_error` to regenerate the band"
     assert step_time_label(412) == f"step 412 s (±{round(STEP_TIME_ERROR['held_out']['step'])}%, expected error " \
         "vs measured tables)"
+
+
+def test_rope_fusion_in_the_job_speeds_the_training_passes_not_the_rollout():
+    plain = make_setup()
+    fused = make_setup(job=Job.from_mapping({"+" + verl.ROPE_FUSION: True}))  # as a launch script writes it
+    assert fused.job.rope_fusion and not plain.job.rope_fusion
+    a, b = dict(est(plain).phases), dict(est(fused).phases)
+    assert b["gen"] == a["gen"]
+    assert b["update_actor"] < a["update_actor"] and b["old_log_prob"] < a["old_log_prob"]
+    assert b["update_actor"] / a["update_actor"] > DEFAULT_EFFICIENCY.rope_fusion - 0.05
