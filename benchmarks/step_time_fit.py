@@ -1,11 +1,12 @@
 """Constants of the throughput model that are fitted on verl_megatron_practice, and how.
 
 The dense constants were set earlier from the tables' MFU (see Efficiency). Fitted here: the gain of
-apply_rope_fusion (`rope_fusion`, the measured ratio on pairs of rows that differ only in it), the fused MoE
-decode kernel's efficiency (`moe_decode`, on gen), and the MoE training efficiency and all-to-all
-bandwidth share (`moe_train`, `a2a`, on update_actor and old_log_prob). A coarse grid search minimises the MAPE of
-those phases over the rows given; with no MoE row among them the defaults stay (leave-one-table-out then shows
-the model without that table's information).
+apply_rope_fusion (`rope_fusion`, the measured ratio on pairs of rows that differ only in it); the fused MoE
+decode kernel's efficiency and per-layer launch latency (`moe_decode`, `moe_decode_layer_s`, on gen); the MoE
+training efficiency and all-to-all bandwidth share (`moe_train`, `a2a`, on update_actor and old_log_prob). A
+coarse grid search minimises the MAPE of those phases over the rows given; with no MoE row among them the MoE
+constants take their prior, MoE as efficient as dense (leave-one-table-out then shows the model without that
+table's information).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from dataclasses import replace
 
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY, Efficiency
 
-FITTED: tuple[str, ...] = ("rope_fusion", "moe_decode", "moe_train", "a2a")
-PRIOR = {"moe_decode": 1.0, "moe_train": 1.0, "a2a": 1.0}  # MoE as efficient as dense: without MoE rows
+FITTED: tuple[str, ...] = ("rope_fusion", "moe_decode", "moe_decode_layer_s", "moe_train", "a2a")
+# Without MoE rows to fit on: MoE as efficient as dense.
+PRIOR = {"moe_decode": 1.0, "moe_decode_layer_s": 0.0, "moe_train": 1.0, "a2a": 1.0}
 
 
 def _grid(lo: float, hi: float, step: float) -> list[float]:
     n = round((hi - lo) / step)
-    return [round(lo + i * step, 3) for i in range(n + 1)]
+    return [round(lo + i * step, 6) for i in range(n + 1)]
 
 
 def rope_fusion_ratio(cases: list) -> float:
@@ -51,7 +53,8 @@ def fit(cases: list) -> Efficiency:
         errs = [e for c in moe for ph in phases if (e := predict_case(c, eff).error(ph)) is not None]
         return mape(errs) or 0.0
 
-    best = min((replace(base, moe_decode=v) for v in _grid(0.2, 1.0, 0.05)),
+    best = min((replace(base, moe_decode=v, moe_decode_layer_s=lat)
+                for v, lat in itertools.product(_grid(0.2, 1.0, 0.1), _grid(0.0, 1e-3, 1e-4))),
                key=lambda e: cost(e, ("gen",)))
     return min((replace(best, moe_train=t, a2a=a) for t, a in itertools.product(_grid(0.3, 1.0, 0.05),
                                                                                   _grid(0.2, 1.0, 0.1))),

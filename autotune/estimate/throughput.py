@@ -56,7 +56,10 @@ class Efficiency:
     # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
     moe_train: float = 0.65  # update and log-prob efficiency relative to dense (grouped GEMMs, router, permutation)
     a2a: float = 1.0  # share of link bandwidth the all-to-all reaches
-    moe_decode: float = 0.25  # vLLM's fused MoE decode kernel (a few tokens per expert) relative to dense GEMMs
+    moe_decode: float = 0.6  # vLLM's fused MoE decode kernel (a few tokens per expert) relative to dense GEMMs
+    # Per MoE layer and decode step, whatever the TP: the routing, alignment and expert kernels launched one by one
+    # (the tables ran vLLM eagerly, verl 0.4's default).
+    moe_decode_layer_s: float = 3e-4
     rollout_tp_comm_s_per_layer: float = 3.5e-5  # two all-reduces per layer per decode step
     pcie_gbps: float = 25.0  # host <-> device for offload
     reshard_gbps: float = 6.0  # effective weight-sync bandwidth (per-tensor overheads dominate)
@@ -184,7 +187,7 @@ def estimate_throughput(
     conc = max(1.0, min(job.max_num_seqs, per_replica, kv_tokens / seq_len))
     hbm = g.hbm_tbps * 1e12 * eff.hbm
     moe = eff.moe_decode if m.is_moe else 1.0
-    t_fixed = 2 * decode_weights(m, conc) / c.rollout_tp / (hbm * moe)
+    t_fixed = 2 * decode_weights(m, conc) / c.rollout_tp / (hbm * moe) + m.num_moe_layers * eff.moe_decode_layer_s
     t_fixed += (c.rollout_tp > 1) * 2 * m.num_layers * eff.rollout_tp_comm_s_per_layer + eff.decode_step_overhead_s
     t_seq = max(2 * active_params(m) / c.rollout_tp / (peak * eff.decode_compute * moe),
                 (lp + lr / 2) * mem.kv_bytes_per_token / hbm)
