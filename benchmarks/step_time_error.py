@@ -173,14 +173,19 @@ def report(ref: Path) -> tuple[str, dict[str, float]]:
         "- `apply_rope_fusion` in the job (a verl override most of these rows set): update and log-prob time "
         "times the ratio measured on rows that differ only in it (dapo7b #5/#7, #6/#8).",
         "- MoE: a decode step reads every expert its batch routes to, at a fitted share of the dense kernels' "
-        "efficiency; update and log-prob passes pay the token all-to-all (NVLink within the nodes the EP group "
-        "spans, the inter-node network across them) and a fitted grouped-GEMM efficiency.",
+        "efficiency, plus a fitted latency per MoE layer that TP does not shorten (the routing and expert kernels "
+        "launched one by one: the tables ran vLLM eagerly); update and log-prob passes pay the token all-to-all "
+        "(NVLink within the nodes the EP group spans, the inter-node network across them) and a fitted "
+        "grouped-GEMM efficiency.",
         "",
         "dapo_moe235b's rows break the static constraints (94 layers over PP=8, rollout TP=16 across nodes): shown "
-        "below, not counted. Known limits: dapo_moe30b's measured gen barely depends on rollout TP or sequences per "
-        "replica, and two rows with the same rollout settings (#7, #9) differ by 28%: the model gets its level "
-        "(14%) but not its order; held out, the MoE table is predicted with MoE kernels as efficient as dense ones "
-        "(43% step error), which is what to expect on a model family no table covers.",
+        "below, not counted. Known limits: two dapo_moe30b rows with the same rollout settings (#7, #9) differ by "
+        "28% in gen, so their order is noise; held out, the MoE table is predicted with MoE kernels as efficient as "
+        "dense ones (43% step error), which is what to expect on a model family no table covers. The tables ran "
+        "verl 0.4-era defaults (vLLM enforce_eager=True, max_num_seqs=1024); verl 0.9.1 captures CUDA graphs by "
+        "default, which shortens the per-step decode overhead the model carries (calibrated on eager runs): no "
+        "measured table covers that yet, so expect gen to be over-predicted there. No row has dynamic batching "
+        "off together with CP, so that combination's error is not measured.",
     ]
     loto_lines, held_out = loto_section(ref)
     lines += loto_lines
