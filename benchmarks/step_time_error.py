@@ -11,7 +11,7 @@ times the training batch: their `gen` repeats generation until enough groups hav
 rounds set by the data, not by the layout. Their gen and step are reported but kept out of the headline; their
 other phases count. Rows that break a static constraint (the tuner never proposes them) are reported, not
 counted. The headline is the MAPE of each phase over the rows that count, per table, over all, and
-leave-one-table-out for the constants fitted on these tables (see autotune/estimate/throughput.py).
+leave-one-table-out for the constants fitted on these tables (benchmarks/step_time_fit.py).
 
 Writes `benchmarks/results/step_time_error.md` and the error band the CLI and dashboard show,
 `autotune/estimate/step_error.py`.
@@ -129,7 +129,7 @@ def fmt(v: tuple[float | None, int]) -> str:
     return "-" if v[0] is None else f"{v[0]:.0f}% ({v[1]})"
 
 
-def report(ref: Path) -> tuple[str, dict[str, float]]:
+def report(ref: Path) -> tuple[str, dict]:
     cs = cases(ref)
     overall = summary(cs)
     tables = sorted({c.row.table for c in cs}, key=lambda t: TABLES.index(t + ".csv"))

@@ -17,6 +17,7 @@ from autotune.estimate.throughput import (
 )
 from autotune.job import Job
 from autotune.model import get_model
+from benchmarks.throughput_rank import DEFAULT_REF
 from tests.conftest import make_setup
 
 BASE = {"use_dynamic_bsz": True, "tp": 4, "rollout_tp": 1, "ppo_max_token_len_per_gpu": 20480,
@@ -98,10 +99,11 @@ def test_short_responses_do_not_pay_a_full_decode_batch_for_every_step(setup7b):
     assert gens[1] < 0.75 * gens[0]
 
 
+@pytest.mark.skipif(not DEFAULT_REF.exists(), reason="../shared/reference is not beside the checkout")
 def test_step_time_error_against_the_measured_tables_is_under_25_percent_and_the_band_is_current():
     # The measured tables of verl_megatron_practice (benchmarks/step_time_error.py): the step's MAPE is the
     # headline target, and the band the CLI and dashboard show is what the benchmark computes now.
-    from benchmarks.step_time_error import DEFAULT_REF, cases, report, summary
+    from benchmarks.step_time_error import cases, report, summary
 
     assert summary(cases(DEFAULT_REF))["step"][0] < 25
     _, band = report(DEFAULT_REF)
