@@ -145,7 +145,7 @@ class Job:
 
     @property
     def rope_fusion(self) -> bool:
-        """Whether the job turns on Megatron's fused RoPE (verl 0.9.1 leaves it off for dense and Qwen MoE models)."""
+        """Whether the job turns on Megatron's fused RoPE kernel; the throughput model counts it only when set."""
         return _truthy(self.get(verl.ROPE_FUSION))
 
     def validate(self) -> None:
