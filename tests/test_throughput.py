@@ -11,6 +11,7 @@ from autotune.estimate.throughput import (
     DEFAULT_EFFICIENCY,
     active_params,
     decode_weights,
+    error_band,
     estimate_throughput,
     moe_dispatch_s,
     step_time_label,
@@ -110,6 +111,10 @@ def test_step_time_error_against_the_measured_tables_is_under_25_percent_and_the
     assert band == STEP_TIME_ERROR, "run `python -m benchmarks.step_time_error` to regenerate the band"
     assert step_time_label(412) == f"step 412 s (±{round(STEP_TIME_ERROR['held_out']['step'])}%, expected error " \
         "vs measured tables)"
+    dense, moe = STEP_TIME_ERROR["held_out_step_by_family"]["dense"], STEP_TIME_ERROR["held_out_step_by_family"]["moe"]
+    assert dense < moe  # held out, the MoE table has no MoE constants to lean on
+    assert step_time_label(412, moe=True) == f"step 412 s (±{round(moe)}%, expected error vs measured tables)"
+    assert error_band(100.0, moe=False)["step_time_range_s"] == [round(100 - dense, 1), round(100 + dense, 1)]
 
 
 def test_rope_fusion_in_the_job_speeds_the_training_passes_not_the_rollout():

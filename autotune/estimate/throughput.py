@@ -96,25 +96,29 @@ class ThroughputEstimate:
         }
 
 
-def step_error_percent() -> float:
-    """Expected |error| of a predicted step time: its leave-one-table-out MAPE against the measured tables."""
-    return float(STEP_TIME_ERROR["held_out"]["step"])
+def step_error_percent(moe: bool | None = None) -> float:
+    """Expected |error| of a predicted step time: its leave-one-table-out MAPE against the measured tables, for the
+    model family when it is known (dense and MoE models are predicted with different constants and errors)."""
+    if moe is None:
+        return float(STEP_TIME_ERROR["held_out"]["step"])
+    return float(STEP_TIME_ERROR["held_out_step_by_family"]["moe" if moe else "dense"])
 
 
-def step_time_label(step_s: float) -> str:
+def step_time_label(step_s: float, moe: bool | None = None) -> str:
     """How a predicted step is shown: with its expected error, so nobody plans a GPU budget on a bare number."""
-    return f"step {step_s:.0f} s (\u00b1{step_error_percent():.0f}%, expected error vs measured tables)"
+    return f"step {step_s:.0f} s (\u00b1{step_error_percent(moe):.0f}%, expected error vs measured tables)"
 
 
-def error_band(step_s: float) -> dict:
+def error_band(step_s: float, moe: bool | None = None) -> dict:
     """The expected error of a prediction as data (`estimate --json`): percentages and the step-time range."""
-    pct = step_error_percent()
+    pct = step_error_percent(moe)
+    family = "" if moe is None else (" of MoE models" if moe else " of dense models")
     return {
         "step_time_error_percent": pct,
         "step_time_range_s": [round(step_s * (1 - pct / 100), 1), round(step_s * (1 + pct / 100), 1)],
         "phase_error_percent": dict(STEP_TIME_ERROR["held_out"]),
-        "error_basis": "mean absolute percentage error, leave-one-table-out, against verl_megatron_practice's "
-        "measured steps (benchmarks/results/step_time_error.md)",
+        "error_basis": f"mean absolute percentage error{family}, leave-one-table-out, against "
+        "verl_megatron_practice's measured steps (benchmarks/results/step_time_error.md)",
     }
 
 
