@@ -19,6 +19,7 @@ from autotune import __version__, verl
 from autotune.candidate import Candidate
 from autotune.cluster import GPU_TYPES, ClusterError, make_cluster
 from autotune.estimate import evaluate
+from autotune.estimate.throughput import error_band, step_time_label
 from autotune.export import FORMATS, ExportInfo, export_text
 from autotune.job import Job, JobError
 from autotune.launch_script import is_launch_script, read_script
@@ -410,7 +411,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "fits": ev.feasible,
         "violations": [dataclasses.asdict(v) for v in ev.violations],
         "memory": ev.memory.as_dict() if ev.memory else None,
-        "throughput": ev.throughput.as_dict() if ev.throughput else None,
+        "throughput": ev.throughput.as_dict() | error_band(ev.throughput.step_time, setup.model.is_moe)
+        if ev.throughput else None,
         "estimate": "model estimate, not a measurement",
     }
     if args.json:
@@ -440,7 +442,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if ev.throughput:
         t = ev.throughput
         phases = ", ".join(f"{k} {v:.1f}s" for k, v in t.phases)
-        out.print(f"predicted step {t.step_time:.1f}s ({phases}); {t.throughput:.1f} tokens/s/GPU (estimate)")
+        step = step_time_label(t.step_time, setup.model.is_moe)
+        out.print(f"predicted {step} ({phases}); {t.throughput:.1f} tokens/s/GPU (estimate)")
     out.print(f"fits: {'yes' if ev.feasible else 'no'}")
     return 0
 

@@ -150,6 +150,11 @@ class Job:
     def enforce_eager(self) -> bool:
         return _truthy(self.get(verl.ENFORCE_EAGER))
 
+    @property
+    def rope_fusion(self) -> bool:
+        """Whether the job turns on Megatron's fused RoPE kernel; the throughput model counts it only when set."""
+        return _truthy(self.get(verl.ROPE_FUSION))
+
     def validate(self) -> None:
         for key in (verl.MAX_PROMPT_LENGTH, verl.MAX_RESPONSE_LENGTH, verl.TRAIN_BATCH_SIZE,
                     verl.PPO_MINI_BATCH_SIZE, verl.ROLLOUT_N):

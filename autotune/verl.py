@@ -68,6 +68,7 @@ MODEL_PATH = "actor_rollout_ref.model.path"
 MAX_MODEL_LEN = f"{_ROLLOUT}.max_model_len"
 MAX_NUM_SEQS = f"{_ROLLOUT}.max_num_seqs"
 ENFORCE_EAGER = f"{_ROLLOUT}.enforce_eager"
+ROPE_FUSION = f"{_TRANSFORMER}.apply_rope_fusion"  # Megatron's fused RoPE kernel
 ROLLOUT_NAME = f"{_ROLLOUT}.name"
 N_GPUS_PER_NODE = "trainer.n_gpus_per_node"
 NNODES = "trainer.nnodes"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
 from autotune.estimate import evaluate
@@ -116,7 +117,9 @@ def read_rows(path: Path) -> list[Row]:
                 need = tokens(r["max_prompt_len"]) + tokens(r["max_response_len"])
                 params.update(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=need // layout["cp"],
                               log_prob_max_token_len_per_gpu=2 * need)
+            rope = "rope_fusion" in other or "all optimization" in other  # the scripts' override
             job = Job.from_mapping({
+                **({verl.ROPE_FUSION: True} if rope else {}),
                 "data.max_prompt_length": tokens(r["max_prompt_len"]),
                 "data.max_response_length": tokens(r["max_response_len"]),
                 "data.train_batch_size": int(r["bs"]),

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from autotune.cli import main
+from autotune.estimate.step_error import STEP_TIME_ERROR
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -102,10 +103,16 @@ def test_estimate_table_and_json(capsys, tmp_path):
     assert code == 0 and doc["layout"].startswith("tp4") and doc["params"]["ppo_max_token_len_per_gpu"] == 20480
     assert set(doc["memory"]["moments"]) == {"vllm_start", "rollout", "log_prob", "update"}
     assert isinstance(doc["fits"], bool) and doc["throughput"]["throughput"] > 0
+    # The expected error rides along: the held-out error of dense models, as qwen2.5-7b is one.
+    thr, pct = doc["throughput"], STEP_TIME_ERROR["held_out_step_by_family"]["dense"]
+    assert thr["step_time_error_percent"] == pct and thr["phases_s"] and thr["step_time_s"] > 0
+    lo, hi = thr["step_time_range_s"]
+    assert lo < thr["step_time_s"] < hi and abs(hi / thr["step_time_s"] - 1 - pct / 100) < 0.01
     code, out, _ = run(capsys, "estimate", "--model", "qwen2.5-7b", "--job", str(job), "--set", "tp=1", "--json")
     assert json.loads(out)["fits"] is False  # 7B at TP=1 without offload does not fit an H100
     code, out, _ = run(capsys, "estimate", "--model", "qwen2.5-7b", "--job", str(job))
     assert code == 0 and "activations" in out and "vllm_budget" in out and "fits: yes" in out
+    assert f"(±{pct:.0f}%, expected error vs measured tables)" in out
 
 
 def test_models_and_spaces(capsys):

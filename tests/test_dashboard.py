@@ -16,6 +16,7 @@ from optuna.trial import TrialState  # noqa: E402
 from autotune.cli import main  # noqa: E402
 from autotune.dashboard import data  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
+from autotune.estimate.step_error import STEP_TIME_ERROR  # noqa: E402
 from autotune.export import export_text  # noqa: E402
 from autotune.runners.simulate import SimulateRunner  # noqa: E402
 from autotune.store import Store, StudyRow, TrialRow, utcnow  # noqa: E402
@@ -157,6 +158,8 @@ def test_trial_page_params_memory_steps_and_log_tail(client, study):
     assert r.status_code == 200
     assert "actor_rollout_ref.actor.megatron.tensor_model_parallel_size" in r.text
     assert "perf/throughput" in r.text and "SIMULATED" in r.text
+    pct = round(STEP_TIME_ERROR["held_out_step_by_family"]["dense"])  # the study's model is dense
+    assert f"±{pct}%, expected error vs measured tables" in r.text  # beside the predicted step time
     failed = next(t for t in tuner.store.trials(STUDY) if t.status == "failed")
     r = client.get(f"/study/{STUDY}/trial/{failed.number}")
     assert "line 0\n" in r.text and "NCCL watchdog &lt;timeout&gt;" in r.text  # the file's tail, escaped
@@ -318,9 +321,9 @@ def test_trials_table_is_paged_sorted_and_filtered_on_the_server(client, study):
     # The page's filter syntax: =value on a parameter, >x on a number, a search over layout/reason/origin/status.
     j = client.get(f"/api/study/{STUDY}/trials", params={"f.status": "=ok", "f.p:tp": "=2", "size": 500}).json()
     assert [r[num] for r in j["rows"]] == [r.number for r in rows if r.status == "ok" and r.params["tp"] == 2]
-    cut = sorted(r.throughput for r in ok)[len(ok) // 2]
+    cut = sorted(r.throughput for r in ok)[len(ok) // 2]  # the filter sees the values as shown (2 decimals)
     j = client.get(f"/api/study/{STUDY}/trials", params={"f.throughput": f">{cut}", "size": 500}).json()
-    assert j["matched"] == sum(r.throughput > cut for r in ok) > 0
+    assert j["matched"] == sum(round(r.throughput, 2) > cut for r in ok) > 0
     j = client.get(f"/api/study/{STUDY}/trials", params={"search": "out of memory", "size": 500}).json()
     assert [r[num] for r in j["rows"]] == [r.number for r in rows if "out of memory" in (r.reason or "")]
     j = client.get(f"/api/study/{STUDY}/trials", params={"launched": 1, "f.status": "!=ok", "size": 500}).json()

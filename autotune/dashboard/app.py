@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autotune import verl
 from autotune.dashboard import data
+from autotune.estimate.throughput import step_error_percent
 from autotune.export import FORMATS
 from autotune.store import Store, StoreError, StudyRow, TrialRow
 
@@ -158,6 +159,7 @@ def create_app(storage_url: str, store: Store | None = None) -> FastAPI:
                     cls=data.failure_class(row.status, row.reason or ""), steps=steps,
                     step_metrics=list(dict.fromkeys(k for s in steps for k in s.metrics)),
                     log=log, log_source=log_source, capacity=data.capacity_gib(st),
+                    step_error_percent=step_error_percent(bool((st.model or {}).get("num_experts"))),
                     keys={p: ", ".join(verl.PARAM_KEYS.get(p, ())) for p in row.params},
                     plot={"study": name, "number": number, "predicted_memory": row.predicted_memory,
                           "phase_timings": row.phase_timings, "predicted_phases": row.predicted_phases,

@@ -1,9 +1,11 @@
 """Analytic step time per phase of a verl GRPO step, and tokens/s/GPU.
 
-It ranks candidates and seeds the study; absolute numbers are rough. Phases follow verl's timing metrics:
-gen (vLLM decode, limited by KV capacity and memory bandwidth), old_log_prob and ref (forward FLOPs), update_actor
-(training FLOPs at a calibrated efficiency, TP/CP/DP communication, pipeline bubble, recompute), update_weights
-(reshard). Rank correlation against measured tables: benchmarks/throughput_rank.py.
+It ranks candidates, seeds the study and plans GPU budgets. Phases follow verl's timing metrics: gen (vLLM
+decode: a fixed cost per step for the weights read plus a cost per sequence in the batch, over at least as many
+steps as the longest response), old_log_prob and ref (forward FLOPs), update_actor (training FLOPs at a calibrated
+efficiency, TP/CP/DP communication, MoE all-to-all, pipeline bubble, recompute), update_weights (reshard). Error
+against measured tables: benchmarks/step_time_error.py (the band shown with every prediction); rank correlation:
+benchmarks/throughput_rank.py.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.estimate.memory import MemoryEstimate, estimate_memory, micro_batches_per_step, params_per_gpu
+from autotune.estimate.step_error import STEP_TIME_ERROR
 from autotune.job import Job
 from autotune.model import ModelArch
 
@@ -48,6 +51,15 @@ class Efficiency:
     decode_compute: float = 0.5
     prefill: float = 0.5
     decode_step_overhead_s: float = 0.007  # scheduler and sampler per decode step
+    longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
+    rope_fusion: float = 0.817  # update and log-prob time with apply_rope_fusion over without (fitted, paired rows)
+    # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
+    moe_train: float = 0.65  # update and log-prob efficiency relative to dense (grouped GEMMs, router, permutation)
+    a2a: float = 1.0  # share of link bandwidth the all-to-all reaches
+    moe_decode: float = 0.6  # vLLM's fused MoE decode kernel (a few tokens per expert) relative to dense GEMMs
+    # Per MoE layer and decode step, whatever the TP: the routing, alignment and expert kernels launched one by one
+    # (the tables ran vLLM eagerly, verl 0.4's default).
+    moe_decode_layer_s: float = 3e-4
     rollout_tp_comm_s_per_layer: float = 3.5e-5  # two all-reduces per layer per decode step
     pcie_gbps: float = 25.0  # host <-> device for offload
     reshard_gbps: float = 6.0  # effective weight-sync bandwidth (per-tensor overheads dominate)
@@ -55,6 +67,7 @@ class Efficiency:
 
 
 DEFAULT_WORKLOAD = Workload()
+REFERENCE_TFLOPS = 989.0  # H100 SXM bf16: the GPU the efficiencies were calibrated on
 DEFAULT_EFFICIENCY = Efficiency()
 
 
@@ -83,12 +96,63 @@ class ThroughputEstimate:
         }
 
 
+def step_error_percent(moe: bool | None = None) -> float:
+    """Expected |error| of a predicted step time: its leave-one-table-out MAPE against the measured tables, for the
+    model family when it is known (dense and MoE models are predicted with different constants and errors)."""
+    if moe is None:
+        return float(STEP_TIME_ERROR["held_out"]["step"])
+    return float(STEP_TIME_ERROR["held_out_step_by_family"]["moe" if moe else "dense"])
+
+
+def step_time_label(step_s: float, moe: bool | None = None) -> str:
+    """How a predicted step is shown: with its expected error, so nobody plans a GPU budget on a bare number."""
+    return f"step {step_s:.0f} s (\u00b1{step_error_percent(moe):.0f}%, expected error vs measured tables)"
+
+
+def error_band(step_s: float, moe: bool | None = None) -> dict:
+    """The expected error of a prediction as data (`estimate --json`): percentages and the step-time range."""
+    pct = step_error_percent(moe)
+    family = "" if moe is None else (" of MoE models" if moe else " of dense models")
+    return {
+        "step_time_error_percent": pct,
+        "step_time_range_s": [round(step_s * (1 - pct / 100), 1), round(step_s * (1 + pct / 100), 1)],
+        "phase_error_percent": dict(STEP_TIME_ERROR["held_out"]),
+        "error_basis": f"mean absolute percentage error{family}, leave-one-table-out, against "
+        "verl_megatron_practice's measured steps (benchmarks/results/step_time_error.md)",
+    }
+
+
 def active_params(m: ModelArch) -> float:
     """Parameters one token passes through (all of a dense model; the routed top-k of an MoE)."""
     if not m.is_moe:
         return float(m.total_params())
     inactive = m.num_moe_layers * m.expert_params_per_layer() * (1 - m.moe_top_k / m.num_experts)
     return m.total_params() - inactive
+
+
+def decode_weights(m: ModelArch, batch: float) -> float:
+    """Parameters a decode step of `batch` sequences reads: every expert that at least one token routes to."""
+    if not m.is_moe:
+        return float(m.total_params())
+    touched = 1 - (1 - m.moe_top_k / m.num_experts) ** batch
+    return m.total_params() - m.num_moe_layers * m.expert_params_per_layer() * (1 - touched)
+
+
+def moe_dispatch_s(m: ModelArch, cl: Cluster, c: Candidate, tokens: float, eff: Efficiency) -> float:
+    """Seconds of one pass of MoE all-to-all (dispatch and combine of top-k copies of each token, every MoE layer).
+
+    Megatron-core's expert grid puts the EP ranks of an ETP group on consecutive GPUs: the group spans
+    ceil(EP * ETP / GPUs per node) nodes, and with uniform routing a copy leaves the node with probability
+    1 - 1/nodes, goes over NVLink with 1/nodes - 1/EP, and stays on the GPU otherwise.
+    """
+    if not m.is_moe or c.ep <= 1:
+        return 0.0
+    per_gpu = tokens / cl.world_size * m.num_moe_layers * 2 * m.moe_top_k * m.hidden_size * 2
+    nodes = min(math.ceil(c.ep * c.etp_or_tp / cl.gpus_per_node), cl.nodes)
+    off_node = 1 - 1 / nodes
+    on_node = 1 / nodes - 1 / c.ep
+    g = cl.gpu
+    return per_gpu * (off_node / g.inter_node_gbps + on_node / g.link_gbps) / (1e9 * eff.a2a)
 
 
 def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
@@ -117,20 +181,23 @@ def estimate_throughput(
     seq_len = lp + lr
     tokens = seqs * seq_len
 
-    # gen: replicas of rollout_tp GPUs; decode batch limited by max_num_seqs and by KV blocks.
+    # gen: replicas of rollout_tp GPUs; decode batch limited by max_num_seqs and by KV blocks. Continuous batching
+    # keeps the batch full only while sequences wait; then the longest responses decode alone. So a decode step
+    # costs a fixed part (read the weights, TP all-reduces, scheduler) plus a part per sequence in the batch
+    # (its FLOPs or its KV reads), and the number of steps is at least the longest response.
     replicas = world / c.rollout_tp
     per_replica = seqs / replicas
     kv_tokens = max(mem.kv_cache_bytes, 0.0) / mem.kv_bytes_per_token
     conc = max(1.0, min(job.max_num_seqs, per_replica, kv_tokens / seq_len))
-    weights_gpu = 2 * active_params(m) / c.rollout_tp
-    kv_read = conc * (lp + lr / 2) * mem.kv_bytes_per_token
-    t_mem = (weights_gpu + kv_read) / (g.hbm_tbps * 1e12 * eff.hbm)
-    t_cmp = 2 * active_params(m) * conc / c.rollout_tp / (peak * eff.decode_compute)
-    t_comm = (c.rollout_tp > 1) * 2 * m.num_layers * eff.rollout_tp_comm_s_per_layer
-    step = max(t_mem, t_cmp) + t_comm + eff.decode_step_overhead_s
-    decode_steps = max(per_replica * lr / conc, job.max_response_length * 0.9)
+    hbm = g.hbm_tbps * 1e12 * eff.hbm
+    moe = eff.moe_decode if m.is_moe else 1.0
+    t_fixed = 2 * decode_weights(m, conc) / c.rollout_tp / (hbm * moe) + m.num_moe_layers * eff.moe_decode_layer_s
+    t_fixed += (c.rollout_tp > 1) * 2 * m.num_layers * eff.rollout_tp_comm_s_per_layer + eff.decode_step_overhead_s
+    t_seq = max(2 * active_params(m) / c.rollout_tp / (peak * eff.decode_compute * moe),
+                (lp + lr / 2) * mem.kv_bytes_per_token / hbm)
+    decode_steps = max(per_replica * lr / conc, job.max_response_length * eff.longest_response)
     prefill = per_replica * lp * 2 * active_params(m) / c.rollout_tp / (peak * eff.prefill)
-    gen = decode_steps * step + prefill
+    gen = decode_steps * t_fixed + per_replica * lr * t_seq + prefill
 
     # Training-side efficiency of this layout.
     mbs_tokens = (
@@ -138,12 +205,16 @@ def estimate_throughput(
         if c.use_dynamic_bsz
         else (c.ppo_micro_batch_size_per_gpu or 1) * seq_len
     )
+    # A micro-batch's fixed cost (kernel launches, Python) weighs against its compute time: on a GPU slower than the
+    # H100 the constant was calibrated on, fewer tokens amortise it. (Scaling the TP/CP penalty the same way, as
+    # exposed collectives / compute, made dapo14b's H20 ordering worse: it stays as calibrated.)
+    tokens_half = eff.tokens_half * g.bf16_tflops / REFERENCE_TFLOPS
     tokens_gpu = mbs_tokens / c.cp
-    size_eff = tokens_gpu / (tokens_gpu + eff.tokens_half)
+    size_eff = tokens_gpu / (tokens_gpu + tokens_half)
     tp_cost = eff.tp_penalty * 4096 / m.hidden_size
     layout_eff = 1 / (1 + tp_cost * (c.tp - 1)) / (1 + eff.cp_penalty * (c.cp - 1))
-    if m.is_moe:
-        layout_eff /= 1 + 0.05 * math.log2(max(c.ep, 1)) * (1 + (c.ep * c.tp > cl.gpus_per_node))
+    if m.is_moe:  # grouped expert GEMMs, router and token permutation run below dense GEMM efficiency
+        layout_eff *= eff.moe_train
     n_micro = micro_batches_per_step(job, cl, c, seq_len)
     bubble = (c.pp - 1) / (c.vpp_or_1 * n_micro) if c.pp > 1 else 0.0
 
@@ -154,8 +225,12 @@ def estimate_throughput(
     recompute = {"none": 0.0, "selective": 0.03, "full": 1 / 3}[c.recompute]
     if c.recompute == "selective" and "mlp" in c.recompute_modules:
         recompute += 0.2
+    if job.rope_fusion:  # RoPE's elementwise passes over q and k fused into one kernel
+        layout_eff /= eff.rope_fusion
     update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * share(eff.train) * size_eff * layout_eff)
     update *= 1 + bubble
+    passes = 3 + (c.recompute == "full")  # forward, backward (two), recomputed forward
+    update += job.ppo_epochs * passes * moe_dispatch_s(m, cl, c, tokens, eff)
 
     # Data-parallel gradient reduce-scatter + parameter all-gather once per mini-batch.
     pc = params_per_gpu(m, c)
@@ -168,10 +243,11 @@ def estimate_throughput(
     lp_tokens = c.log_prob_max_token_len_per_gpu * c.cp if c.use_dynamic_bsz else (
         (c.log_prob_micro_batch_size_per_gpu or 1) * seq_len
     )
-    lp_size_eff = (lp_tokens / c.cp) / (lp_tokens / c.cp + eff.tokens_half)
+    lp_size_eff = (lp_tokens / c.cp) / (lp_tokens / c.cp + tokens_half)
     fwd = f_train / 3 / (world * peak * share(eff.forward) * lp_size_eff * layout_eff)
     lp_micro = max(1, math.ceil(seqs / dp * seq_len / lp_tokens))
     fwd *= 1 + ((c.pp - 1) / lp_micro if c.pp > 1 else 0.0)
+    fwd += moe_dispatch_s(m, cl, c, tokens, eff)
 
     offload_bytes = (6 * pc.total if c.param_offload else 0.0) + (
         12 * pc.total / max(dp * c.cp, 1) if c.optimizer_offload else 0.0
