@@ -363,7 +363,8 @@ def verl_section(ref: Path, extra: Path = EXTRA_TABLES) -> tuple[list[str], dict
               else f"{r.cand.ppo_micro_batch_size_per_gpu} x length")
         if late and late[0] > 1:
             worst = f"OOM in {late[1]} from {late[0]} tokens"
-        detail.append(f"| {r.table} | {r.number} | {r.model} | {r.gpus}x{r.gpu} | {r.cand.layout().replace(' | ', ', ')} "
+        layout = r.cand.layout().replace(" | ", ", ")
+        detail.append(f"| {r.table} | {r.number} | {r.model} | {r.gpus}x{r.gpu} | {layout} "
                       f"| {off} | {mb} | {r.result} | {at}{lengths} | {worst} | {mark} |")
     lines = [
         "## verl runs that ran or went OOM (verl_megatron_practice)",

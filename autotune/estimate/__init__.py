@@ -116,7 +116,7 @@ def _first_oom(mem: MemoryEstimate) -> str:
 
 
 def memory_verdict(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation, measure_step: int,
-                   lengths: Lengths | None = None) -> dict:
+                   lengths: Lengths | None = None, objective: str = "step") -> dict:
     """Both verdicts in words and as data: at the measured step's lengths and at the worst case the job allows.
 
     "fits at step 3; OOM in update once responses reach 6144 tokens" for a launchable candidate with a late OOM.
@@ -130,7 +130,7 @@ def memory_verdict(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation,
     if ev.worst_fits:
         return {"fits": True, "worst_case_fits": True, "oom_response_length": None, "oom_moment": None,
                 "verdict": f"fits at step {measure_step} and at the longest sequences the job allows"}
-    late = oom_response_length(model, cluster, job, ev.candidate, lengths)
+    late = oom_response_length(model, cluster, job, ev.candidate, lengths) if objective == "step" else None
     n, moment = late if late else (job.max_response_length, _first_oom(ev.worst_memory))
     return {"fits": True, "worst_case_fits": False, "oom_response_length": n, "oom_moment": moment,
             "verdict": f"fits at step {measure_step}; OOM in {moment} once responses reach {n} tokens"}
@@ -156,3 +156,25 @@ def _training_throughput(model: ModelArch, cluster: Cluster, job: Job, cand: Can
     full = estimate_throughput(model, cluster, job, cand, mem, wl=Workload(share, share))
     update = dict(full.phases)["update_actor"]
     return replace(full, phases=(("update_actor", update),))
+
+
+def memory_record(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation, measure_step: int,
+                  lengths: Lengths | None = None, objective: str = "step") -> dict | None:
+    """The memory estimate as stored with a trial and printed by `estimate --json`: the breakdown at the measured
+    step, per-moment peaks at the step and at the worst case, both verdicts in words, the lengths assumed."""
+    if ev.memory is None:
+        return None
+    v = memory_verdict(model, cluster, job, ev, measure_step, lengths, objective)
+    worst = ev.worst_memory
+    doc = ev.memory.as_dict()
+    doc.update(
+        verdict=v["verdict"], worst_case_fits=v["worst_case_fits"], oom_response_length=v["oom_response_length"],
+        oom_moment=v["oom_moment"],
+        moment_peaks_gib={m.name: round(m.peak / 2**30, 3) for m in ev.memory.moments},
+        worst_case={
+            "fits": worst.fits, "peak_gib": round(worst.peak / 2**30, 3), "binding_moment": worst.binding.name,
+            "moment_peaks_gib": {m.name: round(m.peak / 2**30, 3) for m in worst.moments},
+            "reasons": worst.reasons(), "lengths": worst.lengths.as_dict() if worst.lengths else None,
+        },
+    )
+    return doc
