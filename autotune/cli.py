@@ -220,6 +220,10 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{counts['pruned']} candidates pruned before launch this run.")
     if best:
         out.print(f"best: trial {best.number}, {_speed(best)} ({_layout(best)})")
+        if (best.predicted_memory or {}).get("verdict"):
+            late = best.predicted_memory.get("worst_case_fits") is False
+            out.print(f"{'[yellow]' if late else ''}memory: {best.predicted_memory['verdict']} (model estimate)"
+                      f"{'[/]' if late else ''}")
         out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
     else:
         out.print("no trial ran to its measured step yet")
@@ -310,6 +314,7 @@ def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
         "predicted_throughput": row.predicted_throughput,
         "predicted_peak_gib": row.predicted_peak_gib,
         "peak_memory_gib": row.peak_memory_gib,
+        "memory_verdict": (row.predicted_memory or {}).get("verdict"),
     }
 
 
