@@ -61,7 +61,7 @@ def rank_candidates(
     lengths at the measured step; among candidates within SAFE_TOLERANCE of each other's predicted throughput,
     one that also fits at the worst case the job allows comes first (prefer_safe).
     """
-    ctx = space_context(model.is_moe, cluster.world_size, cluster.gpus_per_node)
+    ctx = space_context(model.is_moe, cluster.world_size, cluster.gpus_per_node, job.has_ref_model)
     rng = random.Random(seed)
     cache: dict[str, tuple[dict[str, Any], Evaluation]] = {}
 

@@ -79,7 +79,8 @@ class Setup:
 
     @property
     def context(self) -> dict[str, Any]:
-        return space_context(self.model.is_moe, self.cluster.world_size, self.cluster.gpus_per_node)
+        return space_context(self.model.is_moe, self.cluster.world_size, self.cluster.gpus_per_node,
+                             self.job.has_ref_model)
 
     @property
     def base(self) -> Candidate:

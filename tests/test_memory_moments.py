@@ -214,3 +214,15 @@ def test_ref_param_offload_key_and_export():
     assert c.key() != Candidate.from_params({}).key()
     job = Job.from_mapping({"actor_rollout_ref.ref.megatron.param_offload": True})
     assert job.candidate(Candidate()).ref_param_offload is True
+
+
+def test_the_reference_models_offload_is_tuned_only_when_the_job_has_one():
+    import random
+
+    from autotune.space import load_space, space_context
+
+    for name in ("dense", "moe"):
+        space = load_space(name)
+        with_ref = space.sample(random.Random(1), space_context(name == "moe", 8, 8, ref=True))
+        assert with_ref["ref_param_offload"] in (True, False)
+        assert "ref_param_offload" not in space.sample(random.Random(1), space_context(name == "moe", 8, 8))
