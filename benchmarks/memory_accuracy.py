@@ -119,6 +119,24 @@ CHANGES = [
     "Known gaps: allocator slack is the least predictable term (its MAPE is large, its size small except with "
     "full recompute); the MoE probes (3 rows, cut to 4 layers, no grouped GEMM) are off by ~20%.",
     "",
+    "## What verl's own source changed in the whole-step model (issue 10)",
+    "",
+    "Read off verl 0.9.1 and vLLM 0.24.0 (each term and its source line: docs/memory_model.md). The training-phase "
+    "terms above are unchanged, so the probe figures are too.",
+    "",
+    "1. The reference model (KL loss or KL reward): a bf16 copy of the weights sharded like the actor, no grads, "
+    "no optimizer, on the GPU through the whole step unless `ref.megatron.param_offload` (which follows the "
+    "actor's `param_offload`); a new `ref_log_prob` moment, and the ref's offload key in the search space.",
+    "2. Moments in verl's order: `vllm_start`, `reshard` (update_weights: vLLM's weights woken, the actor's "
+    "weights loaded to export, a 2 GiB transfer bucket), `rollout`, `old_log_prob`, `ref_log_prob`, `update`. The "
+    "log-prob passes load the actor's params only (eval mode), not its grads.",
+    "3. vLLM 0.24 subtracts its CUDA-graph estimate from `gpu_memory_utilization x total` "
+    "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1): the graphs are inside the share during rollout (the model "
+    "used to add them on top) and the KV cache is smaller by them; asleep (level 2), vLLM keeps its graphs and "
+    "non-torch memory only; without `free_cache_engine` it keeps its whole share.",
+    "4. Two verdicts, at the measured step's lengths and at the worst case the job allows: without dynamic "
+    "batching a micro-batch grows with the responses (grpo_qwen2.5_7b #9 below is such a late OOM).",
+    "",
 ]
 
 

@@ -226,3 +226,26 @@ def test_the_reference_models_offload_is_tuned_only_when_the_job_has_one():
         with_ref = space.sample(random.Random(1), space_context(name == "moe", 8, 8, ref=True))
         assert with_ref["ref_param_offload"] in (True, False)
         assert "ref_param_offload" not in space.sample(random.Random(1), space_context(name == "moe", 8, 8))
+
+
+def test_verdicts_on_the_measured_verl_runs_are_right_or_explained():
+    from benchmarks.memory_accuracy import verl_section
+    from benchmarks.throughput_rank import DEFAULT_REF
+
+    if not DEFAULT_REF.exists():
+        pytest.skip("../shared/reference is not beside the checkout")
+    lines, counts = verl_section(DEFAULT_REF)
+    assert counts["rows"] >= 50 and counts["oom"] >= 4  # grpo_qwen2.5_7b.csv marks four OOMs
+    assert counts["wrong"] == 0, "\n".join(line for line in lines if "**NO**" in line)
+    assert counts["right"] >= counts["rows"] - 4
+
+
+def test_probe_accuracy_stays_under_10_percent_with_no_missed_oom():
+    import re
+
+    from benchmarks.memory_accuracy import RESULTS, report
+
+    text = report(sorted(RESULTS.glob("mcore_*.csv")))
+    assert "- predicted to fit but went OOM: 0" in text
+    mape = float(re.search(r"\| total \| update-moment peak \| NVML peak used \| ([\d.]+)%", text).group(1))
+    assert mape < 10.0

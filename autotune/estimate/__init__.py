@@ -59,7 +59,7 @@ class Evaluation:
 #   is the number of those sequences per optimizer step; no rollout, no vLLM.
 OBJECTIVES = ("step", "train")
 _ROLLOUT_ONLY_RULES = ("rollout_tp",)  # rules about vLLM, which a training-only measurement never starts
-_NO_VLLM_TERMS = ("vllm_asleep", "vllm_budget")
+_NO_VLLM_TERMS = ("vllm_asleep", "vllm_budget", "ref_params")  # not in a training-only process
 
 
 def evaluate(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, objective: str = "step",
