@@ -7,7 +7,7 @@ Formulas and sources: ../shared/reference/MEMORY.md. All sizes in bytes; pure fu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from autotune import verl
 from autotune.candidate import Candidate
@@ -325,20 +325,25 @@ def estimate_memory(
     What is on the GPU at each moment, and the verl/vLLM source line of each term: docs/memory_model.md.
     """
     ln = lengths or worst_case(job)
+    has_ref, sleeps = job.has_ref_model, job.free_cache_engine  # read once: a job lookup is not free
     total = cl.gpu.memory_bytes
     states = model_state_bytes(m, cl, c)
     optimizer = states["optimizer_master"] + states["optimizer_adam"]
-    ref = ref_param_bytes(m, c) if job.has_ref_model else 0.0
+    ref = ref_param_bytes(m, c) if has_ref else 0.0
     ref_resident = 0.0 if c.ref_offloaded else ref
+
+    def refs(value: float) -> tuple[tuple[str, float], ...]:
+        return (("ref_params", value),) if has_ref else ()  # no reference model: no such term
     # What the actor keeps on the GPU between its own passes: the offload flags decide (engine/base.py).
     kept_params = 0.0 if c.param_offload else states["params"]
     kept_grads = 0.0 if c.param_offload else states["grads"]
     kept_opt = 0.0 if c.optimizer_offload else optimizer
     budget = total * c.gpu_memory_utilization
     graphs = 0.0 if job.enforce_eager else cal.cudagraph_pool
+    vllm_weights = vllm_weight_bytes(m, c.rollout_tp)
     # vLLM asleep (level 2 in verl's hybrid engine): weights and KV cache freed; the CUDA-graph pool and its
     # non-torch memory stay. Without free_cache_engine vLLM never sleeps and keeps its whole share.
-    asleep = ("vllm_asleep", graphs + cal.vllm_nontorch) if job.free_cache_engine else ("vllm_budget", budget)
+    asleep = ("vllm_asleep", graphs + cal.vllm_nontorch) if sleeps else ("vllm_budget", budget)
     fixed = (("cuda_contexts", 2 * cal.cuda_context), ("nccl", cal.nccl))
 
     # 1. vLLM start: the actor is built (Adam moments are created lazily at the first step) and the reference too;
@@ -346,20 +351,19 @@ def estimate_memory(
     vllm_start = Moment("vllm_start", (
         ("params", kept_params), ("grads", kept_grads),
         ("optimizer", 0.0 if c.optimizer_offload else states["optimizer_master"]),
-        ("ref_params", ref_resident), *fixed, ("vllm_budget", budget),
+        *refs(ref_resident), *fixed, ("vllm_budget", budget),
     ), total, "vLLM needs gpu_memory_utilization x total GPU memory free when it starts")
 
     # 2. Resharding (update_weights): vLLM's weights woken, the actor's weights loaded to export, bucket in flight.
     reshard = Moment("reshard", (
-        ("params", states["params"]), ("grads", kept_grads), ("optimizer", kept_opt), ("ref_params", ref_resident),
+        ("params", states["params"]), ("grads", kept_grads), ("optimizer", kept_opt), *refs(ref_resident),
         ("reshard_buffers", reshard_buffer_bytes(m, job)),
-        ("vllm_weights", vllm_weight_bytes(m, c.rollout_tp) if job.free_cache_engine else 0.0),
-        asleep if job.free_cache_engine else ("vllm_budget", budget), *fixed,
+        ("vllm_weights", vllm_weights if sleeps else 0.0), asleep, *fixed,
     ), total, "update_weights: vLLM weights woken, actor weights loaded and sent in buckets")
 
     # 3. Rollout: the actor offloaded what its flags say, the KV cache woken: vLLM holds its whole share.
     rollout = Moment("rollout", (
-        ("params", kept_params), ("grads", kept_grads), ("optimizer", kept_opt), ("ref_params", ref_resident),
+        ("params", kept_params), ("grads", kept_grads), ("optimizer", kept_opt), *refs(ref_resident),
         ("vllm_budget", budget), *fixed,
     ), total, "KV cache woken and generation: actor residue + gpu_memory_utilization x total (weights, KV cache, "
               "activations and CUDA graphs are all inside that share in vLLM 0.24)")
@@ -377,12 +381,12 @@ def estimate_memory(
 
     # eval mode loads the actor's params, not its grads or optimizer (engine/base.py BaseEngineCtx).
     old_lp = forward_pass("old_log_prob", (("params", states["params"]), ("grads", kept_grads),
-                                           ("optimizer", kept_opt), ("ref_params", ref_resident)),
+                                           ("optimizer", kept_opt), *refs(ref_resident)),
                           "actor forward over log_prob micro-batches (old policy); vLLM asleep")
     moments = [vllm_start, reshard, rollout, old_lp]
-    if job.has_ref_model:
+    if has_ref:
         moments.append(forward_pass("ref_log_prob", (("params", kept_params), ("grads", kept_grads),
-                                                     ("optimizer", kept_opt), ("ref_params", ref)),
+                                                     ("optimizer", kept_opt), *refs(ref)),
                                     "reference forward (KL): reference weights loaded; actor as its flags leave it"))
 
     # 6. Update: the actor fully loaded (offload does not lower this peak), activations in flight, logits.
@@ -394,23 +398,21 @@ def estimate_memory(
     torch_managed = sum(states.values()) + acts + logit
     moments.append(Moment("update", (
         ("params", states["params"]), ("grads", states["grads"]), ("optimizer", optimizer),
-        ("ref_params", ref_resident), ("activations", acts), ("logits", logit),
+        *refs(ref_resident), ("activations", acts), ("logits", logit),
         ("fragmentation", cal.fragmentation * torch_managed
          + (cal.recompute_logits_slack * logit if c.recompute == "full" else 0.0)),
         *fixed, asleep,
     ), total, "update_actor: weights, fp32 grads, distributed optimizer, in-flight activations, logits"))
 
     kv_per_token = kv_bytes_per_token(m, c.rollout_tp)
-    kv_cache = (budget - vllm_weight_bytes(m, c.rollout_tp) - vllm_activation_bytes(m, job, c) - cal.vllm_nontorch
+    kv_cache = (budget - vllm_weights - vllm_activation_bytes(m, job, c) - cal.vllm_nontorch
                 - graphs)  # vLLM 0.24 subtracts its CUDA-graph estimate from the share (gpu_worker.py)
     kv_needed = math.ceil(job.max_model_len / 16) * 16 * kv_per_token
     notes = []
     if c.param_offload or c.optimizer_offload:
         notes.append("offload lowers what stays on the GPU during rollout, not the update peak")
-    if job.has_ref_model:
+    if has_ref:
         notes.append("reference model (KL) on the GPU " + ("only in its log-prob pass" if c.ref_offloaded
                                                             else "through the whole step (ref param_offload off)"))
-    if not job.has_ref_model:  # no reference model: no such term
-        moments = [replace(mo, terms=tuple(t for t in mo.terms if t[0] != "ref_params")) for mo in moments]
     return MemoryEstimate(tuple(moments), kv_cache, kv_needed, kv_per_token, tuple(notes), ln,
                           micro_batch_bound(c))
