@@ -55,7 +55,7 @@ class ExportInfo:
     simulated: bool
     layout: str
     model: str
-    memory_verdict: str = ""  # "fits at step 3; OOM in update once responses reach N tokens" (the memory model's)
+    memory_verdict: str = ""  # "fits at step 3; OOM in update_actor once responses reach N tokens" (the memory model's)
 
     def memory_line(self) -> str:
         return f"# memory (model estimate): {self.memory_verdict}\n" if self.memory_verdict else ""

@@ -29,7 +29,7 @@ from typing import Any
 
 from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster, get_gpu_type, gpu_type_from_device_name
-from autotune.estimate import Evaluation, evaluate, memory_verdict, oom_response_length
+from autotune.estimate import MOMENT_WORDS, Evaluation, evaluate, memory_verdict, oom_response_length
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.job import Job
 from autotune.model import get_model
@@ -358,7 +358,8 @@ def verl_section(ref: Path, extra: Path = EXTRA_TABLES) -> tuple[list[str], dict
             notes.append(
                 f"- {r.table} #{r.number}: the table gives no response length, so the step-3 verdict assumed every "
                 f"sequence at the job's maximum; with every sequence at {r.job.max_prompt_length} prompt tokens it "
-                f"runs out of memory in {late[1]} once responses reach {late[0]} tokens (no dynamic "
+                f"runs out of memory in {MOMENT_WORDS.get(late[1], late[1])} once responses reach {late[0]} tokens "
+                "(no dynamic "
                 f"batching: {r.cand.ppo_micro_batch_size_per_gpu} sequences per micro-batch, so the activations "
                 "grow with the responses). It ran at step 3 with shorter responses; this is the late OOM the "
                 "worst-case verdict warns of. With a measured response length (earlier trials of the study) or "
@@ -373,14 +374,15 @@ def verl_section(ref: Path, extra: Path = EXTRA_TABLES) -> tuple[list[str], dict
         at = "fits" if step_fits else ("constraint" if ev.memory is None else
                                        f"OOM ({', '.join(m.name for m in ev.memory.moments if not m.fits) or 'kv'})")
         worst = "fits" if v["worst_case_fits"] else (
-            f"OOM in {v['oom_moment']} from {v['oom_response_length']} tokens" if v["oom_response_length"] else
+            f"OOM in {MOMENT_WORDS.get(v['oom_moment'], v['oom_moment'])} from {v['oom_response_length']} tokens"
+            if v["oom_response_length"] else
             "OOM" if ev.memory is not None else "-")
         lengths = f" (responses ~{r.response_mean:.0f})" if r.response_mean else ""
         off = "param+opt" if r.cand.param_offload else "none"
         mb = (f"dynamic {r.cand.ppo_max_token_len_per_gpu}" if r.cand.use_dynamic_bsz
               else f"{r.cand.ppo_micro_batch_size_per_gpu} x length")
         if late and late[0] > 1:
-            worst = f"OOM in {late[1]} from {late[0]} tokens"
+            worst = f"OOM in {MOMENT_WORDS.get(late[1], late[1])} from {late[0]} tokens"
         layout = r.cand.layout().replace(" | ", ", ")
         detail.append(f"| {r.table} | {r.number} | {r.model} | {r.gpus}x{r.gpu} | {layout} "
                       f"| {off} | {mb} | {r.result} | {at}{lengths} | {worst} | {mark} |")

@@ -14,7 +14,7 @@ def test_estimate_json_has_both_verdicts_and_lengths(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 0
     assert doc["fits"] is True and doc["worst_case_fits"] is False  # fits at step 3, not at 8k responses
-    assert doc["verdict"].startswith("fits at step 3; OOM in update once responses reach ")
+    assert doc["verdict"].startswith("fits at step 3; OOM in update_actor once responses reach ")
     assert doc["memory"]["oom_response_length"] > 3000  # beyond the step's longest response (2 x 1500)
     assert set(doc["moment_peaks_gib"]) == set(doc["worst_case_moment_peaks_gib"]) == {
         "vllm_start", "reshard", "rollout", "old_log_prob", "update"}
@@ -26,7 +26,7 @@ def test_estimate_json_has_both_verdicts_and_lengths(capsys):
 def test_estimate_words_and_the_default_worst_case(capsys):
     code = main(["estimate", "--model", "qwen2.5-7b", *MBS, "--response-length", "1500"])
     out = capsys.readouterr().out
-    assert code == 0 and "memory: fits at step 3; OOM in update once responses reach" in out
+    assert code == 0 and "memory: fits at step 3; OOM in update_actor once responses reach" in out
     assert "lengths: --response-length 1500" in out and "grows with the responses" in out
     # Without any length: the step's verdict is the worst case's (nothing launches that could OOM unseen).
     code = main(["estimate", "--model", "qwen2.5-7b", *MBS, "--json"])

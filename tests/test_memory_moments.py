@@ -180,7 +180,7 @@ def test_fits_now_but_not_at_the_worst_case_says_when():
     before = estimate_memory(M, H100x8, job, mbs, lengths=Lengths(2048, 2048, n - 64, n - 64))
     assert not at_n.fits and before.fits  # the bisection's answer, to 64 tokens
     v = memory_verdict(M, H100x8, job, ev, 3, ln)
-    assert v["verdict"] == f"fits at step 3; OOM in update once responses reach {n} tokens"
+    assert v["verdict"] == f"fits at step 3; OOM in update_actor once responses reach {n} tokens"
     rec = memory_record(M, H100x8, job, ev, 3, ln)
     assert rec["fits"] and not rec["worst_case"]["fits"] and rec["oom_response_length"] == n
     assert set(rec["moment_peaks_gib"]) == {"vllm_start", "reshard", "rollout", "old_log_prob", "update"}

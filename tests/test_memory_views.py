@@ -30,7 +30,8 @@ def test_late_oom_words_on_the_dashboard_and_in_exports(tmp_path):
     tuner.run(n_trials=1)
     row = next(r for r in tuner.store.trials("late") if r.launched)
     verdict = row.predicted_memory["verdict"]
-    assert verdict.startswith("fits at step 3; OOM in update once responses reach ") and verdict.endswith(" tokens")
+    assert verdict.startswith("fits at step 3; OOM in update_actor once responses reach ")
+    assert verdict.endswith(" tokens")
     page = TestClient(create_app(url)).get(f"/study/late/trial/{row.number}").text
     assert verdict in page and "--response-length 1500" in page and "grows with the responses" in page
     assert verdict in TestClient(create_app(url)).get("/study/late").text  # the best card

@@ -108,6 +108,10 @@ def oom_response_length(model: ModelArch, cluster: Cluster, job: Job, cand: Cand
     return int(hi), _first_oom(at(hi))
 
 
+# A moment in the words users read: verl's own phase names (its timing_s/* metrics) where they differ.
+MOMENT_WORDS = {"update": "update_actor", "reshard": "update_weights"}
+
+
 def _first_oom(mem: MemoryEstimate) -> str:
     bad = [m.name for m in mem.moments if not m.fits]
     if bad:
@@ -119,7 +123,8 @@ def memory_verdict(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation,
                    lengths: Lengths | None = None, objective: str = "step") -> dict:
     """Both verdicts in words and as data: at the measured step's lengths and at the worst case the job allows.
 
-    "fits at step 3; OOM in update once responses reach 6144 tokens" for a launchable candidate with a late OOM.
+    "fits at step 3; OOM in update_actor once responses reach 6144 tokens" for a launchable candidate with a
+    late OOM.
     """
     if ev.memory is None:
         return {"fits": False, "worst_case_fits": False, "oom_response_length": None, "oom_moment": None,
@@ -133,7 +138,8 @@ def memory_verdict(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation,
     late = oom_response_length(model, cluster, job, ev.candidate, lengths) if objective == "step" else None
     n, moment = late if late else (job.max_response_length, _first_oom(ev.worst_memory))
     return {"fits": True, "worst_case_fits": False, "oom_response_length": n, "oom_moment": moment,
-            "verdict": f"fits at step {measure_step}; OOM in {moment} once responses reach {n} tokens"}
+            "verdict": f"fits at step {measure_step}; OOM in {MOMENT_WORDS.get(moment, moment)} once responses "
+                       f"reach {n} tokens"}
 
 
 def _training_memory(mem: MemoryEstimate) -> MemoryEstimate:
