@@ -249,3 +249,16 @@ def test_probe_accuracy_stays_under_10_percent_with_no_missed_oom():
     assert "- predicted to fit but went OOM: 0" in text
     mape = float(re.search(r"\| total \| update-moment peak \| NVML peak used \| ([\d.]+)%", text).group(1))
     assert mape < 10.0
+
+
+def test_every_term_and_moment_is_documented():
+    """docs/memory_model.md and the code stay in step: each term and moment the model emits has its row there."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "memory_model.md").read_text()
+    jobs = (KL_JOB, Job.from_mapping({"actor_rollout_ref.rollout.free_cache_engine": False}))
+    names = {n for job in jobs for mo in estimate_memory(M, H100x8, job, HAND).moments
+             for n in (mo.name, *(t for t, _ in mo.terms))}
+    assert {"ref_log_prob", "reshard", "vllm_asleep", "reshard_buffers"} <= names
+    missing = sorted(n for n in names if f"`{n}`" not in doc)
+    assert not missing, f"not in docs/memory_model.md: {missing}"
