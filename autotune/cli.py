@@ -202,6 +202,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             summary["confirm"] = confirm_top(tuner, args.confirm, args.confirm_steps)
             for c in summary["confirm"].get("runs", []):
                 say.print(f"  confirm #{c['trial']}: {c['status']}: {c['reason'][:150]}")
+                if c.get("longest_response") is not None:
+                    say.print(f"    longest response seen: {c['longest_response']:.0f} tokens")
             if args.confirm and summary["confirm"].get("skipped"):
                 say.print(f"confirmation skipped: {summary['confirm']['skipped']}")
         except KeyboardInterrupt:
