@@ -4,8 +4,6 @@ vLLM's sleep, sequence lengths and the two verdicts. Pure functions: no GPU, no 
 import math
 from dataclasses import replace
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from autotune.candidate import Candidate
@@ -158,6 +156,9 @@ def test_at_step_lengths_come_from_the_best_source():
 
 
 def test_prompt_lengths_from_the_jobs_parquet(tmp_path):
+    pa = pytest.importorskip("pyarrow")  # verl's dependency; autotune reads parquet only where it is installed
+    import pyarrow.parquet as pq
+
     chats = [[{"role": "user", "content": "x" * 400}], [{"role": "user", "content": "y" * 1200}]]
     pq.write_table(pa.table({"prompt": chats}), tmp_path / "train.parquet")
     job = Job.from_mapping({"data.train_files": str(tmp_path / "train.parquet")})
