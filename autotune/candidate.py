@@ -38,6 +38,9 @@ class Candidate:
     param_offload: bool = False
     optimizer_offload: bool = False
     use_fused_kernels: bool = False
+    # The reference model's offload (only with a KL loss or KL reward); None: verl's default, the actor's
+    # param_offload (trainer/config/ref/megatron_ref.yaml).
+    ref_param_offload: bool | None = None
 
     @classmethod
     def param_names(cls) -> tuple[str, ...]:
@@ -70,7 +73,15 @@ class Candidate:
 
     def key(self) -> str:
         """A stable id of the configuration (for duplicates and joins across tables)."""
-        return hashlib.sha1(json.dumps(self.params(), sort_keys=True).encode()).hexdigest()[:12]
+        params = self.params()
+        if params["ref_param_offload"] is None:  # ids from before the reference model's knob stay the same
+            del params["ref_param_offload"]
+        return hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def ref_offloaded(self) -> bool:
+        """Whether verl keeps the reference model's weights on the CPU outside its log-prob pass."""
+        return self.param_offload if self.ref_param_offload is None else self.ref_param_offload
 
     @property
     def vpp_or_1(self) -> int:
@@ -105,6 +116,8 @@ class Candidate:
                 value = [m.strip() for m in value.split(",") if m.strip()]
             elif name in ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu") and not self.use_dynamic_bsz:
                 continue
+            elif name == "ref_param_offload" and value is None:
+                continue  # verl's own default (the actor's param_offload) applies
             for key in verl.keys_for(name):
                 out[key] = value
         return out

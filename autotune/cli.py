@@ -19,6 +19,7 @@ from autotune import __version__, verl
 from autotune.candidate import Candidate
 from autotune.cluster import GPU_TYPES, ClusterError, make_cluster
 from autotune.estimate import evaluate
+from autotune.estimate.lengths import at_step, prompt_lengths_from_data
 from autotune.estimate.throughput import error_band, step_time_label
 from autotune.export import FORMATS, ExportInfo, export_text
 from autotune.job import Job, JobError
@@ -54,6 +55,9 @@ def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None
                    "running verl.trainer.main_ppo with overrides) (default: a typical GRPO job)")
     p.add_argument("--space", help="built-in space name (dense, moe) or a YAML file (default: by model type)")
     p.add_argument("--measure-step", type=int, default=3, help="the step whose throughput is the objective")
+    p.add_argument("--response-length", type=float, metavar="TOKENS",
+                   help="expected mean response length at the measured step; the step's memory verdict uses it "
+                   "(measured lengths of earlier trials take over; default: the job's maximum)")
 
 
 def _storage_args(p: argparse.ArgumentParser) -> None:
@@ -147,7 +151,10 @@ def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
     space = load_space(space_ref)
     if args.measure_step < 1:
         raise CLIError("--measure-step must be at least 1")
-    return Setup(model, cluster, job, space, _window(args)[1]), Path(space.source).read_text()
+    if args.response_length is not None:
+        at_step(job, response_length=args.response_length)  # a clear error for an impossible estimate
+    return Setup(model, cluster, job, space, _window(args)[1], response_length=args.response_length,
+                 prompt_lengths=prompt_lengths_from_data(job)), Path(space.source).read_text()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -196,6 +203,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             summary["confirm"] = confirm_top(tuner, args.confirm, args.confirm_steps)
             for c in summary["confirm"].get("runs", []):
                 say.print(f"  confirm #{c['trial']}: {c['status']}: {c['reason'][:150]}")
+                if c.get("longest_response") is not None:
+                    say.print(f"    longest response seen: {c['longest_response']:.0f} tokens")
             if args.confirm and summary["confirm"].get("skipped"):
                 say.print(f"confirmation skipped: {summary['confirm']['skipped']}")
         except KeyboardInterrupt:
@@ -214,6 +223,10 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{counts['pruned']} candidates pruned before launch this run.")
     if best:
         out.print(f"best: trial {best.number}, {_speed(best)} ({_layout(best)})")
+        if (best.predicted_memory or {}).get("verdict"):
+            late = best.predicted_memory.get("worst_case_fits") is False
+            out.print(f"{'[yellow]' if late else ''}memory: {best.predicted_memory['verdict']} (model estimate)"
+                      f"{'[/]' if late else ''}")
         out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
     else:
         out.print("no trial ran to its measured step yet")
@@ -304,6 +317,7 @@ def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
         "predicted_throughput": row.predicted_throughput,
         "predicted_peak_gib": row.predicted_peak_gib,
         "peak_memory_gib": row.peak_memory_gib,
+        "memory_verdict": (row.predicted_memory or {}).get("verdict"),
     }
 
 
@@ -404,13 +418,20 @@ def _parse_sets(sets: list[str]) -> dict[str, Any]:
 def cmd_estimate(args: argparse.Namespace) -> int:
     setup, _ = make_setup(args)
     cand = Candidate.from_params(_parse_sets(args.set), setup.job.candidate(Candidate()))
-    ev = evaluate(setup.model, setup.cluster, setup.job, cand)
+    ev = setup.evaluate(cand)
+    record = setup.memory_record(ev)
     doc: dict[str, Any] = {
         "model": setup.model.name, "cluster": setup.cluster.describe(), "job": setup.job.source,
         "layout": cand.layout(), "params": cand.params(),
-        "fits": ev.feasible,
+        "fits": ev.feasible,  # at the lengths of the measured step
+        "worst_case_fits": ev.worst_fits,  # at the longest sequences the job allows
+        "verdict": record["verdict"] if record else "breaks a constraint: " + ev.prune_reason(),
+        "moment_peaks_gib": record["moment_peaks_gib"] if record else None,
+        "worst_case_moment_peaks_gib": record["worst_case"]["moment_peaks_gib"] if record else None,
+        "lengths": {"at_step": record["lengths"], "worst_case": record["worst_case"]["lengths"]} if record else None,
+        "micro_batch_bound": record["micro_batch_bound"] if record else None,
         "violations": [dataclasses.asdict(v) for v in ev.violations],
-        "memory": ev.memory.as_dict() if ev.memory else None,
+        "memory": record,
         "throughput": ev.throughput.as_dict() | error_band(ev.throughput.step_time, setup.model.is_moe)
         if ev.throughput else None,
         "estimate": "model estimate, not a measurement",
@@ -439,12 +460,22 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                   f"{mem.kv_needed_bytes / 2**30:.2f} GiB")
         for r in mem.reasons():
             out.print(f"[red]OOM predicted:[/] {r}")
+        if record:
+            worst = record["worst_case"]["moment_peaks_gib"]
+            out.print("worst case (every sequence at the job's maximum), peak GiB: "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in worst.items()))
+            for src in (mem.lengths.sources if mem.lengths else ()):
+                out.print(f"lengths: {src}")
+            out.print(f"micro-batch: {mem.bound}")
+            colour = "green" if ev.worst_fits else ("yellow" if ev.feasible else "red")
+            out.print(f"[{colour}]memory: {record['verdict']}[/]")
     if ev.throughput:
         t = ev.throughput
         phases = ", ".join(f"{k} {v:.1f}s" for k, v in t.phases)
         step = step_time_label(t.step_time, setup.model.is_moe)
         out.print(f"predicted {step} ({phases}); {t.throughput:.1f} tokens/s/GPU (estimate)")
-    out.print(f"fits: {'yes' if ev.feasible else 'no'}")
+    out.print(f"fits: {'yes' if ev.feasible else 'no'} (at step {setup.measure_step}); at the worst case the job "
+              f"allows: {'yes' if ev.worst_fits else 'no'}")
     return 0
 
 

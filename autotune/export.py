@@ -55,6 +55,10 @@ class ExportInfo:
     simulated: bool
     layout: str
     model: str
+    memory_verdict: str = ""  # "fits at step 3; OOM in update_actor once responses reach N tokens" (the memory model's)
+
+    def memory_line(self) -> str:
+        return f"# memory (model estimate): {self.memory_verdict}\n" if self.memory_verdict else ""
 
     def headline(self) -> str:
         if self.throughput is None:
@@ -70,6 +74,7 @@ def to_sh(info: ExportInfo, argv: list[str]) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# {info.headline()}",
+        *([info.memory_line().rstrip()] if info.memory_verdict else []),
         f"# verl {verl.VERL_VERSION}, Megatron actor, vLLM rollout. Hydra overrides given to this script are appended.",
         "set -euo pipefail",
         "",
@@ -82,7 +87,8 @@ def to_sh(info: ExportInfo, argv: list[str]) -> str:
 
 def to_yaml(info: ExportInfo, values: Mapping[str, Any]) -> str:
     """verl keys -> values: Hydra overrides as a mapping, also usable as an autotune job file (`--job`)."""
-    header = f"# {info.headline()}\n# verl {verl.VERL_VERSION} overrides for `python -m verl.trainer.main_ppo`\n"
+    header = (f"# {info.headline()}\n{info.memory_line()}# verl {verl.VERL_VERSION} overrides for "
+              "`python -m verl.trainer.main_ppo`\n")
     return header + yaml.safe_dump(dict(values), sort_keys=False, default_flow_style=False, width=1000)
 
 
@@ -95,6 +101,7 @@ def to_json(info: ExportInfo, values: Mapping[str, Any], params: Mapping[str, An
         "simulated": info.simulated,
         "measured": info.throughput is not None and not info.simulated,
         "layout": info.layout,
+        "memory_verdict": info.memory_verdict or None,
         "verl_version": verl.VERL_VERSION,
         "params": dict(params),
         "verl_overrides": dict(values),
@@ -108,6 +115,7 @@ def to_ray(info: ExportInfo, argv: list[str]) -> str:
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# {info.headline()}",
+        *([info.memory_line().rstrip()] if info.memory_verdict else []),
         "# Submits the tuned verl job to a running Ray cluster (RAY_ADDRESS, default the local dashboard).",
         "set -euo pipefail",
         'ray job submit --address "${RAY_ADDRESS:-http://127.0.0.1:8265}" --working-dir . -- \\',
@@ -133,5 +141,6 @@ def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
     """The export of one recorded trial, as `autotune export` and the dashboard's download buttons give it."""
     setup = setup_from_row(store.get_study(study))
     cand = Candidate(**row.params)
-    info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name)
+    info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name,
+                      (row.predicted_memory or {}).get("verdict", ""))
     return render(fmt, info, setup.job, setup.cluster, cand)

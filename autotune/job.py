@@ -155,6 +155,12 @@ class Job:
         """Whether the job turns on Megatron's fused RoPE kernel; the throughput model counts it only when set."""
         return _truthy(self.get(verl.ROPE_FUSION))
 
+    @property
+    def free_cache_engine(self) -> bool:
+        """verl's default True: vLLM sleeps (frees its weights and KV cache) outside the rollout."""
+        value = self.get(verl.FREE_CACHE_ENGINE)
+        return True if value is None else _truthy(value)
+
     def validate(self) -> None:
         for key in (verl.MAX_PROMPT_LENGTH, verl.MAX_RESPONSE_LENGTH, verl.TRAIN_BATCH_SIZE,
                     verl.PPO_MINI_BATCH_SIZE, verl.ROLLOUT_N):

@@ -14,9 +14,31 @@ from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.constraints import Violation
 from autotune.estimate import Evaluation, evaluate
+from autotune.estimate.lengths import Lengths
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.space import SearchSpace, space_context
+
+# Predicted throughputs this close are equals: the model cannot tell them apart (its step-time error is larger).
+SAFE_TOLERANCE = 0.02
+
+
+def prefer_safe(ranked: list[tuple[Any, Evaluation]],
+                tolerance: float = SAFE_TOLERANCE) -> list[tuple[Any, Evaluation]]:
+    """Best first by predicted throughput, but a candidate that fits only at the step's lengths (a late OOM once
+    responses grow) goes behind the safe ones predicted within `tolerance` of it."""
+    out = list(ranked)
+    for i in range(len(out)):
+        if out[i][1].safe:
+            continue
+        top = out[i][1].predicted_throughput
+        for j in range(i + 1, len(out)):
+            if out[j][1].predicted_throughput < top * (1 - tolerance):
+                break
+            if out[j][1].safe:
+                out.insert(i, out.pop(j))
+                break
+    return out
 
 
 def rank_candidates(
@@ -30,13 +52,16 @@ def rank_candidates(
     seed: int = 0,
     objective: str = "step",
     refuse: Callable[[Candidate], str | None] | None = None,
+    lengths: Lengths | None = None,
 ) -> list[tuple[dict[str, Any], Evaluation]]:
     """The k best distinct feasible settings of the space by predicted throughput, best first.
 
     `refuse` (the runner's): why a candidate can never be launched (e.g. not a row of a replay table); such
-    candidates are not ranked, so the seeds are all candidates the study can launch.
+    candidates are not ranked, so the seeds are all candidates the study can launch. `lengths`: the sequence
+    lengths at the measured step; among candidates within SAFE_TOLERANCE of each other's predicted throughput,
+    one that also fits at the worst case the job allows comes first (prefer_safe).
     """
-    ctx = space_context(model.is_moe, cluster.world_size, cluster.gpus_per_node)
+    ctx = space_context(model.is_moe, cluster.world_size, cluster.gpus_per_node, job.has_ref_model)
     rng = random.Random(seed)
     cache: dict[str, tuple[dict[str, Any], Evaluation]] = {}
 
@@ -47,7 +72,7 @@ def rank_candidates(
         if key not in cache:
             why = refuse(cand) if refuse else None
             ev = Evaluation(cand, (Violation("runner", why),), None, None) if why else evaluate(
-                model, cluster, job, cand, objective)
+                model, cluster, job, cand, objective, lengths)
             cache[key] = (params, ev)
         return cache[key]
 
@@ -70,7 +95,8 @@ def rank_candidates(
                     p, e = score({**best_params, dim.name: choice})
                     if e.predicted_throughput > best.predicted_throughput * 1.0001:
                         best_params, best, improved = p, e, True
-    ranked = sorted((pe for pe in cache.values() if pe[1].feasible), key=lambda pe: -pe[1].predicted_throughput)
+    ranked = prefer_safe(sorted((pe for pe in cache.values() if pe[1].feasible),
+                                key=lambda pe: -pe[1].predicted_throughput))
     # Distinct parallel layouts first: near-copies of the best teach the study little.
     picked: list[tuple[dict[str, Any], Evaluation]] = []
     seen: set[str] = set()

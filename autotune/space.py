@@ -1,7 +1,8 @@
 """Search spaces: YAML files listing the dimensions the tuner may turn, their choices and when they apply.
 
 A dimension is active only when its `when` conditions hold; inactive dimensions keep the job's (or verl's)
-value. Conditions may name earlier dimensions or the context: `moe` (bool), `world_size`, `gpus_per_node`.
+value. Conditions may name earlier dimensions or the context: `moe` (bool), `world_size`, `gpus_per_node`,
+`ref` (bool: the job has a reference model).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from autotune import verl
 from autotune.candidate import RECOMPUTE_CHOICES, Candidate
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-CONTEXT_NAMES = ("moe", "world_size", "gpus_per_node")
+CONTEXT_NAMES = ("moe", "world_size", "gpus_per_node", "ref")  # ref: the job has a reference model (KL)
 OPS = ("eq", "ne", "gt", "ge", "lt", "le", "in")
 _TYPES: dict[str, tuple[type, ...]] = {
     "bool": (bool,),
@@ -38,6 +39,7 @@ PARAM_TYPES: dict[str, tuple[str, bool]] = {
     "rollout_tp": ("int", False), "gpu_memory_utilization": ("float", False),
     "max_num_batched_tokens": ("int", False), "param_offload": ("bool", False),
     "optimizer_offload": ("bool", False), "use_fused_kernels": ("bool", False),
+    "ref_param_offload": ("bool", True),
 }
 _ENUMS = {"recompute": RECOMPUTE_CHOICES, "recompute_method": ("uniform", "block")}
 
@@ -141,8 +143,8 @@ class SearchSpace:
         ]
 
 
-def space_context(is_moe: bool, world_size: int, gpus_per_node: int) -> dict[str, Any]:
-    return {"moe": is_moe, "world_size": world_size, "gpus_per_node": gpus_per_node}
+def space_context(is_moe: bool, world_size: int, gpus_per_node: int, ref: bool = False) -> dict[str, Any]:
+    return {"moe": is_moe, "world_size": world_size, "gpus_per_node": gpus_per_node, "ref": ref}
 
 
 def builtin_spaces() -> dict[str, Path]:

@@ -22,9 +22,11 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune import verl
 from autotune.candidate import STOCK, Candidate
 from autotune.cluster import Cluster, GPUType
-from autotune.estimate import Evaluation, evaluate
+from autotune.estimate import Evaluation, evaluate, memory_record
+from autotune.estimate.lengths import Lengths, at_step
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.ranking import rank_candidates
@@ -63,10 +65,22 @@ class Setup:
     space: SearchSpace
     measure_step: int = 3
     objective: str = "step"  # "step": a whole GRPO step; "train": the training phase only (estimate.OBJECTIVES)
+    # What is known of the sequence lengths at the measured step (none: the worst case the job allows).
+    response_length: float | None = None  # --response-length: the user's estimate of the mean response
+    prompt_lengths: tuple[float, float, str] | None = None  # (mean, max, source) from the job's data
+    measured_lengths: tuple[tuple[tuple[str, float], ...], ...] = ()  # earlier trials' length metrics
+
+    @property
+    def lengths(self) -> Lengths | None:
+        """The lengths a verdict at the measured step assumes; None: the worst case the job allows."""
+        if self.response_length is None and self.prompt_lengths is None and not self.measured_lengths:
+            return None
+        return at_step(self.job, self.response_length, self.prompt_lengths, [dict(m) for m in self.measured_lengths])
 
     @property
     def context(self) -> dict[str, Any]:
-        return space_context(self.model.is_moe, self.cluster.world_size, self.cluster.gpus_per_node)
+        return space_context(self.model.is_moe, self.cluster.world_size, self.cluster.gpus_per_node,
+                             self.job.has_ref_model)
 
     @property
     def base(self) -> Candidate:
@@ -92,7 +106,11 @@ class Setup:
         return f"{self.model.name}-{self.cluster.describe()}-{self.job.fingerprint()}"
 
     def evaluate(self, cand: Candidate) -> Evaluation:
-        return evaluate(self.model, self.cluster, self.job, cand, self.objective)
+        return evaluate(self.model, self.cluster, self.job, cand, self.objective, self.lengths)
+
+    def memory_record(self, ev: Evaluation) -> dict[str, Any] | None:
+        """What a trial row keeps of the memory estimate: per-moment breakdown, both verdicts, lengths, in words."""
+        return memory_record(self.model, self.cluster, self.job, ev, self.measure_step, self.lengths)
 
 
 def setup_from_row(row: StudyRow) -> Setup:
@@ -229,7 +247,8 @@ class Tuner:
             return
         s = self.setup
         ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
-                                 objective=s.objective, refuse=lambda c: self.runner.refuse(c, s.job))
+                                 objective=s.objective, refuse=lambda c: self.runner.refuse(c, s.job),
+                                 lengths=s.lengths)
         # verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them.
         stock = {**s.base.params(), **{k: v for k, v in STOCK.params().items() if k in s.space.names}}
         refs = [("stock", Candidate.from_params(stock).params())]
@@ -256,6 +275,7 @@ class Tuner:
     ) -> dict[str, Any]:
         """Launch trials until the study holds n_trials launched ones, or time runs out, or the space is spent."""
         self.recover()
+        self.refresh_lengths()
         self.seed_study()
         start = time.monotonic()
         idle = 0
@@ -269,6 +289,8 @@ class Tuner:
                 break
             row = self.step()
             idle = 0 if row.launched else idle + 1
+            if row.status == TrialStatus.OK.value and not row.simulated:
+                self.refresh_lengths()
             if on_trial:
                 on_trial(row)
         self.store.touch_study(self.study_name)
@@ -299,7 +321,7 @@ class Tuner:
             predicted_step_s=ev.throughput.step_time if ev.throughput else None,
             predicted_phases=dict(ev.throughput.phases) if ev.throughput else None,
             predicted_peak_gib=ev.memory.peak / 2**30 if ev.memory else None,
-            predicted_memory=ev.memory.as_dict() if ev.memory else None,
+            predicted_memory=s.memory_record(ev),
         )
         duplicate = self._launched_duplicate(cand.key())
         refusal = self.runner.refuse(cand, s.job)
@@ -342,6 +364,23 @@ class Tuner:
         self._finish(row, result, time.monotonic() - t0)
         self._tell(trial, result.status, result.throughput, result.reason, cand)
         return row
+
+    def refresh_lengths(self) -> None:
+        """Fold the measured sequence lengths of this study's trials (at the measured step) into the setup.
+
+        Later verdicts at the measured step use them; the worst case the job allows is judged as before.
+        """
+        keys = (verl.M_RESPONSE_LENGTH_MEAN, verl.M_RESPONSE_LENGTH_MAX, verl.M_PROMPT_LENGTH_MEAN,
+                verl.M_PROMPT_LENGTH_MAX)
+        measured = []
+        for r in self.store.trials(self.study_name, TrialStatus.OK.value):
+            if r.simulated:
+                continue
+            for st in self.store.steps(r.id):
+                if st.step == self.setup.measure_step and st.metrics.get(verl.M_RESPONSE_LENGTH_MEAN) is not None:
+                    measured.append(tuple((k, float(st.metrics[k])) for k in keys if st.metrics.get(k) is not None))
+        if tuple(measured) != self.setup.measured_lengths:
+            self.setup = dataclasses.replace(self.setup, measured_lengths=tuple(measured))
 
     def _reporter(self, trial: optuna.Trial) -> Callable[[int, float], bool]:
         """A runner's per-step callback: Optuna's intermediate value; True when the trial is clearly slower."""

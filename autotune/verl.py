@@ -52,6 +52,8 @@ PARAM_KEYS: dict[str, tuple[str, ...]] = {
     "max_num_batched_tokens": (f"{_ROLLOUT}.max_num_batched_tokens",),
     "param_offload": (f"{_MEGATRON}.param_offload",),
     "optimizer_offload": (f"{_MEGATRON}.optimizer_offload",),
+    # The reference model's own offload; verl's default follows the actor's param_offload (ref/megatron_ref.yaml).
+    "ref_param_offload": (f"{_REF}.megatron.param_offload",),
     "use_fused_kernels": ("actor_rollout_ref.model.use_fused_kernels",),
 }
 
@@ -69,6 +71,10 @@ MAX_MODEL_LEN = f"{_ROLLOUT}.max_model_len"
 MAX_NUM_SEQS = f"{_ROLLOUT}.max_num_seqs"
 ENFORCE_EAGER = f"{_ROLLOUT}.enforce_eager"
 ROPE_FUSION = f"{_TRANSFORMER}.apply_rope_fusion"  # Megatron's fused RoPE kernel
+FREE_CACHE_ENGINE = f"{_ROLLOUT}.free_cache_engine"  # [True]: vLLM sleeps (frees weights and KV) outside rollout
+# Weight resharding sends the actor's weights to vLLM in GPU buckets of this size [2048 MiB].
+UPDATE_WEIGHTS_BUCKET_MB = f"{_ROLLOUT}.checkpoint_engine.update_weights_bucket_megabytes"
+PROMPT_KEY = "data.prompt_key"  # [prompt]: the parquet column holding the prompt
 ROLLOUT_NAME = f"{_ROLLOUT}.name"
 N_GPUS_PER_NODE = "trainer.n_gpus_per_node"
 NNODES = "trainer.nnodes"
@@ -104,6 +110,11 @@ M_MFU_ACTOR = "perf/mfu/actor"
 M_MAX_MEM_ALLOCATED = "actor/perf/max_memory_allocated_gb"
 M_MAX_MEM_RESERVED = "actor/perf/max_memory_reserved_gb"
 M_CPU_MEM_USED = "actor/perf/cpu_memory_used_gb"
+# Sequence lengths of the step's batch (compute_data_metrics), tokens.
+M_RESPONSE_LENGTH_MEAN = "response_length/mean"
+M_RESPONSE_LENGTH_MAX = "response_length/max"
+M_PROMPT_LENGTH_MEAN = "prompt_length/mean"
+M_PROMPT_LENGTH_MAX = "prompt_length/max"
 # Phase -> timing metric (seconds).
 PHASE_TIMINGS: dict[str, str] = {
     "step": "timing_s/step",

@@ -69,6 +69,12 @@ class Row:
     step: float | None
     update: float | None
     response_length: float | None
+    mfu: float | None = None
+
+    @property
+    def ran(self) -> bool:
+        """The table reports a measurement (a time or an MFU): the configuration ran."""
+        return any(v is not None for v in (self.step, self.update, self.mfu))
 
 
 def parse_layout(text: str) -> dict[str, int] | None:
@@ -129,7 +135,7 @@ def read_rows(path: Path) -> list[Row]:
             rows.append(Row(
                 path.stem, r["number"], MODEL_NAMES[model_key], r["GPU"].strip().lower(), int(r["num_gpus"]),
                 Candidate.from_params(params), job, num(r.get("step")), num(r.get("update_actor")),
-                num(r.get("response_length")),
+                num(r.get("response_length")), num(r.get("MFU")),
             ))
     return rows
 

@@ -101,7 +101,7 @@ def test_estimate_table_and_json(capsys, tmp_path):
     code, out, _ = run(capsys, "estimate", "--model", "qwen2.5-7b", "--job", str(job), "--json")
     doc = json.loads(out)
     assert code == 0 and doc["layout"].startswith("tp4") and doc["params"]["ppo_max_token_len_per_gpu"] == 20480
-    assert set(doc["memory"]["moments"]) == {"vllm_start", "rollout", "log_prob", "update"}
+    assert set(doc["memory"]["moments"]) == {"vllm_start", "reshard", "rollout", "old_log_prob", "update"}
     assert isinstance(doc["fits"], bool) and doc["throughput"]["throughput"] > 0
     # The expected error rides along: the held-out error of dense models, as qwen2.5-7b is one.
     thr, pct = doc["throughput"], STEP_TIME_ERROR["held_out_step_by_family"]["dense"]

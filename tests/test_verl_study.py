@@ -135,6 +135,9 @@ def test_confirmation_averages_later_steps_and_demotes_a_late_oom(tmp_path: Path
             per = [conf["per_step"][str(s)] for s in (4, 5, 6)]  # JSON keys
             assert a.throughput == pytest.approx(sum(per) / 3)
             assert a.extra["measured_step_throughput"] == pytest.approx(r.throughput)
+            # The longest responses it saw (the double's response_length/max grows 400 tokens a step).
+            assert conf["longest_response"] == 1800.0 + 400 * 6
+            assert "longest response 4200 tokens" in a.reason
     best = tuner.store.best("conf")
     assert best is not None and best.extra["confirm"]["status"] == "ok"
     assert leftovers(rec) == []

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from autotune import constraints
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
+from autotune.estimate.lengths import Lengths, worst_case
 from autotune.estimate.memory import DEFAULT_CALIBRATION, PROBE_CALIBRATION, MemoryEstimate, estimate_memory
 from autotune.estimate.throughput import ThroughputEstimate, Workload, estimate_throughput
 from autotune.job import Job
@@ -17,12 +18,27 @@ from autotune.model import ModelArch
 class Evaluation:
     candidate: Candidate
     violations: tuple[constraints.Violation, ...]
-    memory: MemoryEstimate | None  # None when a static constraint already rules it out
+    memory: MemoryEstimate | None  # at the lengths of the measured step; None when a constraint rules it out
     throughput: ThroughputEstimate | None
+    worst: MemoryEstimate | None = None  # at the worst case the job allows (None: the same as `memory`)
 
     @property
     def feasible(self) -> bool:
+        """Launchable: it fits at the measured step (a late OOM at longer responses is reported, not pruned)."""
         return not self.violations and self.memory is not None and self.memory.fits
+
+    @property
+    def worst_memory(self) -> MemoryEstimate | None:
+        return self.worst if self.worst is not None else self.memory
+
+    @property
+    def worst_fits(self) -> bool:
+        """Fits even when every sequence is as long as the job allows."""
+        return self.feasible and self.worst_memory is not None and self.worst_memory.fits
+
+    @property
+    def safe(self) -> bool:
+        return self.worst_fits
 
     @property
     def predicted_throughput(self) -> float:
@@ -43,10 +59,12 @@ class Evaluation:
 #   is the number of those sequences per optimizer step; no rollout, no vLLM.
 OBJECTIVES = ("step", "train")
 _ROLLOUT_ONLY_RULES = ("rollout_tp",)  # rules about vLLM, which a training-only measurement never starts
-_NO_VLLM_TERMS = ("vllm_cudagraphs",)
+_NO_VLLM_TERMS = ("vllm_asleep", "vllm_budget", "ref_params")  # not in a training-only process
 
 
-def evaluate(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, objective: str = "step") -> Evaluation:
+def evaluate(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, objective: str = "step",
+             lengths: Lengths | None = None) -> Evaluation:
+    """Constraints, then memory at the step's lengths and at the worst case (default: both the worst case)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     violations = tuple(constraints.check(model, cluster, job, cand))
@@ -55,10 +73,73 @@ def evaluate(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, obje
     if violations:
         return Evaluation(cand, violations, None, None)
     # The training-only objective is what Megatron-core probes measure: their local layer spec's activations.
-    mem = estimate_memory(model, cluster, job, cand, PROBE_CALIBRATION if objective == "train" else DEFAULT_CALIBRATION)
+    cal = PROBE_CALIBRATION if objective == "train" else DEFAULT_CALIBRATION
+    worst = estimate_memory(model, cluster, job, cand, cal)
+    mem = worst if lengths is None or lengths.worst_case else estimate_memory(model, cluster, job, cand, cal, lengths)
     if objective == "step":
-        return Evaluation(cand, (), mem, estimate_throughput(model, cluster, job, cand, mem))
-    return Evaluation(cand, (), _training_memory(mem), _training_throughput(model, cluster, job, cand, mem))
+        return Evaluation(cand, (), mem, estimate_throughput(model, cluster, job, cand, mem),
+                          None if mem is worst else worst)
+    return Evaluation(cand, (), _training_memory(mem), _training_throughput(model, cluster, job, cand, mem),
+                      None if mem is worst else _training_memory(worst))
+
+
+def oom_response_length(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate,
+                        lengths: Lengths | None) -> tuple[int, str] | None:
+    """(response tokens, moment) at which a candidate that fits at `lengths` stops fitting; None if it never does.
+
+    Responses grow from the step's longest to the job's maximum, every sequence that long (prompts at their
+    maximum): the late OOM a short trial cannot see. Bisection to 64 tokens.
+    """
+    ln = lengths or worst_case(job)
+    pmax = float(job.max_prompt_length)
+
+    def at(r: float) -> MemoryEstimate:
+        return estimate_memory(model, cluster, job, cand, lengths=Lengths(pmax, pmax, r, r))
+
+    hi_mem = at(job.max_response_length)
+    if hi_mem.fits:
+        return None
+    lo, hi = float(min(ln.response_max, job.max_response_length)), float(job.max_response_length)
+    if not at(lo).fits:
+        return int(lo), _first_oom(at(lo))
+    while hi - lo > 64:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if at(mid).fits else (lo, mid)
+    return int(hi), _first_oom(at(hi))
+
+
+# A moment in the words users read: verl's own phase names (its timing_s/* metrics) where they differ.
+MOMENT_WORDS = {"update": "update_actor", "reshard": "update_weights"}
+
+
+def _first_oom(mem: MemoryEstimate) -> str:
+    bad = [m.name for m in mem.moments if not m.fits]
+    if bad:
+        return bad[0]
+    return "vllm_kv_cache" if not mem.kv_fits else mem.binding.name
+
+
+def memory_verdict(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation, measure_step: int,
+                   lengths: Lengths | None = None, objective: str = "step") -> dict:
+    """Both verdicts in words and as data: at the measured step's lengths and at the worst case the job allows.
+
+    "fits at step 3; OOM in update_actor once responses reach 6144 tokens" for a launchable candidate with a
+    late OOM.
+    """
+    if ev.memory is None:
+        return {"fits": False, "worst_case_fits": False, "oom_response_length": None, "oom_moment": None,
+                "verdict": "breaks a constraint: " + ev.prune_reason()}
+    if not ev.feasible:
+        return {"fits": False, "worst_case_fits": False, "oom_response_length": None,
+                "oom_moment": ev.memory.binding.name, "verdict": f"OOM at step {measure_step}: " + ev.prune_reason()}
+    if ev.worst_fits:
+        return {"fits": True, "worst_case_fits": True, "oom_response_length": None, "oom_moment": None,
+                "verdict": f"fits at step {measure_step} and at the longest sequences the job allows"}
+    late = oom_response_length(model, cluster, job, ev.candidate, lengths) if objective == "step" else None
+    n, moment = late if late else (job.max_response_length, _first_oom(ev.worst_memory))
+    return {"fits": True, "worst_case_fits": False, "oom_response_length": n, "oom_moment": moment,
+            "verdict": f"fits at step {measure_step}; OOM in {MOMENT_WORDS.get(moment, moment)} once responses "
+                       f"reach {n} tokens"}
 
 
 def _training_memory(mem: MemoryEstimate) -> MemoryEstimate:
@@ -81,3 +162,25 @@ def _training_throughput(model: ModelArch, cluster: Cluster, job: Job, cand: Can
     full = estimate_throughput(model, cluster, job, cand, mem, wl=Workload(share, share))
     update = dict(full.phases)["update_actor"]
     return replace(full, phases=(("update_actor", update),))
+
+
+def memory_record(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation, measure_step: int,
+                  lengths: Lengths | None = None, objective: str = "step") -> dict | None:
+    """The memory estimate as stored with a trial and printed by `estimate --json`: the breakdown at the measured
+    step, per-moment peaks at the step and at the worst case, both verdicts in words, the lengths assumed."""
+    if ev.memory is None:
+        return None
+    v = memory_verdict(model, cluster, job, ev, measure_step, lengths, objective)
+    worst = ev.worst_memory
+    doc = ev.memory.as_dict()
+    doc.update(
+        verdict=v["verdict"], worst_case_fits=v["worst_case_fits"], oom_response_length=v["oom_response_length"],
+        oom_moment=v["oom_moment"],
+        moment_peaks_gib={m.name: round(m.peak / 2**30, 3) for m in ev.memory.moments},
+        worst_case={
+            "fits": worst.fits, "peak_gib": round(worst.peak / 2**30, 3), "binding_moment": worst.binding.name,
+            "moment_peaks_gib": {m.name: round(m.peak / 2**30, 3) for m in worst.moments},
+            "reasons": worst.reasons(), "lengths": worst.lengths.as_dict() if worst.lengths else None,
+        },
+    )
+    return doc

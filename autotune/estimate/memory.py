@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster
+from autotune.estimate.lengths import Lengths, worst_case
 from autotune.job import Job
 from autotune.model import ModelArch
 
@@ -45,6 +47,7 @@ class Calibration:
 
 
 DEFAULT_CALIBRATION = Calibration()
+DEFAULT_BUCKET_MB = 2048  # verl's update_weights_bucket_megabytes default
 # Megatron-core's local layer spec (unfused norm, SwiGLU, RoPE), as the mcore probes run it; fitted on them.
 PROBE_CALIBRATION = Calibration(act_h=12.0, act_q=8.0, act_kv=4.0, act_f=8.0)
 
@@ -83,6 +86,8 @@ class MemoryEstimate:
     kv_needed_bytes: float  # one request of max_model_len
     kv_bytes_per_token: float  # per GPU of a rollout replica
     notes: tuple[str, ...] = field(default=())
+    lengths: Lengths | None = None  # the sequence lengths assumed
+    bound: str = ""  # what bounds a micro-batch, in words
 
     @property
     def peak(self) -> float:
@@ -128,6 +133,8 @@ class MemoryEstimate:
             "kv_needed_gib": round(self.kv_needed_bytes / GIB, 3),
             "reasons": self.reasons(),
             "notes": list(self.notes),
+            "lengths": self.lengths.as_dict() if self.lengths else None,
+            "micro_batch_bound": self.bound,
         }
 
 
@@ -197,12 +204,28 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
     return (attn + mlp) / t + cal.act_h * m.hidden_size / sp
 
 
-def micro_batch_tokens(job: Job, c: Candidate, log_prob: bool) -> float:
-    """Tokens of one micro-batch on one GPU (after CP splits it)."""
+def micro_batch_tokens(job: Job, c: Candidate, log_prob: bool, lengths: Lengths | None = None) -> float:
+    """Tokens of one micro-batch on one GPU (after CP splits it).
+
+    Dynamic batching: the token budget bounds a micro-batch whatever the lengths (verl packs sequences up to it).
+    Without it: micro_batch_size sequences, unpadded (verl removes padding): the longest of the step and
+    micro_batch_size - 1 of mean length; in the worst case all at the job's maximum.
+    """
     if c.use_dynamic_bsz:
         return float(c.log_prob_max_token_len_per_gpu if log_prob else c.ppo_max_token_len_per_gpu)
+    ln = lengths or worst_case(job)
     mbs = (c.log_prob_micro_batch_size_per_gpu if log_prob else c.ppo_micro_batch_size_per_gpu) or 1
-    return mbs * job.max_seq_len / c.cp
+    return ((mbs - 1) * ln.seq_mean + ln.seq_max) / c.cp
+
+
+def micro_batch_bound(c: Candidate) -> str:
+    """What bounds a training micro-batch, in words (dynamic batching's budget, or micro-batch size x length)."""
+    if c.use_dynamic_bsz:
+        return (f"dynamic batching: the token budget (ppo_max_token_len_per_gpu={c.ppo_max_token_len_per_gpu}, "
+                f"log_prob_max_token_len_per_gpu={c.log_prob_max_token_len_per_gpu}) bounds a micro-batch "
+                "whatever the lengths")
+    return (f"no dynamic batching: ppo_micro_batch_size_per_gpu={c.ppo_micro_batch_size_per_gpu or 1} x sequence "
+            "length bounds a micro-batch, so it grows with the responses")
 
 
 def micro_batches_per_step(job: Job, cl: Cluster, c: Candidate, mean_seq_len: float) -> int:
@@ -214,14 +237,17 @@ def micro_batches_per_step(job: Job, cl: Cluster, c: Candidate, mean_seq_len: fl
     return max(1, math.ceil(samples / (c.ppo_micro_batch_size_per_gpu or 1)))
 
 
-def activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration) -> float:
+def activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration,
+                     lengths: Lengths | None = None) -> float:
     """Activations held on the first pipeline stage at the peak of the 1F1B (or interleaved) schedule."""
-    return stage_activation_bytes(m, cl, job, c, cal)[0]
+    return stage_activation_bytes(m, cl, job, c, cal, lengths)[0]
 
 
-def stage_activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration) -> tuple[float, float]:
+def stage_activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration,
+                           lengths: Lengths | None = None) -> tuple[float, float]:
     """(first stage: PP micro-batches in flight; last stage: one micro-batch, where the logits also live)."""
-    s = micro_batch_tokens(job, c, log_prob=False)
+    ln = lengths or worst_case(job)
+    s = micro_batch_tokens(job, c, log_prob=False, lengths=ln)
     a_dense = act_bytes_per_token_layer(m, c, cal, False)
     a_moe = act_bytes_per_token_layer(m, c, cal, True)
     layers_chunk = m.num_layers / (c.pp * c.vpp_or_1)
@@ -239,7 +265,7 @@ def stage_activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, ca
     else:
         per_chunk = layers_chunk * a_layer
         transient = 0.0
-    m_batches = micro_batches_per_step(job, cl, c, mean_seq_len=job.max_seq_len)
+    m_batches = micro_batches_per_step(job, cl, c, mean_seq_len=ln.seq_mean)
     if c.pp > 1:
         in_flight = min(c.pp, m_batches) * c.vpp_or_1
         if c.vpp_or_1 > 1:
@@ -274,100 +300,119 @@ def vllm_activation_bytes(m: ModelArch, job: Job, c: Candidate) -> float:
     return tokens * 2 * width / c.rollout_tp + job.max_num_seqs * m.vocab_size * 4
 
 
+def reshard_buffer_bytes(m: ModelArch, job: Job) -> float:
+    """Weight resharding's transient: one GPU bucket of the sender plus the largest tensor gathered whole (HF form).
+
+    verl/workers/rollout/vllm_rollout/bucketed_weight_transfer.py allocates a `bucket_size` uint8 buffer on the
+    GPU (update_weights_bucket_megabytes, 2048 MiB by default); the bridge gathers each tensor over TP/PP first,
+    the largest being the embedding or the output layer (vocab x hidden, bf16).
+    """
+    bucket_mb = float(job.get(verl.UPDATE_WEIGHTS_BUCKET_MB, DEFAULT_BUCKET_MB) or DEFAULT_BUCKET_MB)
+    return bucket_mb * 2**20 + 2.0 * m.vocab_size * m.hidden_size
+
+
+def ref_param_bytes(m: ModelArch, c: Candidate) -> float:
+    """The reference model: a bf16 copy of the weights sharded like the actor, forward only (no grads, no optimizer)."""
+    return 2 * params_per_gpu(m, c).total
+
+
 def estimate_memory(
-    m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration = DEFAULT_CALIBRATION
+    m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration = DEFAULT_CALIBRATION,
+    lengths: Lengths | None = None,
 ) -> MemoryEstimate:
+    """Per-GPU memory at each moment of a GRPO step, at the given sequence lengths (default: the worst case).
+
+    What is on the GPU at each moment, and the verl/vLLM source line of each term: docs/memory_model.md.
+    """
+    ln = lengths or worst_case(job)
+    has_ref, sleeps = job.has_ref_model, job.free_cache_engine  # read once: a job lookup is not free
     total = cl.gpu.memory_bytes
     states = model_state_bytes(m, cl, c)
-    vllm_graphs = 0.0 if job.enforce_eager else cal.cudagraph_pool
+    optimizer = states["optimizer_master"] + states["optimizer_adam"]
+    ref = ref_param_bytes(m, c) if has_ref else 0.0
+    ref_resident = 0.0 if c.ref_offloaded else ref
 
-    # vLLM start: the Megatron actor is built (Adam moments are created lazily at the first step).
-    resident_start = (0.0 if c.param_offload else states["params"] + states["grads"]) + (
-        0.0 if c.optimizer_offload else states["optimizer_master"]
-    )
+    def refs(value: float) -> tuple[tuple[str, float], ...]:
+        return (("ref_params", value),) if has_ref else ()  # no reference model: no such term
+    # What the actor keeps on the GPU between its own passes: the offload flags decide (engine/base.py).
+    kept_params = 0.0 if c.param_offload else states["params"]
+    kept_grads = 0.0 if c.param_offload else states["grads"]
+    kept_opt = 0.0 if c.optimizer_offload else optimizer
     budget = total * c.gpu_memory_utilization
-    vllm_start = Moment(
-        "vllm_start",
-        (
-            ("actor_resident", resident_start),
-            ("cuda_contexts", 2 * cal.cuda_context),
-            ("nccl", cal.nccl),
-            ("vllm_budget", budget),
-        ),
-        total,
-        "vLLM needs gpu_memory_utilization * total free when it starts",
-    )
+    graphs = 0.0 if job.enforce_eager else cal.cudagraph_pool
+    vllm_weights = vllm_weight_bytes(m, c.rollout_tp)
+    # vLLM asleep (level 2 in verl's hybrid engine): weights and KV cache freed; the CUDA-graph pool and its
+    # non-torch memory stay. Without free_cache_engine vLLM never sleeps and keeps its whole share.
+    asleep = ("vllm_asleep", graphs + cal.vllm_nontorch) if sleeps else ("vllm_budget", budget)
+    fixed = (("cuda_contexts", 2 * cal.cuda_context), ("nccl", cal.nccl))
 
-    # Rollout (every later step): what the actor keeps on the GPU, vLLM's budget, its CUDA graphs.
-    resident = (0.0 if c.param_offload else states["params"] + states["grads"]) + (
-        0.0 if c.optimizer_offload else states["optimizer_master"] + states["optimizer_adam"]
-    )
-    rollout = Moment(
-        "rollout",
-        (
-            ("actor_resident", resident),
-            ("vllm_budget", budget),
-            ("vllm_cudagraphs", vllm_graphs),
-            ("cuda_contexts", 2 * cal.cuda_context),
-            ("nccl", cal.nccl),
-        ),
-        total,
-        "actor left on the GPU + vLLM weights and KV cache (gpu_memory_utilization) + CUDA graphs",
-    )
+    # 1. vLLM start: the actor is built (Adam moments are created lazily at the first step) and the reference too;
+    # vLLM then needs gpu_memory_utilization x total free.
+    vllm_start = Moment("vllm_start", (
+        ("params", kept_params), ("grads", kept_grads),
+        ("optimizer", 0.0 if c.optimizer_offload else states["optimizer_master"]),
+        *refs(ref_resident), *fixed, ("vllm_budget", budget),
+    ), total, "vLLM needs gpu_memory_utilization x total GPU memory free when it starts")
 
-    # Log-prob passes (old policy, reference): forward only, optimizer stays offloaded if it was.
-    s_lp = micro_batch_tokens(job, c, log_prob=True)
+    # 2. Resharding (update_weights): vLLM's weights woken, the actor's weights loaded to export, bucket in flight.
+    reshard = Moment("reshard", (
+        ("params", states["params"]), ("grads", kept_grads), ("optimizer", kept_opt), *refs(ref_resident),
+        ("reshard_buffers", reshard_buffer_bytes(m, job)),
+        ("vllm_weights", vllm_weights if sleeps else 0.0), asleep, *fixed,
+    ), total, "update_weights: vLLM weights woken, actor weights loaded and sent in buckets")
+
+    # 3. Rollout: the actor offloaded what its flags say, the KV cache woken: vLLM holds its whole share.
+    rollout = Moment("rollout", (
+        ("params", kept_params), ("grads", kept_grads), ("optimizer", kept_opt), *refs(ref_resident),
+        ("vllm_budget", budget), *fixed,
+    ), total, "KV cache woken and generation: actor residue + gpu_memory_utilization x total (weights, KV cache, "
+              "activations and CUDA graphs are all inside that share in vLLM 0.24)")
+
+    # 4-5. Log-prob passes (forward only; vLLM asleep).
+    s_lp = micro_batch_tokens(job, c, log_prob=True, lengths=ln)
     a_layer = max(act_bytes_per_token_layer(m, c, cal, m.is_moe), 0.0)
-    lp_states = states["params"] + states["grads"] + (
-        0.0 if c.optimizer_offload else states["optimizer_master"] + states["optimizer_adam"]
-    )
-    lp_torch = lp_states + s_lp * (a_layer + 4 * m.hidden_size) + logits_bytes(
-        m, c, s_lp, cal.logprob_logits_bytes, cal
-    )
-    log_prob = Moment(
-        "log_prob",
-        (
-            ("model_states", lp_states),
-            ("activations", s_lp * (a_layer + 4 * m.hidden_size)),
-            ("logits", logits_bytes(m, c, s_lp, cal.logprob_logits_bytes, cal)),
-            ("fragmentation", cal.fragmentation * lp_torch),
-            ("cuda_contexts", 2 * cal.cuda_context),
-            ("nccl", cal.nccl),
-            ("vllm_cudagraphs", vllm_graphs),
-        ),
-        total,
-        "forward-only passes over log_prob_max_token_len_per_gpu tokens (vLLM asleep)",
-    )
+    lp_acts = s_lp * (a_layer + 4 * m.hidden_size)
+    lp_logits = logits_bytes(m, c, s_lp, cal.logprob_logits_bytes, cal)
 
-    # Update: everything loaded back (offload does not lower this peak), activations in flight, logits.
-    s = micro_batch_tokens(job, c, log_prob=False)
-    first, last = stage_activation_bytes(m, cl, job, c, cal)
+    def forward_pass(name: str, states_terms: tuple[tuple[str, float], ...], what: str) -> Moment:
+        torch_managed = sum(v for _, v in states_terms) + lp_acts + lp_logits
+        return Moment(name, (*states_terms, ("activations", lp_acts), ("logits", lp_logits),
+                             ("fragmentation", cal.fragmentation * torch_managed), *fixed, asleep), total, what)
+
+    # eval mode loads the actor's params, not its grads or optimizer (engine/base.py BaseEngineCtx).
+    old_lp = forward_pass("old_log_prob", (("params", states["params"]), ("grads", kept_grads),
+                                           ("optimizer", kept_opt), *refs(ref_resident)),
+                          "actor forward over log_prob micro-batches (old policy); vLLM asleep")
+    moments = [vllm_start, reshard, rollout, old_lp]
+    if has_ref:
+        moments.append(forward_pass("ref_log_prob", (("params", kept_params), ("grads", kept_grads),
+                                                     ("optimizer", kept_opt), *refs(ref)),
+                                    "reference forward (KL): reference weights loaded; actor as its flags leave it"))
+
+    # 6. Update: the actor fully loaded (offload does not lower this peak), activations in flight, logits.
+    s = micro_batch_tokens(job, c, log_prob=False, lengths=ln)
+    first, last = stage_activation_bytes(m, cl, job, c, cal, ln)
     logit = logits_bytes(m, c, s, cal.logits_bytes, cal)
     # With PP the in-flight activations (first stage) and the logits (last stage) are on different GPUs.
     acts, logit = (first, 0.0) if c.pp > 1 and first > last + logit else (last, logit)
     torch_managed = sum(states.values()) + acts + logit
-    update = Moment(
-        "update",
-        (
-            ("params", states["params"]),
-            ("grads", states["grads"]),
-            ("optimizer", states["optimizer_master"] + states["optimizer_adam"]),
-            ("activations", acts),
-            ("logits", logit),
-            ("fragmentation", cal.fragmentation * torch_managed
-             + (cal.recompute_logits_slack * logit if c.recompute == "full" else 0.0)),
-            ("cuda_contexts", 2 * cal.cuda_context),
-            ("nccl", cal.nccl),
-            ("vllm_cudagraphs", vllm_graphs),
-        ),
-        total,
-        "update_actor: weights, fp32 grads, distributed optimizer, in-flight activations, logits",
-    )
+    moments.append(Moment("update", (
+        ("params", states["params"]), ("grads", states["grads"]), ("optimizer", optimizer),
+        *refs(ref_resident), ("activations", acts), ("logits", logit),
+        ("fragmentation", cal.fragmentation * torch_managed
+         + (cal.recompute_logits_slack * logit if c.recompute == "full" else 0.0)),
+        *fixed, asleep,
+    ), total, "update_actor: weights, fp32 grads, distributed optimizer, in-flight activations, logits"))
 
     kv_per_token = kv_bytes_per_token(m, c.rollout_tp)
-    kv_cache = budget - vllm_weight_bytes(m, c.rollout_tp) - vllm_activation_bytes(m, job, c) - cal.vllm_nontorch
+    kv_cache = (budget - vllm_weights - vllm_activation_bytes(m, job, c) - cal.vllm_nontorch
+                - graphs)  # vLLM 0.24 subtracts its CUDA-graph estimate from the share (gpu_worker.py)
     kv_needed = math.ceil(job.max_model_len / 16) * 16 * kv_per_token
     notes = []
     if c.param_offload or c.optimizer_offload:
         notes.append("offload lowers what stays on the GPU during rollout, not the update peak")
-    return MemoryEstimate((vllm_start, rollout, log_prob, update), kv_cache, kv_needed, kv_per_token, tuple(notes))
+    if has_ref:
+        notes.append("reference model (KL) on the GPU " + ("only in its log-prob pass" if c.ref_offloaded
+                                                            else "through the whole step (ref param_offload off)"))
+    return MemoryEstimate(tuple(moments), kv_cache, kv_needed, kv_per_token, tuple(notes), ln,
+                          micro_batch_bound(c))

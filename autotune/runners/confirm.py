@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune import verl
 from autotune.candidate import Candidate
 from autotune.runners.base import TrialSpec, TrialStatus
 from autotune.store import TrialRow
@@ -60,17 +61,42 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         "throughput": result.throughput, "reason": result.reason, "peak_memory_gib": result.peak_memory_gib,
         "log_path": result.log_path,
         "per_step": {int(st["step"]): st.get("perf/throughput") for st in result.steps},
+        **longest_responses(result.steps),
     }
     extra = {**(row.extra or {}), "confirm": conf}
     values: dict[str, Any] = {"extra": extra}
+    seen = _responses_words(conf, row)
     if result.status == TrialStatus.OK and result.throughput is not None:
         extra["measured_step_throughput"] = row.throughput
         values["throughput"] = result.throughput
         values["reason"] = (f"confirmed over {steps} steps: {result.throughput:.1f} tokens/s/GPU (mean of steps "
-                            f"{s.measure_step + 1}-{steps}); step {s.measure_step} gave {row.throughput:.1f}")
+                            f"{s.measure_step + 1}-{steps}); step {s.measure_step} gave {row.throughput:.1f}{seen}")
     elif result.status == TrialStatus.OOM:
         values["status"] = TrialStatus.OOM.value
         values["reason"] = (f"late OOM in the {steps}-step confirmation run: {result.reason} (step "
-                            f"{s.measure_step} had run at {row.throughput:.1f} tokens/s/GPU); demoted")
+                            f"{s.measure_step} had run at {row.throughput:.1f} tokens/s/GPU); demoted{seen}")
     tuner.store.update_trial(row.id, **values)
-    return {"trial": row.number, **{k: conf[k] for k in ("status", "throughput", "reason")}}
+    return {"trial": row.number, **{k: conf[k] for k in ("status", "throughput", "reason", "longest_response")}}
+
+
+def longest_responses(steps: Any) -> dict[str, Any]:
+    """The longest responses a run saw: the largest response_length/max and /mean over its steps (verl's metrics)."""
+    maxes = [float(st[verl.M_RESPONSE_LENGTH_MAX]) for st in steps if st.get(verl.M_RESPONSE_LENGTH_MAX) is not None]
+    means = [float(st[verl.M_RESPONSE_LENGTH_MEAN]) for st in steps
+             if st.get(verl.M_RESPONSE_LENGTH_MEAN) is not None]
+    return {"longest_response": max(maxes) if maxes else None,
+            "largest_mean_response": max(means) if means else None}
+
+
+def _responses_words(conf: dict[str, Any], row: TrialRow) -> str:
+    """'; longest response 7900 tokens (the model predicted an OOM in update from 6592)' where known."""
+    if conf.get("longest_response") is None:
+        return ""
+    text = f"; longest response {conf['longest_response']:.0f} tokens"
+    if conf.get("largest_mean_response") is not None:
+        text += f" (mean up to {conf['largest_mean_response']:.0f})"
+    mem = row.predicted_memory or {}
+    if mem.get("oom_response_length"):
+        text += (f"; the memory model predicts an OOM in {mem.get('oom_moment')} once responses reach "
+                 f"{mem['oom_response_length']} tokens")
+    return text

@@ -194,7 +194,10 @@ def main(argv: list[str]) -> None:
         metrics = {
             "training/global_step": step, "training/epoch": 0,
             "actor/pg_loss": -0.0123, "actor/grad_norm": 0.51, "critic/score/mean": 0.25,
-            "response_length/mean": 812.4, "actor/perf/max_memory_allocated_gb": 41.25 + step,
+            # Responses grow as training goes on, as in real GRPO runs.
+            "response_length/mean": 712.4 + 50 * step, "response_length/max": 1800.0 + 400 * step,
+            "prompt_length/mean": 310.5, "prompt_length/max": 1024.0,
+            "actor/perf/max_memory_allocated_gb": 41.25 + step,
             "actor/perf/max_memory_reserved_gb": 52.0 + step, "actor/perf/cpu_memory_used_gb": 88.1,
             "timing_s/gen": t_step * 0.55, "timing_s/old_log_prob": t_step * 0.1,
             "timing_s/update_actor": t_step * 0.3, "timing_s/update_weights": t_step * 0.05,

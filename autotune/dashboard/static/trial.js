@@ -31,6 +31,10 @@ function memory() {
   const terms = [...new Set(moments.flatMap(m => Object.keys(pm.moments[m].terms_gib)))];
   const traces = terms.map((t, k) => ({type: 'bar', name: t, x: moments, y: moments.map(m => pm.moments[m].terms_gib[t] ?? 0),
     marker: {color: COLORS[k % COLORS.length]}, hovertemplate: `${t}: %{y:.2f} GiB<extra>%{x}</extra>`}));
+  const worst = pm.worst_case && pm.worst_case.moment_peaks_gib;
+  if (worst) traces.push({type: 'scatter', mode: 'markers', name: 'worst case peak', x: moments,
+    y: moments.map(m => worst[m] ?? null), marker: {symbol: 'diamond', size: 11, color: '#111827'},
+    hovertemplate: 'worst case: %{y:.1f} GiB<extra>%{x}</extra>'});
   const shapes = []; const annotations = [];
   if (P.capacity_gib) {
     shapes.push({type: 'line', xref: 'paper', x0: 0, x1: 1, y0: P.capacity_gib, y1: P.capacity_gib, line: {color: '#dc2626', dash: 'dash'}});

@@ -1,0 +1,40 @@
+"""`autotune estimate`: both memory verdicts, the per-moment peaks and the lengths assumed, in JSON and in words."""
+
+import json
+
+from autotune.cli import main
+
+MBS = ["--set", "tp=2", "--set", "rollout_tp=1", "--set", "use_dynamic_bsz=false",
+       "--set", "ppo_micro_batch_size_per_gpu=2", "--set", "log_prob_micro_batch_size_per_gpu=4",
+       "--set", "param_offload=true", "--set", "optimizer_offload=true", "--set", "use_fused_kernels=true"]
+
+
+def test_estimate_json_has_both_verdicts_and_lengths(capsys):
+    code = main(["estimate", "--model", "qwen2.5-7b", *MBS, "--response-length", "1500", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert doc["fits"] is True and doc["worst_case_fits"] is False  # fits at step 3, not at 8k responses
+    assert doc["verdict"].startswith("fits at step 3; OOM in update_actor once responses reach ")
+    assert doc["memory"]["oom_response_length"] > 3000  # beyond the step's longest response (2 x 1500)
+    assert set(doc["moment_peaks_gib"]) == set(doc["worst_case_moment_peaks_gib"]) == {
+        "vllm_start", "reshard", "rollout", "old_log_prob", "update"}
+    assert doc["worst_case_moment_peaks_gib"]["update"] > 79.6 > doc["moment_peaks_gib"]["update"]
+    assert doc["lengths"]["at_step"]["response_mean"] == 1500 and doc["lengths"]["worst_case"]["worst_case"]
+    assert "micro_batch_size_per_gpu=2 x sequence length" in doc["micro_batch_bound"]
+
+
+def test_estimate_words_and_the_default_worst_case(capsys):
+    code = main(["estimate", "--model", "qwen2.5-7b", *MBS, "--response-length", "1500"])
+    out = capsys.readouterr().out
+    assert code == 0 and "memory: fits at step 3; OOM in update_actor once responses reach" in out
+    assert "lengths: --response-length 1500" in out and "grows with the responses" in out
+    # Without any length: the step's verdict is the worst case's (nothing launches that could OOM unseen).
+    code = main(["estimate", "--model", "qwen2.5-7b", *MBS, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["fits"] is False and doc["verdict"].startswith("OOM at step 3")
+
+
+def test_an_impossible_response_length_is_a_clear_error(capsys):
+    code = main(["estimate", "--model", "qwen2.5-7b", "--response-length", "9000"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--response-length 9000 must be between 1 and data.max_response_length (8192)" in err
