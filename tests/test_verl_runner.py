@@ -104,6 +104,7 @@ def test_measured_window_is_averaged(tmp_path: Path) -> None:
     ("nccl", "failed", "nccl_error", "NCCL error"),
     ("config_error", "config_error", "config_error", "grad_offload"),
     ("crash", "failed", "crash", "ActorDiedError"),
+    ("no_gpus", "failed", "gpus_unavailable", "Total available GPUs 0 is less than total desired GPUs 8"),
     ("early_exit", "failed", "early_exit", "without reaching measured step 3"),
 ])
 def test_failure_classes(tmp_path: Path, mode: str, status: str, kind: str, words: str) -> None:
