@@ -451,3 +451,12 @@ def test_user_strings_are_escaped_in_reasons_notes_and_log_excerpts(client, stud
     page = client.get(f"/study/{STUDY}/trial/{row.number}").text
     for what in ("reason", "excerpt", "note"):
         assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&#34;study&#34; " + what in page, what
+
+
+def test_pages_cannot_be_framed_by_another_site(client):
+    for path in ("/", f"/study/{STUDY}", "/static/study.js", "/no/such/page"):
+        h = client.get(path).headers
+        assert h["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in h["content-security-policy"]
+        csp = h["content-security-policy"]
+        assert "script-src 'self' 'unsafe-eval' 'sha256-" in csp and "unsafe-inline'" not in csp.split(";")[1]
+        assert h["x-content-type-options"] == "nosniff"

@@ -7,6 +7,8 @@ web site nor a DNS-rebinding page can write). Unknown studies and trials give 40
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import ipaddress
 import json
 import re
@@ -35,6 +37,22 @@ NOTE_MAX_CHARS = 20_000
 # JSON may spell one character in up to 12 bytes (a \\uXXXX surrogate pair): the body is refused beyond this.
 NOTE_MAX_BYTES = 12 * NOTE_MAX_CHARS + 1024
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+SECURITY_HEADERS = {"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
+_INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
+
+
+def content_security_policy(template_dir: Path) -> str:
+    """Scripts only from this server and the templates' own inline scripts (by hash): markup that slipped into a
+    page runs nothing. Plotly compiles WebGL shaders with Function() (hence unsafe-eval) and injects its styles."""
+    hashes = []
+    for tpl in sorted(template_dir.glob("*.html")):
+        for body in _INLINE_SCRIPT.findall(tpl.read_text()):
+            if "{{" in body or "{%" in body:
+                raise ValueError(f"{tpl.name}: an inline script may not be templated (its hash would change)")
+            hashes.append("'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'")
+    return ("default-src 'self'; script-src 'self' 'unsafe-eval' " + " ".join(hashes) + "; "
+            "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; object-src 'none'; base-uri 'none'; "
+            "form-action 'self'; frame-ancestors 'none'")
 EXPORT_EXT = {"sh": "sh", "yaml": "yaml", "json": "json", "ray": "ray.sh"}
 EXPORT_MEDIA = {"sh": "text/x-shellscript", "yaml": "application/yaml", "json": "application/json",
                 "ray": "text/x-shellscript"}
@@ -106,6 +124,15 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
     templates.env.filters["q"] = quote
     templates.env.filters["fmt"] = fmt
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    headers = {**SECURITY_HEADERS, "Content-Security-Policy": content_security_policy(HERE / "templates")}
+
+    @app.middleware("http")
+    async def no_framing(request: Request, call_next: Any) -> Response:
+        """No other site may frame the pages (clicks on "Save note" under a decoy), no type is sniffed into HTML,
+        and no script runs but the dashboard's own."""
+        response = await call_next(request)
+        response.headers.update(headers)
+        return response
 
     def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
         return templates.TemplateResponse(request, name, {"storage": _safe_url(storage_url), **ctx},
