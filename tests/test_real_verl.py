@@ -149,6 +149,9 @@ def test_double_step_lines_parse_the_same_behind_the_real_actor_prefix(tmp_path:
     lines, res = double_log(tmp_path, "ok")
     steps = [ln for ln in lines if parse_step_line(ln)]
     assert steps and res.status == TrialStatus.OK
+    before = lines[:lines.index(steps[0])]  # what a successful run prints before its first step: real formats too
+    real_shapes = {shape(ln) for ln in real_lines()}
+    assert before and {shape(ln) for ln in before} <= real_shapes
     for ln in steps:
         m = _PREFIX.match(ln)
         assert m and shape(ln) == "actor " + re.sub(r"pid=\d+", "pid=N", real_prefix)
