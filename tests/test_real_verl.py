@@ -13,22 +13,27 @@ import importlib.util
 import os
 import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
 from autotune.job import Job
 from autotune.model import get_model
 from autotune.runners.base import TrialStatus
-from autotune.runners.verl import VerlOptions, VerlRunner
 from autotune.runners.verl_log import LineTail, RunLog, classify, parse_step_line
 from autotune.space import load_space
+from autotune.store import Store
 from autotune.study import Setup
 from tests.fake_verl import env_for, fake_runner, leftovers, make_spec, pid_alive
 from tests.real_verl import tiny_job, write_gsm8k_parquet, write_model
 
+ROOT = Path(__file__).resolve().parent.parent
 REAL_LOG = Path(__file__).parent / "data" / "real_verl_cpu.log"
 # What verl imports on the path to its first GPU request (scripts/install-verl-cpu.sh installs them).
 VERL_PATH_MODULES = ("verl", "torch", "ray", "datasets", "transfer_queue", "torchdata", "peft", "aiohttp",
@@ -186,38 +191,56 @@ def _procs_mentioning(text: str) -> list[int]:
 
 @pytest.mark.slow
 def test_real_verl_dies_without_gpus_is_classified_and_leaves_nothing(tmp_path: Path) -> None:
+    """`autotune run --backend verl` as a user types it, on the real verl: one trial, recorded and classified, then
+    the study stops with the reason (exit 2); no process of verl's Ray is left."""
     missing = [m for m in VERL_PATH_MODULES if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"verl's CPU path needs {missing}: scripts/install-verl-cpu.sh installs them")
     model = write_model(tmp_path / "tiny-qwen2")
     data = write_gsm8k_parquet(tmp_path / "data" / "train.parquet")
-    job = Job.from_mapping(tiny_job(model, data))
-    setup = Setup(get_model(str(model)), Cluster(get_gpu_type("h100"), 1, 1), job, load_space("dense"))
-    cand = Candidate(tp=1, pp=1, rollout_tp=1, ppo_micro_batch_size_per_gpu=2,
-                     log_prob_micro_batch_size_per_gpu=2).normalized()
-    runner = VerlRunner(VerlOptions(trial_timeout_s=420, stall_timeout_s=420, grace_s=10, cleanup_timeout_s=30),
-                        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-    res = runner.run(make_spec(setup, tmp_path, cand=cand, measure_step=1))
-    ray_tmp = Path(res.extra.get("ray_tmp", ""))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(tiny_job(model, data)))
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1"}
+    env.pop("RAY_ADDRESS", None)
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "run", "--model", str(model), "--gpus", "1", "--gpu-type", "h100",
+         "--backend", "verl", "--job", "job.yaml", "--n-trials", "3", "--measure-step", "1", "--storage", url,
+         "--trial-timeout", "420", "--stall-timeout", "420"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    wall = time.monotonic() - t0
+    store = Store(url)
+    (study,) = [st.name for st in store.list_studies()]
+    rows = store.trials(study)
+    first = next(r for r in rows if r.launched)
+    ray_tmp = Path((first.extra or {}).get("ray_tmp", ""))
     try:
-        text = Path(res.log_path).read_text()
+        # the study stopped after its first launch, saying why, with exit code 2
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "Total available GPUs 0 is less than total desired GPUs 1" in proc.stderr
+        assert "--gpus/--nodes" in proc.stderr and "Traceback" not in proc.stderr
+        assert sum(r.launched and r.status != "interrupted" for r in rows) == 1
+        assert all(r.status in ("failed", "pruned", "interrupted") for r in rows)
         # the real output is recorded: Hydra and verl's config checks passed, its own Ray started, data loaded
+        text = Path(first.log_path).read_text()
         assert "[validate_config] All configuration checks passed successfully!" in text
         assert "Started a local Ray instance." in text and "dataset len: 32" in text
         # ... and the failure is verl's own, classified, with the lines that show it
-        assert res.status == TrialStatus.FAILED and res.extra["failure"] == "gpus_unavailable", res.reason
-        assert "Total available GPUs 0 is less than total desired GPUs 1" in res.reason
-        assert "_check_resource_available" in res.log_excerpt
-        assert len(res.extra["attempts"]) == 1 and res.extra["returncode"] == 1
-        assert not res.simulated and res.throughput is None
+        assert first.status == "failed" and first.extra["failure"] == "gpus_unavailable", first.reason
+        assert "Total available GPUs 0 is less than total desired GPUs 1" in first.reason
+        assert "_check_resource_available" in first.log_excerpt
+        assert len(first.extra["attempts"]) == 1 and first.extra["returncode"] == 1
+        assert not first.simulated and first.throughput is None
         # nothing left: the runner's own tracking, Ray's session (by PID) and anything naming its temp dir
-        assert res.extra["cleanup"]["remaining"] == []
-        assert res.extra["cleanup"]["processes_seen"] >= 4  # driver, gcs_server, raylet, workers
+        assert first.extra["cleanup"]["remaining"] == []
+        assert first.extra["cleanup"]["processes_seen"] >= 4  # driver, gcs_server, raylet, workers
         assert ray_tmp.name.startswith("at-ray-") and ray_tmp.is_dir()  # kept after a failure, for the post-mortem
         pids = _session_pids(ray_tmp) | {int(p) for p in re.findall(r"\(TaskRunnerV1 pid=(\d+)\)", text)}
         assert len(pids) >= 3
         assert [p for p in pids if pid_alive(p)] == []
         assert _procs_mentioning(str(ray_tmp)) == []
+        print(f"real verl through `autotune run`: {wall:.1f} s")
     finally:
         if ray_tmp.name.startswith("at-ray-"):
             shutil.rmtree(ray_tmp, ignore_errors=True)
