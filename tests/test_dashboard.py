@@ -385,7 +385,7 @@ def test_cross_site_posts_are_refused_and_change_nothing(client, study):
     assert client.post(url, json={"note": before or ""}, headers={"Host": "[::1]:8080"}).status_code == 200
 
 
-def test_host_names_of_the_server_are_accepted(tmp_path, study):
+def test_host_names_of_the_server_are_accepted():
     from autotune.dashboard.app import own_host_names, write_refusal
 
     names = own_host_names(["dash.internal"])

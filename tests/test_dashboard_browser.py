@@ -289,3 +289,7 @@ def test_script_bearing_reason_note_and_log_render_as_text(page, server):
     assert page.evaluate("window.__pwned") is None
     assert page.dialogs == [] and page.errors == []
     assert page.locator("img[src='x']").count() == 0
+    # and were markup ever to slip through, the Content-Security-Policy runs no script but the dashboard's own
+    page.evaluate("""() => { const s = document.createElement('script'); s.textContent = 'window.__pwned = 2';
+                             document.body.appendChild(s); }""")
+    assert page.evaluate("window.__pwned") is None
