@@ -183,7 +183,7 @@ RAY_INIT_PREFIX = "+ray_kwargs.ray_init."
 RAY_ENV_VAR_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."
 # Console logger (verl/utils/logger/aggregate_logger.py concat_dict_to_str): "step:N - key:pformat(value) - ...",
 # numbers only; printed inside the TaskRunnerV1 Ray actor, so the driver's stdout shows Ray's prefix
-# "(TaskRunnerV1 pid=123)" (", ip=..." on other nodes; ANSI colours on a terminal) and numpy scalars print as
+# "(TaskRunnerV1 pid=123)" (", ip=..." on other nodes; ANSI-coloured, also into a file) and numpy scalars print as
 # np.float64(x). Ray's log deduplication may append " [repeated 2x across cluster]".
 STEP_LINE_RE = (
     r"^(?:\x1b\[[0-9;]*m)*(?:\((?P<actor>[A-Za-z_][\w.]*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)(?:\x1b\[[0-9;]*m)*\s+)?"
@@ -196,11 +196,16 @@ FIRST_STEP = 1
 # Failure classes, most specific first; each: (class, autotune status, regexes over the log). The first class with
 # a match wins, so an OOM on one rank followed by NCCL errors on the others reads as the OOM.
 FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    # verl/single_controller/ray/base.py ResourcePoolManager._check_resource_available, raised inside the
+    # TaskRunnerV1 actor once Ray is up and the data is loaded: the Ray cluster has fewer GPUs than
+    # trainer.n_gpus_per_node x trainer.nnodes (no GPU at all on a CPU machine: "Total available GPUs 0").
+    # Not the candidate's fault (every candidate asks for the same GPUs): failed, not retried, never pruned.
+    ("gpus_unavailable", "failed", (r"Total available GPUs \d+ is less than total desired GPUs \d+",)),
     ("config_error", "config_error", (
         r"ConfigCompositionException", r"OverrideParseException", r"Could not override '",
         r"Could not append to config", r"Key '[^']+' is not in struct", r"MissingConfigException",
         r"^In '[^']+': Could not find '[^']+'",
-        r", in validate_config\b", r"Total available GPUs \d+ is less than total desired GPUs \d+",
+        r", in validate_config\b",
         r"must be divisible by (?:minimal possible batch size|model_parallel_size)",
     )),
     ("kv_cache_too_small", "oom", (

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs verl 0.9.1 into the current Python environment for CPU-only use: enough to compose verl's Hydra config and
-# run its validation (tests/test_verl_validate.py, the verl runner's pre-flight). No CUDA, no vLLM, no Megatron.
+# run its validation (tests/test_verl_validate.py, the verl runner's pre-flight), and to run verl.trainer.main_ppo up
+# to where it first needs a GPU (tests/test_real_verl.py). No CUDA, no vLLM, no Megatron.
 #
 # torch comes first and pinned to the CPU build, so that nothing later pulls the multi-GB CUDA wheels: verl itself
 # is installed with --no-deps and its import-time dependencies are listed here explicitly.
@@ -21,6 +22,15 @@ fi
 # Pinned: unpinned, pip picks tensordict and transformers outside verl 0.9.1's supported range.
 "${PIP[@]}" hydra-core==1.3.8 omegaconf==2.3.1 ray==2.60.0 tensordict==0.10.0 transformers==5.10.4 \
     codetiming==1.4.0 orjson==3.13.0 pydantic numpy packaging pyarrow
+
+# 2b. What `python -m verl.trainer.main_ppo` imports on its way to the first GPU request (Hydra, its own Ray, the
+# TaskRunnerV1 actor, TransferQueue, the dataset and dataloader): tests/test_real_verl.py runs it this far.
+# TransferQueue without its deps (they pull Ray's dashboard extras); verl asks for 0.1.10.
+"${PIP[@]}" --no-deps TransferQueue==0.1.10
+"${PIP[@]}" datasets==5.2.0 torchdata==0.11.0 peft==0.21.2 accelerate==1.15.0 aiohttp==3.14.5 cachetools==6.2.4 \
+    pyzmq==27.3.0 msgspec==0.22.0 prometheus_client==0.26.0 psutil==7.2.2
+"$PY" -c 'import datasets, torchdata, peft, transfer_queue, aiohttp, cachetools
+from verl.trainer.ppo.v1 import get_trainer_cls  # the TaskRunnerV1 path of verl.trainer.main_ppo'
 
 # 3. Check: verl's config composes and validates on this CPU-only machine.
 "$PY" - <<'PYCHECK'

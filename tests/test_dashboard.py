@@ -72,7 +72,7 @@ def study(tmp_path_factory) -> tuple[str, Tuner]:
 
 @pytest.fixture
 def client(study) -> TestClient:
-    return TestClient(create_app(study[0]))
+    return TestClient(create_app(study[0]), base_url="http://127.0.0.1:8080")  # as a browser on this machine
 
 
 def test_studies_list_shows_counts_best_and_simulated(client, study):
@@ -362,3 +362,104 @@ def test_long_history_is_sampled_with_the_best_line_and_failures_exact(study, mo
     for st in ("oom", "failed", "timeout"):  # launched failures: every one
         assert h["bad"][st]["x"] == [r.number for r in rows if r.status == st]
     data.forget(tuner.store, STUDY)
+
+
+# hardening: writes from this dashboard's own pages only, bounded notes, no file outside the static folder ----------
+def test_cross_site_posts_are_refused_and_change_nothing(client, study):
+    _, tuner = study
+    before = tuner.store.get_study(STUDY).note
+    url = f"/api/study/{STUDY}/note"
+    for headers in ({"Origin": "http://evil.example"},                      # a page of another site
+                    {"Origin": "http://127.0.0.1:9999"},                    # another port is another origin
+                    {"Origin": "null"},                                     # a sandboxed frame, a file:// page
+                    {"Sec-Fetch-Site": "cross-site"},                       # the browser says so, without Origin
+                    {"Host": "evil.example:8080", "Origin": "http://evil.example:8080"}):  # DNS rebinding
+        r = client.post(url, json={"note": "pwned"}, headers=headers)
+        assert r.status_code == 403, headers
+        assert "refused" in r.json()["detail"]
+    r = client.post(f"/api/study/{STUDY}/trial/0/note", json={"note": "pwned"}, headers={"Origin": "http://evil.example"})
+    assert r.status_code == 403
+    assert tuner.store.get_study(STUDY).note == before and tuner.store.trial(STUDY, 0).note != "pwned"
+    # the dashboard's own page (same origin), and a script on this machine (no Origin), may write
+    for headers in ({"Origin": "http://127.0.0.1:8080", "Sec-Fetch-Site": "same-origin"}, {}):
+        r = client.post(url, json={"note": before or ""}, headers=headers)
+        assert r.status_code == 200, r.text
+    assert client.post(url, json={"note": before or ""}, headers={"Host": "localhost:8080"}).status_code == 200
+    assert client.post(url, json={"note": before or ""}, headers={"Host": "[::1]:8080"}).status_code == 200
+
+
+def test_host_names_of_the_server_are_accepted():
+    from autotune.dashboard.app import own_host_names, write_refusal
+
+    names = own_host_names(["dash.internal"])
+    assert write_refusal({"host": "dash.internal:8080", "origin": "http://dash.internal:8080"}, names) is None
+    assert write_refusal({"host": "10.1.2.3:8080"}, names) is None  # an address cannot be rebound
+    assert "Host 'other.example'" in write_refusal({"host": "other.example"}, names)
+
+
+def test_note_size_is_capped_before_the_body_is_read(client, study):
+    from autotune.dashboard.app import NOTE_MAX_BYTES, NOTE_MAX_CHARS
+
+    _, tuner = study
+    before = tuner.store.get_study(STUDY).note
+    url = f"/api/study/{STUDY}/note"
+    r = client.post(url, json={"note": "x" * (NOTE_MAX_CHARS + 1)})
+    assert r.status_code == 413 and f"at most {NOTE_MAX_CHARS} characters" in r.json()["detail"]
+    big = b'{"note": "' + b"y" * (NOTE_MAX_BYTES + 10) + b'"}'
+    r = client.post(url, content=big, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+    r = client.post(url, content=iter([big[:1000], big[1000:]]), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413  # chunked, no Content-Length: counted as it comes
+    r = client.post(url, content=b'{"note": "x"}', headers={"Content-Type": "application/json",
+                                                          "Content-Length": "999999999"})
+    assert r.status_code in (400, 413)
+    # a note at the limit, spelt with JSON escapes, is accepted
+    r = client.post(url, content=('{"note": "' + "\\u00e9" * NOTE_MAX_CHARS + '"}').encode(),
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and tuner.store.get_study(STUDY).note == "\u00e9" * NOTE_MAX_CHARS
+    client.post(url, json={"note": before or ""})
+
+
+@pytest.mark.parametrize("path", [
+    "/static/..%2fapp.py", "/static/..%2f..%2fdashboard%2fapp.py", "/static/%2e%2e/app.py", "/static/%2e%2e%2fapp.py",
+    "/static/..%5capp.py", "/static/....//app.py", "/static//etc/passwd", "/static/%2fetc%2fpasswd",
+    "/static/templates/base.html", "/static/", "/static/nope.js", "/assets/..%2fplotly.min.js",
+])
+def test_no_file_outside_the_static_folder(client, path):
+    r = client.get(path)
+    assert r.status_code == 404, (path, r.status_code)
+    assert "def create_app" not in r.text and "root:" not in r.text and "{% block" not in r.text
+    assert client.get("/static/study.js").status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/study/dash-study/trial/-1", "/study/dash-study/trial/1e3",
+                                  "/api/study/dash-study/trial/%00", "/study/%00", "/api/study/..%2f..%2f/data"])
+def test_odd_ids_give_404(client, path):
+    r = client.get(path)
+    assert r.status_code == 404 and "Traceback" not in r.text
+
+
+def test_user_strings_are_escaped_in_reasons_notes_and_log_excerpts(client, study, tmp_path):
+    _, tuner = study
+    row = add_failed(tuner, "failed", EVIL + " reason", EVIL + " excerpt")
+    tuner.store.set_trial_note(row.id, EVIL + " note")
+    from autotune.dashboard import data
+
+    data.forget(tuner.store, STUDY)
+    for path in (f"/study/{STUDY}/trial/{row.number}", f"/study/{STUDY}/fragment/failures", f"/study/{STUDY}",
+                 f"/study/{STUDY}/fragment/summary", "/"):
+        r = client.get(path)
+        assert r.status_code == 200
+        assert "<script>alert(" not in r.text, path
+    page = client.get(f"/study/{STUDY}/trial/{row.number}").text
+    for what in ("reason", "excerpt", "note"):
+        assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&#34;study&#34; " + what in page, what
+
+
+def test_pages_cannot_be_framed_by_another_site(client):
+    for path in ("/", f"/study/{STUDY}", "/static/study.js", "/no/such/page"):
+        h = client.get(path).headers
+        assert h["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in h["content-security-policy"]
+        csp = h["content-security-policy"]
+        assert "script-src 'self' 'unsafe-eval' 'sha256-" in csp and "unsafe-inline'" not in csp.split(";")[1]
+        assert h["x-content-type-options"] == "nosniff"

@@ -38,7 +38,10 @@ from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.export import export_text  # noqa: E402
 from autotune.store import StudyRow, TrialRow, utcnow  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
-from tests.test_dashboard import EVIL, STUDY, make_study  # noqa: E402
+from tests.test_dashboard import EVIL, STUDY, add_failed, make_study  # noqa: E402
+
+# Runs if it is ever parsed as HTML: sets a flag, and opens a dialog (recorded by the `page` fixture).
+PAYLOAD = "<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=1;alert('xss')</script>"
 
 
 @pytest.fixture(scope="module")
@@ -252,3 +255,41 @@ def test_escaped_names_and_404_pages(page, server):
     page.goto(f"{base}/study/{STUDY}/trial/99999")
     assert "no trial 99999" in page.inner_text("#error-message")
     assert page.dialogs == []
+
+
+def test_script_bearing_reason_note_and_log_render_as_text(page, server):
+    from autotune.dashboard import data
+
+    base, tuner = server
+    row = add_failed(tuner, "failed", "reason " + PAYLOAD, "excerpt " + PAYLOAD)
+    tuner.store.set_trial_note(row.id, "note " + PAYLOAD)
+    data.forget(tuner.store, STUDY)
+    page.goto(f"{base}/study/{STUDY}/trial/{row.number}")
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.inner_text("#trial-reason") == "reason " + PAYLOAD
+    assert page.input_value("#trial-note") == "note " + PAYLOAD
+    assert "excerpt " + PAYLOAD in page.inner_text("#log")
+    # a note typed in the page, saved and shown again
+    open_study(page, base)
+    page.fill("#study-note", "study " + PAYLOAD)
+    page.click("#save-study-note")
+    page.wait_for_function("document.getElementById('study-note-status').textContent === 'saved'")
+    open_study(page, base)
+    assert page.input_value("#study-note") == "study " + PAYLOAD
+    # the failures list (a server-rendered fragment put into the page) and the trials table
+    page.locator("#failures-body").scroll_into_view_if_needed()
+    page.wait_for_function("document.getElementById('failures-body').textContent.includes('reason <img')",
+                           timeout=20_000)
+    page.fill("#trial-search", "reason <img")
+    settled(page)
+    page.wait_for_function(f"document.querySelector(\"#trials tbody tr[data-number='{row.number}']\") !== null",
+                           timeout=20_000)
+    assert PAYLOAD in page.inner_text(f"#trials tbody tr[data-number='{row.number}']")
+    show(page, "plot-history")  # reasons are in its hover text
+    assert page.evaluate("window.__pwned") is None
+    assert page.dialogs == [] and page.errors == []
+    assert page.locator("img[src='x']").count() == 0
+    # and were markup ever to slip through, the Content-Security-Policy runs no script but the dashboard's own
+    page.evaluate("""() => { const s = document.createElement('script'); s.textContent = 'window.__pwned = 2';
+                             document.body.appendChild(s); }""")
+    assert page.evaluate("window.__pwned") is None

@@ -124,7 +124,7 @@ RuntimeError: Engine core initialization failed. See root cause above. Failed co
      "\nKey 'grad_offload' is not in struct", "config_error", "config_error"),
     ("  File \"/x/verl/utils/config.py\", line 109, in validate_config\nAssertionError: n_gpus (8) must be "
      "divisible by model_parallel_size (6) times context_parallel_size (1)", "config_error", "config_error"),
-    ("ValueError: Total available GPUs 4 is less than total desired GPUs 8", "config_error", "config_error"),
+    ("ValueError: Total available GPUs 4 is less than total desired GPUs 8", "gpus_unavailable", "failed"),
     ("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.", "crash", "failed"),
 ])
 def test_classify_failures(text: str, kind: str, status: str) -> None:

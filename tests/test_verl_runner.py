@@ -104,6 +104,7 @@ def test_measured_window_is_averaged(tmp_path: Path) -> None:
     ("nccl", "failed", "nccl_error", "NCCL error"),
     ("config_error", "config_error", "config_error", "grad_offload"),
     ("crash", "failed", "crash", "ActorDiedError"),
+    ("no_gpus", "failed", "gpus_unavailable", "Total available GPUs 0 is less than total desired GPUs 8"),
     ("early_exit", "failed", "early_exit", "without reaching measured step 3"),
 ])
 def test_failure_classes(tmp_path: Path, mode: str, status: str, kind: str, words: str) -> None:
@@ -293,3 +294,17 @@ def test_dead_children_are_not_confused_with_reused_pids(tmp_path: Path) -> None
     res, _, rec, _ = run_mode(tmp_path, "ok")
     r = records(rec)[0]
     assert not any(pid_alive(p) for p in [r["pid"], *r["children"]])
+
+
+def test_no_gpus_for_the_job_stops_before_the_next_launch(tmp_path: Path) -> None:
+    """verl's "Total available GPUs 0 is less than total desired GPUs 8" is the machine's, not the candidate's:
+    recorded once with verl's output, then the runner refuses to launch again (the study stops and says why)."""
+    rec = tmp_path / "rec.jsonl"
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE="no_gpus"), preflight=False)
+    setup = make_setup()
+    res = runner.run(make_spec(setup, tmp_path, number=0))
+    assert res.status == TrialStatus.FAILED and res.extra["failure"] == "gpus_unavailable"
+    assert "Total available GPUs 0 is less than total desired GPUs 8" in res.reason
+    with pytest.raises(RunnerFatal, match=r"trial 0 found .*same 8 GPUs.*--gpus/--nodes"):
+        runner.run(make_spec(setup, tmp_path, number=1))
+    assert len(launches(rec)) == 1 and leftovers(rec) == []

@@ -28,4 +28,4 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
 
     from autotune.dashboard.app import create_app
 
-    uvicorn.run(create_app(storage_url), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(storage_url, hosts=[host]), host=host, port=port, log_level="warning")

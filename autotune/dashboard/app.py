@@ -1,13 +1,20 @@
 """The dashboard's web application: server-rendered pages (Jinja2), JSON for the plots (Plotly, served locally).
 
-Reads the study database; the only writes are the notes a user types (POST, JSON bodies only, so that another web
-site cannot post a form to it). Unknown studies and trials give 404 pages.
+Reads the study database; the only writes are the notes a user types: POST, JSON bodies of bounded size, from a page
+of this dashboard only (the Origin must be this server, and the Host one of its own names, so that neither another
+web site nor a DNS-rebinding page can write). Unknown studies and trials give 404 pages.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import ipaddress
+import json
 import re
+import socket
 import urllib.parse
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +35,25 @@ from autotune.store import Store, StoreError, StudyRow, TrialRow
 HERE = Path(__file__).resolve().parent
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 NOTE_MAX_CHARS = 20_000
+# JSON may spell one character in up to 12 bytes (a \\uXXXX surrogate pair): the body is refused beyond this.
+NOTE_MAX_BYTES = 12 * NOTE_MAX_CHARS + 1024
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+SECURITY_HEADERS = {"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}
+_INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
+
+
+def content_security_policy(template_dir: Path) -> str:
+    """Scripts only from this server and the templates' own inline scripts (by hash): markup that slipped into a
+    page runs nothing. Plotly compiles WebGL shaders with Function() (hence unsafe-eval) and injects its styles."""
+    hashes = []
+    for tpl in sorted(template_dir.glob("*.html")):
+        for body in _INLINE_SCRIPT.findall(tpl.read_text()):
+            if "{{" in body or "{%" in body:
+                raise ValueError(f"{tpl.name}: an inline script may not be templated (its hash would change)")
+            hashes.append("'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'")
+    return ("default-src 'self'; script-src 'self' 'unsafe-eval' " + " ".join(hashes) + "; "
+            "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; object-src 'none'; base-uri 'none'; "
+            "form-action 'self'; frame-ancestors 'none'")
 EXPORT_EXT = {"sh": "sh", "yaml": "yaml", "json": "json", "ray": "ray.sh"}
 EXPORT_MEDIA = {"sh": "text/x-shellscript", "yaml": "application/yaml", "json": "application/json",
                 "ray": "text/x-shellscript"}
@@ -46,14 +72,68 @@ def fmt(x: Any, nd: int = 1) -> str:
         return str(x)
 
 
-def create_app(storage_url: str, store: Store | None = None) -> FastAPI:
-    """The dashboard over one database URL (the same URL `autotune run --storage` was given)."""
+def own_host_names(extra: Iterable[str] = ()) -> frozenset[str]:
+    """Names under which a browser may reach this server (IP literals are always accepted: no page can rebind one)."""
+    names = {*LOOPBACK_NAMES, *extra}
+    try:
+        names |= {socket.gethostname(), socket.getfqdn()}
+    except OSError:
+        pass
+    return frozenset(n.lower().rstrip(".") for n in names if n)
+
+
+def _hostname(netloc: str) -> str:
+    host = netloc.rsplit("@", 1)[-1]
+    if host.startswith("["):
+        return host[1:host.find("]")].lower()
+    return host.rsplit(":", 1)[0].lower().rstrip(".") if host.count(":") == 1 else host.lower().rstrip(".")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def write_refusal(headers: Any, allowed_hosts: frozenset[str]) -> str | None:
+    """Why a write request must be refused (cross-site, or through a name that is not this server's), or None."""
+    host = headers.get("host", "")
+    name = _hostname(host)
+    if not (_is_ip(name) or name in allowed_hosts):
+        return (f"refused: Host {host!r} is not a name of this dashboard (a page of another site may have "
+                "rebound its name to this address); open the dashboard by its own address")
+    origin = headers.get("origin")
+    if origin is not None:
+        o = urllib.parse.urlsplit(origin)
+        if origin == "null" or o.scheme not in ("http", "https") or o.netloc.lower() != host.lower():
+            return f"cross-site request refused: Origin {origin!r} is not this dashboard ({host})"
+    site = headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"cross-site request refused (Sec-Fetch-Site: {site})"
+    return None
+
+
+def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str] = ()) -> FastAPI:
+    """The dashboard over one database URL (the same URL `autotune run --storage` was given); `hosts`: names it is
+    served under besides this machine's (the --host given to `autotune dashboard`)."""
     store = store or Store(storage_url)
+    allowed_hosts = own_host_names(hosts)
     app = FastAPI(title="autotune dashboard", docs_url=None, redoc_url=None, openapi_url=None)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["q"] = quote
     templates.env.filters["fmt"] = fmt
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    headers = {**SECURITY_HEADERS, "Content-Security-Policy": content_security_policy(HERE / "templates")}
+
+    @app.middleware("http")
+    async def no_framing(request: Request, call_next: Any) -> Response:
+        """No other site may frame the pages (clicks on "Save note" under a decoy), no type is sniffed into HTML,
+        and no script runs but the dashboard's own."""
+        response = await call_next(request)
+        response.headers.update(headers)
+        return response
 
     def page(request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
         return templates.TemplateResponse(request, name, {"storage": _safe_url(storage_url), **ctx},
@@ -192,10 +272,25 @@ def create_app(storage_url: str, store: Store | None = None) -> FastAPI:
                                  headers={"Content-Disposition": f'attachment; filename="{fname}"'})
 
     async def note_body(request: Request) -> str:
+        refused = write_refusal(request.headers, allowed_hosts)
+        if refused:
+            raise HTTPException(403, refused)
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             raise HTTPException(415, "send the note as JSON: {\"note\": \"...\"} with Content-Type application/json")
+        too_big = f"a note holds at most {NOTE_MAX_CHARS} characters (the request body may be {NOTE_MAX_BYTES} bytes)"
         try:
-            body = await request.json()
+            declared = int(request.headers.get("content-length", "0"))
+        except ValueError:
+            raise HTTPException(400, "bad Content-Length") from None
+        if declared > NOTE_MAX_BYTES:
+            raise HTTPException(413, too_big)
+        raw = bytearray()
+        async for chunk in request.stream():  # a chunked body has no Content-Length: counted as it comes
+            raw += chunk
+            if len(raw) > NOTE_MAX_BYTES:
+                raise HTTPException(413, too_big)
+        try:
+            body = json.loads(raw)
         except ValueError:
             raise HTTPException(400, "the body is not valid JSON") from None
         note = body.get("note") if isinstance(body, dict) else None

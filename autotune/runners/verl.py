@@ -32,6 +32,7 @@ from autotune.runners.verl_preflight import check_data, hydra_overrides, validat
 
 _LOOP_RE = re.compile(verl.ROLLOUT_FAILURE_LOOP_RE)
 RETRYABLE = ("crash", "nccl_error")  # failures not caused by the configuration: tried once more
+FATAL = ("gpus_unavailable",)  # failures every later candidate would repeat: the study stops before the next launch
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class VerlRunner(Runner):
         self._data_checked: set[str] = set()
         self._reaped = False
         self._orphans: list[str] = []
+        self._fatal = ""  # why no further trial can run here (a FATAL failure of the previous trial)
 
     def describe(self) -> str:
         what = "verl " + verl.VERL_VERSION
@@ -131,6 +133,8 @@ class VerlRunner(Runner):
         if not self._reaped:  # trials a killed tuner left running would hold the GPUs
             self._reaped = True
             self._orphans = reap_orphans(spec.workdir.parent, self.options.grace_s)
+        if self._fatal:
+            raise RunnerFatal(self._fatal)
         self._ensure_gpus_free()
         self._check_data(spec)
         trial_dir = spec.workdir.resolve()
@@ -161,6 +165,10 @@ class VerlRunner(Runner):
             if not (att.status == TrialStatus.FAILED and att.failure in RETRYABLE):
                 break
         assert att is not None
+        if att.failure in FATAL:
+            self._fatal = (f"trial {spec.number} found {att.reason[:300]}; every candidate asks for the same "
+                           f"{spec.cluster.world_size} GPUs. Check --gpus/--nodes, CUDA_VISIBLE_DEVICES and the GPUs "
+                           "Ray sees (`ray status`), then re-run the same command to resume the study")
         return self._result(spec, att, first, extra_info)
 
     def _attempt(self, spec: TrialSpec, trial_dir: Path, attempt: int, first: int, reported: set[int]) -> _Attempt:

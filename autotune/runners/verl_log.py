@@ -188,6 +188,8 @@ def classify(log_text: str, returncode: int | None, killed_by_us: bool = False) 
 
 
 _WHAT = {
+    "gpus_unavailable": "the Ray cluster has fewer GPUs than the job asks for (trainer.n_gpus_per_node x "
+                        "trainer.nnodes; --gpus/--nodes)",
     "config_error": "verl rejected the configuration",
     "kv_cache_too_small": "vLLM's KV cache cannot hold one max_model_len request",
     "vllm_start_oom": "GPU out of memory while vLLM started",

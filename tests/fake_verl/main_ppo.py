@@ -13,7 +13,7 @@ It is not verl and trains nothing. It reproduces what the runner observes of a r
   autotune/verl.py FAILURE_PATTERNS and /work/shared/reference/VERL.md), exit code 1 as Hydra gives it.
 
 Behaviour: env FAKE_VERL_MODE, or FAKE_VERL_RULES = JSON [{"when": {override key: value}, "mode": m}, ...]
-matched on the overrides (first match wins; default "ok"). Modes: ok, slow, gpu_oom, vllm_start_oom,
+matched on the overrides (first match wins; default "ok"). Modes: ok, slow, no_gpus, gpu_oom, vllm_start_oom,
 vllm_wakeup_oom, kv_cache, host_oom, sigkill, nccl, config_error, crash, crash_once, hang, hang_after_step,
 rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5).
 Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STARTUP_S (default 0.3),
@@ -35,6 +35,7 @@ SHORT_RUN_KEYS = ("trainer.total_training_steps", "trainer.val_before_train", "t
                   "trainer.save_freq", "trainer.resume_mode", "trainer.logger", "trainer.experiment_name",
                   "actor_rollout_ref.rollout.max_model_len")
 LOGGER_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
+RAY_INIT_KEY = "ray_kwargs.ray_init."
 
 
 def parse_overrides(argv: list[str]) -> dict[str, str]:
@@ -78,10 +79,34 @@ def out(line: str) -> None:
 
 
 def hydra_fail(argv: list[str], lines: list[str]) -> None:
+    """Hydra's report of an exception (HYDRA_FULL_ERROR=1): its own line first, then the traceback and error."""
+    out(f"Error executing job with overrides: {argv!r}")
     for ln in lines:
         out(ln)
-    out(f"Error executing job with overrides: {argv!r}")
     sys.exit(1)
+
+
+def ray_init_kwargs(ov: dict[str, str]) -> dict:
+    """What verl's run_ppo prints before ray.init: its default runtime env merged with +ray_kwargs.ray_init.*."""
+    env_vars = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "VLLM_LOGGING_LEVEL": "WARN",
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true", "VLLM_DISABLE_COMPILE_CACHE": "1"}
+    kwargs: dict = {"num_cpus": None, "runtime_env": {"env_vars": env_vars, "working_dir": None,
+                                                      "py_executable": None}}
+    for key, value in ov.items():
+        if key.startswith(RAY_INIT_KEY):
+            name = key[len(RAY_INIT_KEY):]
+            if name.startswith("runtime_env.env_vars."):
+                env_vars[name.rsplit(".", 1)[1]] = value
+            elif "." not in name:
+                kwargs[name] = {"false": False, "true": True}.get(value, value)
+    return kwargs
+
+
+def task_error(exc: str, task_pid: int) -> str:
+    """The driver's line for an exception raised in TaskRunnerV1.run (Ray colours the task name, also in a file)."""
+    return (f"ray.exceptions.RayTaskError({exc}): \x1b[36mray::TaskRunnerV1.run()\x1b[39m (pid={task_pid}, "
+            f"ip=10.0.0.1, actor_id=dd72be70500ec01ddfcd3ba001000000, repr=<main_ppo.TaskRunnerV1 object at "
+            "0x7f618d726310>)")
 
 
 def spawn_sleeper(new_session: bool = False, new_group: bool = False, ignore_term: bool = False) -> int:
@@ -117,10 +142,9 @@ def main(argv: list[str]) -> None:
             f.write(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "children": children, "mode": mode,
                                 "cwd": os.getcwd(), "argv": argv}) + "\n")
     task_pid = children[1]
-    pre = f"(TaskRunnerV1 pid={task_pid})"
-    out("ray init kwargs: {'num_cpus': None, 'runtime_env': {'env_vars': {'TOKENIZERS_PARALLELISM': 'true', "
-        "'NCCL_DEBUG': 'WARN', 'VLLM_LOGGING_LEVEL': 'WARN'}}}")
-    out("2026-01-01 00:00:00,000\tINFO worker.py:2004 -- Started a local Ray instance.")
+    pre = f"\x1b[36m(TaskRunnerV1 pid={task_pid})\x1b[0m"  # Ray colours the actor prefix, also in a file
+    out(f"ray init kwargs: {ray_init_kwargs(ov)}")
+    out("2026-01-01 00:00:00,000\tINFO worker.py:2038 -- Started a local Ray instance.")
 
     if mode == "config_error":
         hydra_fail(argv, [
@@ -136,6 +160,20 @@ def main(argv: list[str]) -> None:
             "To append to your config use +actor_rollout_ref.actor.megatron.grad_offload=True",
         ])
     time.sleep(float(os.environ.get("FAKE_VERL_STARTUP_S", "0.3")))
+    if mode == "no_gpus":  # verl on a machine without GPUs (tests/data/real_verl_cpu.log): data loaded, then this
+        out(f"{pre} Using dataset class: RLHFDataset")
+        out(f"{pre} dataset len: 32")
+        want = int(ov.get("trainer.n_gpus_per_node", "8")) * int(ov.get("trainer.nnodes", "1"))
+        hydra_fail(argv, [
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3/site-packages/verl/trainer/main_ppo.py", line 93, in run_ppo',
+            "    ray.get(runner.run.remote(config))",
+            task_error("ValueError", task_pid),
+            '  File "/usr/lib/python3/site-packages/verl/single_controller/ray/base.py", line 240, in '
+            "_check_resource_available",
+            "    raise ValueError(",
+            f"ValueError: Total available GPUs 0 is less than total desired GPUs {want}",
+        ])
     if mode == "crash_once" and not os.path.exists("fake_verl_crashed_once"):
         open("fake_verl_crashed_once", "w").close()
         mode = "crash"
@@ -236,7 +274,7 @@ def failure(mode: str, argv: list[str], pre: str) -> None:
             "Traceback (most recent call last):",
             '  File "/usr/lib/python3/site-packages/verl/trainer/main_ppo.py", line 94, in run_ppo',
             "    ray.get(runner.run.remote(config))",
-            "ray.exceptions.RayTaskError(OutOfMemoryError): ray::TaskRunnerV1.run() (pid=1234, ip=10.0.0.1)",
+            task_error("OutOfMemoryError", 1234),
             '  File "/usr/lib/python3/site-packages/verl/workers/engine_workers.py", line 344, in train_batch',
             "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_update_actor() "
             "(pid=5150, ip=10.0.0.1)",

@@ -5,6 +5,10 @@ const QS = encodeURIComponent(P.study);
 const LAYOUT = {margin: {l: 60, r: 20, t: 30, b: 45}, font: {family: 'system-ui, sans-serif', size: 12},
   paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: '#fafafa', legend: {orientation: 'h', y: 1.15}};
 const CONFIG = {displaylogo: false, responsive: true};
+// Names from the database (phases, memory terms, metric keys) go into Plotly labels, which read a subset of HTML.
+function esc(s) {
+  return String(s ?? '').replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
 const COLORS = ['#4c78a8', '#f58518', '#54a24b', '#b279a2', '#e45756', '#72b7b2', '#eeca3b', '#9d755d', '#bab0ac', '#ff9da6'];
 
 function empty(id, text) {
@@ -17,9 +21,9 @@ function phases() {
   const pred = P.predicted_phases || {};
   const names = [...new Set([...Object.keys(pred), ...Object.keys(meas)])].filter(n => n !== 'step');
   if (!names.length) return empty('plot-trial-phases', 'No phase timings (not launched, or not recorded)');
-  const traces = [{type: 'bar', name: 'predicted', x: names, y: names.map(n => pred[n] ?? null), marker: {color: '#9ca3af'}}];
+  const traces = [{type: 'bar', name: 'predicted', x: names.map(esc), y: names.map(n => pred[n] ?? null), marker: {color: '#9ca3af'}}];
   if (Object.keys(meas).length) traces.push({type: 'bar', name: 'measured' + (P.simulated ? ' (SIMULATED)' : ''),
-    x: names, y: names.map(n => meas[n] ?? null), marker: {color: '#4c78a8'}});
+    x: names.map(esc), y: names.map(n => meas[n] ?? null), marker: {color: '#4c78a8'}});
   Plotly.newPlot('plot-trial-phases', traces, Object.assign({}, LAYOUT, {barmode: 'group', height: 340,
     yaxis: {title: {text: 'seconds'}}}), CONFIG);
 }
@@ -29,10 +33,11 @@ function memory() {
   if (!pm || !pm.moments) return empty('plot-trial-memory', 'No memory prediction (pruned by a constraint)');
   const moments = Object.keys(pm.moments);
   const terms = [...new Set(moments.flatMap(m => Object.keys(pm.moments[m].terms_gib)))];
-  const traces = terms.map((t, k) => ({type: 'bar', name: t, x: moments, y: moments.map(m => pm.moments[m].terms_gib[t] ?? 0),
-    marker: {color: COLORS[k % COLORS.length]}, hovertemplate: `${t}: %{y:.2f} GiB<extra>%{x}</extra>`}));
+  const traces = terms.map((t, k) => ({type: 'bar', name: esc(t), x: moments.map(esc),
+    y: moments.map(m => pm.moments[m].terms_gib[t] ?? 0),
+    marker: {color: COLORS[k % COLORS.length]}, hovertemplate: `${esc(t)}: %{y:.2f} GiB<extra>%{x}</extra>`}));
   const worst = pm.worst_case && pm.worst_case.moment_peaks_gib;
-  if (worst) traces.push({type: 'scatter', mode: 'markers', name: 'worst case peak', x: moments,
+  if (worst) traces.push({type: 'scatter', mode: 'markers', name: 'worst case peak', x: moments.map(esc),
     y: moments.map(m => worst[m] ?? null), marker: {symbol: 'diamond', size: 11, color: '#111827'},
     hovertemplate: 'worst case: %{y:.1f} GiB<extra>%{x}</extra>'});
   const shapes = []; const annotations = [];
@@ -57,7 +62,7 @@ function steps() {
     const m = sel.value;
     Plotly.newPlot('plot-steps', [{type: 'scatter', mode: 'lines+markers', x: P.steps.map(s => s.step),
       y: P.steps.map(s => s[m] ?? null), marker: {color: '#4c78a8'}}],
-    Object.assign({}, LAYOUT, {height: 260, xaxis: {title: {text: 'step'}, dtick: 1}, yaxis: {title: {text: m}}}), CONFIG);
+    Object.assign({}, LAYOUT, {height: 260, xaxis: {title: {text: 'step'}, dtick: 1}, yaxis: {title: {text: esc(m)}}}), CONFIG);
   };
   const pref = ['perf/throughput'].find(m => [...sel.options].some(o => o.value === m));
   if (pref) sel.value = pref;
