@@ -21,8 +21,10 @@ from autotune.cluster import GPU_TYPES, ClusterError, make_cluster
 from autotune.estimate import evaluate
 from autotune.export import FORMATS, ExportInfo, export_text
 from autotune.job import Job, JobError
+from autotune.labels import Labeller, study_reference
 from autotune.launch_script import is_launch_script, read_script
 from autotune.model import CATALOG, UnknownModelError, get_model
+from autotune.report import report_lines, study_report
 from autotune.runners import BACKENDS, RunnerUnavailable, auto_backend, make_runner
 from autotune.runners.base import RunnerFatal
 from autotune.runners.confirm import confirm_top
@@ -177,6 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     say.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
               f"job {setup.job.source}, space {setup.space.name}")
     counts = {"pruned": 0}
+    labels = Labeller(tuner.setup.stock)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=out, transient=True, disable=args.json) as bar:
         task = bar.add_task("trials", total=args.n_trials, completed=tuner.launched_count())
@@ -185,7 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if row.launched:
                 bar.update(task, completed=tuner.launched_count())
                 if not args.json:
-                    bar.console.print(_trial_line(row))
+                    bar.console.print(_trial_line(row, labels(row.params, row.candidate_key)))
             else:
                 counts["pruned"] += 1
             bar.update(task, description=f"trials ({counts['pruned']} pruned before launch)")
@@ -206,17 +209,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     best = tuner.store.best(tuner.study_name)
     summary["pruned_this_run"] = counts["pruned"]
     summary["best"] = _best_dict(best, tuner.study_name) if best else None
+    report = _run_report(tuner, best, labels)
+    summary["report"] = report.as_dict()
+    if summary["best"]:
+        summary["best"]["label"] = report.best_label
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
         return 0
     out.print(f"{summary['launched']} trials launched ({summary['stopped']}); "
               f"{counts['pruned']} candidates pruned before launch this run.")
     if best:
-        out.print(f"best: trial {best.number}, {_speed(best)} ({_layout(best)})")
-        out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
+        out.print(f"best: trial {best.number}, {_speed(best)} ({report.best_label})")
     else:
         out.print("no trial ran to its measured step yet")
+    for line in report_lines(report):
+        out.print(line, markup=False)
+    if best:
+        out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
     return 0
+
+
+def _run_report(tuner: Tuner, best: TrialRow | None, labels: Labeller) -> Any:
+    """What the study is worth (autotune.report): speed-ups over the references, GPU time, prunes by kind."""
+    rows = tuner.store.trials(tuner.study_name)
+    return study_report(rows, best, tuner.setup.cluster.world_size, labels)
 
 
 def _replay_setup(args: argparse.Namespace) -> tuple[Setup, str, Any]:
@@ -270,9 +286,9 @@ def _layout(row: TrialRow) -> str:
     return Candidate(**row.params).layout()
 
 
-def _trial_line(row: TrialRow) -> str:
+def _trial_line(row: TrialRow, label: str) -> str:
     why = row.reason[:80] if row.status != "ok" else ""
-    return f"  #{row.number:<4} {row.status:<12} {_speed(row):<38} {_layout(row)}  {why}"
+    return f"  #{row.number:<4} {row.status:<12} {_speed(row):<38} {label}  {why}"
 
 
 def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
@@ -311,23 +327,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     meta = store.get_study(name)
     rows = store.trials(name)
     shown = rows if args.all else [r for r in rows if r.launched]
+    labels = Labeller(study_reference(meta))
     if args.json:
         print(json.dumps({
             "study": name, "backend": meta.backend, "simulated": meta.simulated,
             "counts": _counts(rows),
             "trials": [{**{k: getattr(r, k) for k in (
                 "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
-                "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": _layout(r)} for r in shown],
+                "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": _layout(r),
+                "label": labels(r.params, r.candidate_key)} for r in shown],
         }, indent=2, default=str))
         return 0
     sim = " [SIMULATED]" if meta.simulated else ""
     table = Table(title=f"study {name}: {meta.model_name}, backend {meta.backend}{sim}")
-    for col in ("#", "status", "origin", "layout", "tokens/s/GPU", "predicted", "mem pred GiB", "mem meas GiB",
+    for col in ("#", "status", "origin", "configuration", "tokens/s/GPU", "predicted", "mem pred GiB", "mem meas GiB",
                 "reason"):
         table.add_column(col)
     for r in shown:
         table.add_row(
-            str(r.number), r.status, r.origin, _layout(r),
+            str(r.number), r.status, r.origin, labels(r.params, r.candidate_key),
             "-" if r.throughput is None else f"{r.throughput:.1f}{' (sim)' if r.simulated else ''}",
             "-" if r.predicted_throughput is None else f"{r.predicted_throughput:.1f}",
             "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}",
@@ -356,6 +374,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         return 0
     out.print(f"study {name}: best trial {best.number}, {_speed(best)}")
     out.print(f"layout: {_layout(best)}")
+    out.print(f"label: {Labeller(study_reference(store.get_study(name)))(best.params)}")
     for k, v in best.params.items():
         out.print(f"  {k:34} {v!r:>10}   {', '.join(verl.keys_for(k))}")
     return 0
@@ -372,7 +391,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.format != "sh":
             raise CLIError("--like SCRIPT writes a bash script: use it with --format sh")
         setup = setup_from_row(store.get_study(name))
-        info = ExportInfo(name, row.number, row.throughput, row.simulated, _layout(row), setup.model.name)
+        info = ExportInfo(name, row.number, row.throughput, row.simulated, _layout(row), setup.model.name,
+                          Labeller(setup.stock)(row.params))
         text = read_script(args.like).render_like(Candidate(**row.params), header=f"# {info.headline()}\n"
                                                   "# autotune changed only the tuned keys of this script")
     if args.output:

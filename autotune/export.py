@@ -18,6 +18,7 @@ from autotune import __version__, verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.job import Job
+from autotune.labels import label
 from autotune.store import Store, TrialRow
 from autotune.study import setup_from_row
 
@@ -55,6 +56,7 @@ class ExportInfo:
     simulated: bool
     layout: str
     model: str
+    label: str = ""  # what tells the trial apart (autotune.labels); the layout when empty
 
     def headline(self) -> str:
         if self.throughput is None:
@@ -63,7 +65,8 @@ class ExportInfo:
             speed = f"SIMULATED {self.throughput:.1f} tokens/s/GPU (a model estimate, not a measurement)"
         else:
             speed = f"measured {self.throughput:.1f} tokens/s/GPU"
-        return f"autotune {__version__}: study {self.study}, trial {self.trial} ({self.layout}), {self.model}: {speed}"
+        what = self.label or self.layout
+        return f"autotune {__version__}: study {self.study}, trial {self.trial} ({what}), {self.model}: {speed}"
 
 
 def to_sh(info: ExportInfo, argv: list[str]) -> str:
@@ -133,5 +136,6 @@ def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
     """The export of one recorded trial, as `autotune export` and the dashboard's download buttons give it."""
     setup = setup_from_row(store.get_study(study))
     cand = Candidate(**row.params)
-    info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name)
+    info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name,
+                      label(cand, setup.stock))
     return render(fmt, info, setup.job, setup.cluster, cand)

@@ -73,6 +73,12 @@ class Setup:
         """What an untuned dimension is: the job's own setting, else verl's default."""
         return self.job.candidate(Candidate())
 
+    @property
+    def stock(self) -> Candidate:
+        """verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them."""
+        stock = {k: v for k, v in STOCK.params().items() if k in self.space.names}
+        return Candidate.from_params({**self.base.params(), **stock})
+
     def fingerprint(self) -> dict[str, str]:
         def h(obj: Any) -> str:
             return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
@@ -230,9 +236,7 @@ class Tuner:
         s = self.setup
         ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
                                  objective=s.objective, refuse=lambda c: self.runner.refuse(c, s.job))
-        # verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them.
-        stock = {**s.base.params(), **{k: v for k, v in STOCK.params().items() if k in s.space.names}}
-        refs = [("stock", Candidate.from_params(stock).params())]
+        refs = [("stock", s.stock.params())]
         if set(s.job.baseline_params()) & set(s.space.names):
             # The job sets keys the space tunes: that is the user's current configuration, their reference.
             refs.insert(0, ("baseline", s.base.params()))
