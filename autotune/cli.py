@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autotune import __version__, verl
@@ -23,6 +23,7 @@ from autotune.export import FORMATS, ExportInfo, export_text
 from autotune.job import Job, JobError
 from autotune.labels import Labeller, study_reference
 from autotune.launch_script import is_launch_script, read_script
+from autotune.live import RunProgress, progress_view
 from autotune.model import CATALOG, UnknownModelError, get_model
 from autotune.report import report_lines, study_report
 from autotune.runners import BACKENDS, RunnerUnavailable, auto_backend, make_runner
@@ -180,11 +181,13 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"job {setup.job.source}, space {setup.space.name}")
     counts = {"pruned": 0}
     labels = Labeller(tuner.setup.stock)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=out, transient=True, disable=args.json) as bar:
+    with RunProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     console=out, transient=True, disable=args.json) as bar:
         task = bar.add_task("trials", total=args.n_trials, completed=tuner.launched_count())
+        _live_line(tuner, bar, labels, args)
 
         def on_trial(row: TrialRow) -> None:
+            bar.live_line = ""
             if row.launched:
                 bar.update(task, completed=tuner.launched_count())
                 if not args.json:
@@ -227,6 +230,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if best:
         out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
     return 0
+
+
+def _live_line(tuner: Tuner, bar: RunProgress, labels: Labeller, args: argparse.Namespace) -> None:
+    """On a terminal (and without --json): a live line with the running trial's phase, step, times and memory."""
+    if args.json or not out.is_terminal:
+        return
+
+    def label_of(number: int) -> str:
+        row = tuner.store.trial(tuner.study_name, number)
+        return labels(row.params, row.candidate_key) if row else ""
+
+    tuner.on_progress = progress_view(bar, label_of)
 
 
 def _run_report(tuner: Tuner, best: TrialRow | None, labels: Labeller) -> Any:

@@ -29,6 +29,7 @@ from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.ranking import rank_candidates
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.progress import TrialProgress
 from autotune.space import SearchSpace, parse_space, space_context
 from autotune.store import Store, StoreError, StudyRow, TrialRow, unreachable_message, utcnow, worker_id
 
@@ -147,6 +148,7 @@ class Tuner:
         self.seed = seed
         self.n_model_seeds = n_model_seeds
         self.workdir = workdir
+        self.on_progress: Callable[[TrialProgress], None] | None = None  # a running trial's progress (live line)
         self.storage = open_storage(storage_url)
         self.store = Store(storage_url)
         self._check_or_create(space_text)
@@ -320,7 +322,7 @@ class Tuner:
             study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
             candidate=cand, memory=ev.memory, prediction=ev.throughput, measure_step=s.measure_step,
             workdir=self.workdir / self.study_name / f"trial_{trial.number:04d}",
-            measure_from=self.measure_from, report=self._reporter(trial),
+            measure_from=self.measure_from, report=self._reporter(trial), progress=self.on_progress,
         )
         t0 = time.monotonic()
         beat = _Heartbeat(self.store, row.id)

@@ -54,6 +54,7 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         study=tuner.study_name, number=row.number, model=s.model, cluster=s.cluster, job=s.job, candidate=cand,
         memory=ev.memory, prediction=ev.throughput, measure_step=steps, measure_from=s.measure_step + 1,
         workdir=tuner.workdir / tuner.study_name / f"trial_{row.number:04d}" / f"confirm_{steps}",
+        progress=getattr(tuner, "on_progress", None),
     )
     t0 = time.monotonic()
     result = tuner.runner.run(spec)
