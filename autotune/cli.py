@@ -32,6 +32,7 @@ from autotune.runners.confirm import confirm_top
 from autotune.space import SpaceError, builtin_spaces, default_space_name, load_space
 from autotune.store import Store, StoreError, TrialRow
 from autotune.study import Setup, StudyMismatchError, Tuner, open_storage, setup_from_row
+from autotune.tables import print_table
 
 DEFAULT_STORAGE = "sqlite:///trials/autotune.db"
 USER_ERRORS = (UnknownModelError, JobError, SpaceError, StoreError, StudyMismatchError, ClusterError,
@@ -307,7 +308,7 @@ def _trial_line(row: TrialRow, label: str) -> str:
 
 
 def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
-    open_storage(args.storage)  # a clear error for an unreachable database
+    # Store gives the clear error for an unreachable database (Optuna's storage would take a second more to open)
     store = Store(args.storage)
     names = [s.name for s in store.list_studies()]
     if args.study:
@@ -340,7 +341,7 @@ def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
 def cmd_status(args: argparse.Namespace) -> int:
     store, name = _open_study(args)
     meta = store.get_study(name)
-    rows = store.trials(name)
+    rows = store.trial_summaries(name)
     shown = rows if args.all else [r for r in rows if r.launched]
     labels = Labeller(study_reference(meta))
     if args.json:
@@ -349,30 +350,27 @@ def cmd_status(args: argparse.Namespace) -> int:
             "counts": _counts(rows),
             "trials": [{**{k: getattr(r, k) for k in (
                 "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
-                "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": _layout(r),
+                "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": Candidate(**r.params).layout(),
                 "label": labels(r.params, r.candidate_key)} for r in shown],
         }, indent=2, default=str))
         return 0
     sim = " [SIMULATED]" if meta.simulated else ""
-    table = Table(title=f"study {name}: {meta.model_name}, backend {meta.backend}{sim}")
-    for col in ("#", "status", "origin", "configuration", "tokens/s/GPU", "predicted", "mem pred GiB", "mem meas GiB",
-                "reason"):
-        table.add_column(col)
-    for r in shown:
-        table.add_row(
-            str(r.number), r.status, r.origin, labels(r.params, r.candidate_key),
-            "-" if r.throughput is None else f"{r.throughput:.1f}{' (sim)' if r.simulated else ''}",
-            "-" if r.predicted_throughput is None else f"{r.predicted_throughput:.1f}",
-            "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}",
-            "-" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.1f}",
-            "" if r.status == "ok" else r.reason[:70],
-        )
-    out.print(table)
+    columns = ("#", "status", "origin", "configuration", "tokens/s/GPU", "predicted", "mem pred GiB", "mem meas GiB",
+               "reason")
+    cells = [(
+        str(r.number), r.status, r.origin, labels(r.params, r.candidate_key),
+        "-" if r.throughput is None else f"{r.throughput:.1f}{' (sim)' if r.simulated else ''}",
+        "-" if r.predicted_throughput is None else f"{r.predicted_throughput:.1f}",
+        "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}",
+        "-" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.1f}",
+        "" if r.status == "ok" else r.reason[:70],
+    ) for r in shown]
+    print_table(out, f"study {name}: {meta.model_name}, backend {meta.backend}{sim}", columns, cells)
     out.print(", ".join(f"{k}: {v}" for k, v in _counts(rows).items()))
     return 0
 
 
-def _counts(rows: list[TrialRow]) -> dict[str, int]:
+def _counts(rows: list[Any]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1

@@ -65,14 +65,22 @@ _TOKENS: tuple[Callable[[Candidate], str], ...] = (
 
 def label(params: Mapping[str, Any] | Candidate, reference: Candidate | None) -> str:
     """`tp2pp2 rtp4 rc:full:u1 util0.7`: layout, rollout TP, then the knobs that differ from `reference`."""
+    return _label(params, _ref_tokens(reference))
+
+
+def _ref_tokens(reference: Candidate | None) -> tuple[str | None, ...]:
+    return tuple(token(reference) if reference is not None else None for token in _TOKENS)
+
+
+def _label(params: Mapping[str, Any] | Candidate, ref: tuple[str | None, ...]) -> str:
     try:
         c = params if isinstance(params, Candidate) else Candidate(**params)
     except TypeError:  # a row written by another version of autotune
         return "?"
     parts = [parallel(c), f"rtp{c.rollout_tp}"]
-    for token in _TOKENS:
+    for token, theirs in zip(_TOKENS, ref, strict=True):
         mine = token(c)
-        if mine and (reference is None or mine != token(reference)):
+        if mine and mine != theirs:
             parts.append(mine)
     return " ".join(parts)
 
@@ -93,12 +101,13 @@ class Labeller:
 
     def __init__(self, reference: Candidate | None):
         self.reference = reference
+        self._ref = _ref_tokens(reference)
         self._cache: dict[str, str] = {}
 
     def __call__(self, params: Mapping[str, Any], key: str | None = None) -> str:
         if key is None:
-            return label(params, self.reference)
+            return _label(params, self._ref)
         got = self._cache.get(key)
         if got is None:
-            got = self._cache[key] = label(params, self.reference)
+            got = self._cache[key] = _label(params, self._ref)
         return got

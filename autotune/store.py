@@ -192,6 +192,14 @@ class Store:
                 q = q.where(TrialRow.status == status)
             return list(s.scalars(q.order_by(TrialRow.number)))
 
+    def trial_summaries(self, study: str) -> list[Any]:
+        """Every trial's small columns, in trial order (`autotune status`: no memory breakdown, logs or extras)."""
+        t = TrialRow
+        cols = (t.number, t.status, t.reason, t.origin, t.launched, t.simulated, t.candidate_key, t.params,
+                t.throughput, t.predicted_throughput, t.predicted_peak_gib, t.peak_memory_gib)
+        with self.session() as s:
+            return list(s.execute(select(*cols).where(t.study == study).order_by(t.number)))
+
     def trial(self, study: str, number: int) -> TrialRow | None:
         with self.session() as s:
             return s.scalars(select(TrialRow).where(TrialRow.study == study, TrialRow.number == number)).first()
