@@ -341,13 +341,13 @@ def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
 def cmd_status(args: argparse.Namespace) -> int:
     store, name = _open_study(args)
     meta = store.get_study(name)
-    rows = store.trial_summaries(name)
-    shown = rows if args.all else [r for r in rows if r.launched]
+    shown = store.trial_summaries(name, launched_only=not args.all)
+    counts = store.status_counts(name)
     labels = Labeller(study_reference(meta))
     if args.json:
         print(json.dumps({
             "study": name, "backend": meta.backend, "simulated": meta.simulated,
-            "counts": _counts(rows),
+            "counts": counts,
             "trials": [{**{k: getattr(r, k) for k in (
                 "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
                 "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": Candidate(**r.params).layout(),
@@ -366,15 +366,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         "" if r.status == "ok" else r.reason[:70],
     ) for r in shown]
     print_table(out, f"study {name}: {meta.model_name}, backend {meta.backend}{sim}", columns, cells)
-    out.print(", ".join(f"{k}: {v}" for k, v in _counts(rows).items()))
+    out.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
     return 0
-
-
-def _counts(rows: list[Any]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    return counts
 
 
 def cmd_best(args: argparse.Namespace) -> int:

@@ -75,6 +75,7 @@ class StudyReport:
     gpus: int
     gpu_hours: float
     simulated: bool
+    replayed: bool = False  # every launched trial looked up in a table of earlier measurements
     pruned: dict[str, int] = field(default_factory=dict)  # kind -> count
     pruned_detail: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> detail -> count
     no_baseline: bool = True
@@ -108,7 +109,8 @@ def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
         best_trial=best.number if best else None, best_label=label(best.params) if best else "",
         best_throughput=best_thr, best_how=_how(best) if best else "", references=tuple(refs),
         launched=len(launched), gpus=gpus, gpu_hours=seconds * gpus / 3600.0,
-        simulated=any(r.simulated for r in launched), pruned=dict(kinds.most_common()),
+        simulated=any(r.simulated for r in launched),
+        replayed=bool(launched) and all(r.backend == "replay" for r in launched), pruned=dict(kinds.most_common()),
         pruned_detail={k: dict(v.most_common()) for k, v in detail.items()},
         no_baseline=not any(r.what.startswith("your") for r in refs),
     )
@@ -154,6 +156,8 @@ def report_lines(rep: StudyReport) -> list[str]:
                          "configuration)")
     if rep.simulated:
         lines.append(f"GPU time: none spent (SIMULATED); {rep.launched} launched trials")
+    elif rep.replayed:
+        lines.append(f"GPU time: none spent now (REPLAYED from earlier measurements); {rep.launched} launched trials")
     else:
         lines.append(f"GPU time: {rep.gpu_hours:.2f} GPU-hours ({rep.launched} launched trials x {rep.gpus} GPUs, "
                      "wall time launch to recorded, confirmations included)")
