@@ -375,12 +375,13 @@ def cmd_best(args: argparse.Namespace) -> int:
     best = store.best(name)
     if best is None:
         raise CLIError(f"study {name!r} has no trial that ran to its measured step yet")
+    best_label = Labeller(study_reference(store.get_study(name)))(best.params)
     if args.json:
-        print(json.dumps(_best_dict(best, name), indent=2, default=str))
+        print(json.dumps({**_best_dict(best, name), "label": best_label}, indent=2, default=str))
         return 0
     out.print(f"study {name}: best trial {best.number}, {_speed(best)}")
     out.print(f"layout: {_layout(best)}")
-    out.print(f"label: {Labeller(study_reference(store.get_study(name)))(best.params)}")
+    out.print(f"label: {best_label}")
     for k, v in best.params.items():
         out.print(f"  {k:34} {v!r:>10}   {', '.join(verl.keys_for(k))}")
     return 0

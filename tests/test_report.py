@@ -81,6 +81,8 @@ def test_labels_tell_every_configuration_apart_in_status_best_and_export(capsys,
     assert code == 0 and best_label in out and "configuration" in out
     code, out, _ = run(capsys, "best", "--storage", db)
     assert code == 0 and f"label: {best_label}" in out
+    code, out, _ = run(capsys, "best", "--storage", db, "--json")
+    assert code == 0 and json.loads(out)["label"] == best_label
     for fmt in ("sh", "yaml", "ray"):
         code, out, _ = run(capsys, "export", "--storage", db, "--format", fmt)
         assert code == 0 and f"({best_label})" in out.splitlines()[1 if fmt != "yaml" else 0]
