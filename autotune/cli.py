@@ -25,7 +25,7 @@ from autotune.labels import Labeller, study_reference
 from autotune.launch_script import is_launch_script, read_script
 from autotune.live import RunProgress, progress_view
 from autotune.model import CATALOG, UnknownModelError, get_model
-from autotune.report import report_lines, study_report
+from autotune.report import StudyReport, report_lines, study_report
 from autotune.runners import BACKENDS, RunnerUnavailable, auto_backend, make_runner
 from autotune.runners.base import RunnerFatal
 from autotune.runners.confirm import confirm_top
@@ -245,7 +245,7 @@ def _live_line(tuner: Tuner, bar: RunProgress, labels: Labeller, args: argparse.
     tuner.on_progress = progress_view(bar, label_of)
 
 
-def _run_report(tuner: Tuner, best: TrialRow | None, labels: Labeller) -> Any:
+def _run_report(tuner: Tuner, best: TrialRow | None, labels: Labeller) -> StudyReport:
     """What the study is worth (autotune.report): speed-ups over the references, GPU time, prunes by kind."""
     rows = tuner.store.trials(tuner.study_name)
     return study_report(rows, best, tuner.setup.cluster.world_size, labels)
