@@ -249,6 +249,7 @@ def extract_rev(rev: str, into: Path) -> Path:
 
 def status_section(url: str, study: str, size: int, baseline_rev: str | None) -> list[str]:
     rows = []
+    load = os.getloadavg()[0]
     import_floor = time_cmd([sys.executable, "-c", "import autotune.cli"])
     with tempfile.TemporaryDirectory() as d:
         old = extract_rev(baseline_rev, Path(d)) if baseline_rev else None
@@ -272,7 +273,7 @@ def status_section(url: str, study: str, size: int, baseline_rev: str | None) ->
         lines.append(f"| `{name}` | {wall:.2f} | {cpu:.2f} |" + (f" {base[0]:.2f} | {base[1]:.2f} |" if base else "")
                      + f" {n:,} | {'identical' if same else 'DIFFERENT'} |")
     lines += ["", f"Start-up floor (`python -c \"import autotune.cli\"`): {import_floor[0]:.2f} s wall, "
-              f"{import_floor[1]:.2f} s CPU."]
+              f"{import_floor[1]:.2f} s CPU. Load average of the machine when these runs started: {load:.1f}."]
     return lines
 
 
