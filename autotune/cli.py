@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autotune import __version__, verl
@@ -23,14 +23,18 @@ from autotune.estimate.lengths import at_step, prompt_lengths_from_data
 from autotune.estimate.throughput import error_band, step_time_label
 from autotune.export import FORMATS, ExportInfo, export_text
 from autotune.job import Job, JobError
+from autotune.labels import Labeller, study_reference
 from autotune.launch_script import is_launch_script, read_script
+from autotune.live import RunProgress, progress_view
 from autotune.model import CATALOG, UnknownModelError, get_model
+from autotune.report import StudyReport, report_lines, study_report
 from autotune.runners import BACKENDS, RunnerUnavailable, auto_backend, make_runner
 from autotune.runners.base import RunnerFatal
 from autotune.runners.confirm import confirm_top
 from autotune.space import SpaceError, builtin_spaces, default_space_name, load_space
 from autotune.store import Store, StoreError, TrialRow
 from autotune.study import Setup, StudyMismatchError, Tuner, open_storage, setup_from_row
+from autotune.tables import print_table
 
 DEFAULT_STORAGE = "sqlite:///trials/autotune.db"
 USER_ERRORS = (UnknownModelError, JobError, SpaceError, StoreError, StudyMismatchError, ClusterError,
@@ -185,15 +189,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     say.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
               f"job {setup.job.source}, space {setup.space.name}")
     counts = {"pruned": 0}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=out, transient=True, disable=args.json) as bar:
+    labels = Labeller(tuner.setup.stock)
+    with RunProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                     console=out, transient=True, disable=args.json) as bar:
         task = bar.add_task("trials", total=args.n_trials, completed=tuner.launched_count())
+        _live_line(tuner, bar, labels, args)
 
         def on_trial(row: TrialRow) -> None:
+            bar.live_line = ""
             if row.launched:
                 bar.update(task, completed=tuner.launched_count())
                 if not args.json:
-                    bar.console.print(_trial_line(row))
+                    bar.console.print(_trial_line(row, labels(row.params, row.candidate_key)))
             else:
                 counts["pruned"] += 1
             bar.update(task, description=f"trials ({counts['pruned']} pruned before launch)")
@@ -216,21 +223,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     best = tuner.store.best(tuner.study_name)
     summary["pruned_this_run"] = counts["pruned"]
     summary["best"] = _best_dict(best, tuner.study_name) if best else None
+    report = _run_report(tuner, best, labels)
+    summary["report"] = report.as_dict()
+    if summary["best"]:
+        summary["best"]["label"] = report.best_label
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
         return 0
     out.print(f"{summary['launched']} trials launched ({summary['stopped']}); "
               f"{counts['pruned']} candidates pruned before launch this run.")
     if best:
-        out.print(f"best: trial {best.number}, {_speed(best)} ({_layout(best)})")
+        out.print(f"best: trial {best.number}, {_speed(best)} ({report.best_label})")
         if (best.predicted_memory or {}).get("verdict"):
             late = best.predicted_memory.get("worst_case_fits") is False
             out.print(f"{'[yellow]' if late else ''}memory: {best.predicted_memory['verdict']} (model estimate)"
                       f"{'[/]' if late else ''}")
-        out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
     else:
         out.print("no trial ran to its measured step yet")
+    for line in report_lines(report):
+        out.print(line, markup=False)
+    if best:
+        out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
     return 0
+
+
+def _live_line(tuner: Tuner, bar: RunProgress, labels: Labeller, args: argparse.Namespace) -> None:
+    """On a terminal (and without --json): a live line with the running trial's phase, step, times and memory."""
+    if args.json or not out.is_terminal:
+        return
+
+    def label_of(number: int) -> str:
+        row = tuner.store.trial(tuner.study_name, number)
+        return labels(row.params, row.candidate_key) if row else ""
+
+    tuner.on_progress = progress_view(bar, label_of)
+
+
+def _run_report(tuner: Tuner, best: TrialRow | None, labels: Labeller) -> StudyReport:
+    """What the study is worth (autotune.report): speed-ups over the references, GPU time, prunes by kind."""
+    rows = tuner.store.trials(tuner.study_name)
+    return study_report(rows, best, tuner.setup.cluster.world_size, labels)
 
 
 def _replay_setup(args: argparse.Namespace) -> tuple[Setup, str, Any]:
@@ -284,13 +316,13 @@ def _layout(row: TrialRow) -> str:
     return Candidate(**row.params).layout()
 
 
-def _trial_line(row: TrialRow) -> str:
+def _trial_line(row: TrialRow, label: str) -> str:
     why = row.reason[:80] if row.status != "ok" else ""
-    return f"  #{row.number:<4} {row.status:<12} {_speed(row):<38} {_layout(row)}  {why}"
+    return f"  #{row.number:<4} {row.status:<12} {_speed(row):<38} {label}  {why}"
 
 
 def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
-    open_storage(args.storage)  # a clear error for an unreachable database
+    # Store gives the clear error for an unreachable database (Optuna's storage would take a second more to open)
     store = Store(args.storage)
     names = [s.name for s in store.list_studies()]
     if args.study:
@@ -324,41 +356,33 @@ def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
 def cmd_status(args: argparse.Namespace) -> int:
     store, name = _open_study(args)
     meta = store.get_study(name)
-    rows = store.trials(name)
-    shown = rows if args.all else [r for r in rows if r.launched]
+    shown = store.trial_summaries(name, launched_only=not args.all)
+    counts = store.status_counts(name)
+    labels = Labeller(study_reference(meta))
     if args.json:
         print(json.dumps({
             "study": name, "backend": meta.backend, "simulated": meta.simulated,
-            "counts": _counts(rows),
+            "counts": counts,
             "trials": [{**{k: getattr(r, k) for k in (
                 "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
-                "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": _layout(r)} for r in shown],
+                "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": Candidate(**r.params).layout(),
+                "label": labels(r.params, r.candidate_key)} for r in shown],
         }, indent=2, default=str))
         return 0
     sim = " [SIMULATED]" if meta.simulated else ""
-    table = Table(title=f"study {name}: {meta.model_name}, backend {meta.backend}{sim}")
-    for col in ("#", "status", "origin", "layout", "tokens/s/GPU", "predicted", "mem pred GiB", "mem meas GiB",
-                "reason"):
-        table.add_column(col)
-    for r in shown:
-        table.add_row(
-            str(r.number), r.status, r.origin, _layout(r),
-            "-" if r.throughput is None else f"{r.throughput:.1f}{' (sim)' if r.simulated else ''}",
-            "-" if r.predicted_throughput is None else f"{r.predicted_throughput:.1f}",
-            "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}",
-            "-" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.1f}",
-            "" if r.status == "ok" else r.reason[:70],
-        )
-    out.print(table)
-    out.print(", ".join(f"{k}: {v}" for k, v in _counts(rows).items()))
+    columns = ("#", "status", "origin", "configuration", "tokens/s/GPU", "predicted", "mem pred GiB", "mem meas GiB",
+               "reason")
+    cells = [(
+        str(r.number), r.status, r.origin, labels(r.params, r.candidate_key),
+        "-" if r.throughput is None else f"{r.throughput:.1f}{' (sim)' if r.simulated else ''}",
+        "-" if r.predicted_throughput is None else f"{r.predicted_throughput:.1f}",
+        "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}",
+        "-" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.1f}",
+        "" if r.status == "ok" else r.reason[:70],
+    ) for r in shown]
+    print_table(out, f"study {name}: {meta.model_name}, backend {meta.backend}{sim}", columns, cells)
+    out.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
     return 0
-
-
-def _counts(rows: list[TrialRow]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    return counts
 
 
 def cmd_best(args: argparse.Namespace) -> int:
@@ -366,11 +390,13 @@ def cmd_best(args: argparse.Namespace) -> int:
     best = store.best(name)
     if best is None:
         raise CLIError(f"study {name!r} has no trial that ran to its measured step yet")
+    best_label = Labeller(study_reference(store.get_study(name)))(best.params)
     if args.json:
-        print(json.dumps(_best_dict(best, name), indent=2, default=str))
+        print(json.dumps({**_best_dict(best, name), "label": best_label}, indent=2, default=str))
         return 0
     out.print(f"study {name}: best trial {best.number}, {_speed(best)}")
     out.print(f"layout: {_layout(best)}")
+    out.print(f"label: {best_label}")
     for k, v in best.params.items():
         out.print(f"  {k:34} {v!r:>10}   {', '.join(verl.keys_for(k))}")
     return 0
@@ -387,7 +413,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.format != "sh":
             raise CLIError("--like SCRIPT writes a bash script: use it with --format sh")
         setup = setup_from_row(store.get_study(name))
-        info = ExportInfo(name, row.number, row.throughput, row.simulated, _layout(row), setup.model.name)
+        info = ExportInfo(name, row.number, row.throughput, row.simulated, _layout(row), setup.model.name,
+                          memory_verdict=(row.predicted_memory or {}).get("verdict", ""),
+                          label=Labeller(setup.stock)(row.params))
         text = read_script(args.like).render_like(Candidate(**row.params), header=f"# {info.headline()}\n"
                                                   "# autotune changed only the tuned keys of this script")
     if args.output:

@@ -18,6 +18,7 @@ from autotune import __version__, verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.job import Job
+from autotune.labels import label
 from autotune.store import Store, TrialRow
 from autotune.study import setup_from_row
 
@@ -56,6 +57,7 @@ class ExportInfo:
     layout: str
     model: str
     memory_verdict: str = ""  # "fits at step 3; OOM in update_actor once responses reach N tokens" (the memory model's)
+    label: str = ""  # what tells the trial apart (autotune.labels); the layout when empty
 
     def memory_line(self) -> str:
         return f"# memory (model estimate): {self.memory_verdict}\n" if self.memory_verdict else ""
@@ -67,7 +69,8 @@ class ExportInfo:
             speed = f"SIMULATED {self.throughput:.1f} tokens/s/GPU (a model estimate, not a measurement)"
         else:
             speed = f"measured {self.throughput:.1f} tokens/s/GPU"
-        return f"autotune {__version__}: study {self.study}, trial {self.trial} ({self.layout}), {self.model}: {speed}"
+        what = self.label or self.layout
+        return f"autotune {__version__}: study {self.study}, trial {self.trial} ({what}), {self.model}: {speed}"
 
 
 def to_sh(info: ExportInfo, argv: list[str]) -> str:
@@ -142,5 +145,5 @@ def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
     setup = setup_from_row(store.get_study(study))
     cand = Candidate(**row.params)
     info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name,
-                      (row.predicted_memory or {}).get("verdict", ""))
+                      memory_verdict=(row.predicted_memory or {}).get("verdict", ""), label=label(cand, setup.stock))
     return render(fmt, info, setup.job, setup.cluster, cand)

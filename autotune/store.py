@@ -192,6 +192,25 @@ class Store:
                 q = q.where(TrialRow.status == status)
             return list(s.scalars(q.order_by(TrialRow.number)))
 
+    def trial_summaries(self, study: str, launched_only: bool = False) -> list[Any]:
+        """The trials' small columns, in trial order (`autotune status`: no memory breakdown, logs or extras)."""
+        t = TrialRow
+        cols = (t.number, t.status, t.reason, t.origin, t.launched, t.simulated, t.candidate_key, t.params,
+                t.throughput, t.predicted_throughput, t.predicted_peak_gib, t.peak_memory_gib)
+        q = select(*cols).where(t.study == study)
+        if launched_only:
+            q = q.where(t.launched.is_(True))
+        with self.session() as s:
+            return list(s.execute(q.order_by(t.number)))
+
+    def status_counts(self, study: str) -> dict[str, int]:
+        """Trials per status, statuses in the order their first trial appeared."""
+        t = TrialRow
+        with self.session() as s:
+            rows = s.execute(select(t.status, func.count(), func.min(t.number)).where(t.study == study)
+                             .group_by(t.status).order_by(func.min(t.number))).all()
+        return {status: int(n) for status, n, _ in rows}
+
     def trial(self, study: str, number: int) -> TrialRow | None:
         with self.session() as s:
             return s.scalars(select(TrialRow).where(TrialRow.study == study, TrialRow.number == number)).first()

@@ -31,6 +31,7 @@ from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.ranking import rank_candidates
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.progress import TrialProgress
 from autotune.space import SearchSpace, parse_space, space_context
 from autotune.store import Store, StoreError, StudyRow, TrialRow, unreachable_message, utcnow, worker_id
 
@@ -86,6 +87,12 @@ class Setup:
     def base(self) -> Candidate:
         """What an untuned dimension is: the job's own setting, else verl's default."""
         return self.job.candidate(Candidate())
+
+    @property
+    def stock(self) -> Candidate:
+        """verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them."""
+        stock = {k: v for k, v in STOCK.params().items() if k in self.space.names}
+        return Candidate.from_params({**self.base.params(), **stock})
 
     def fingerprint(self) -> dict[str, str]:
         def h(obj: Any) -> str:
@@ -159,6 +166,7 @@ class Tuner:
         self.seed = seed
         self.n_model_seeds = n_model_seeds
         self.workdir = workdir
+        self.on_progress: Callable[[TrialProgress], None] | None = None  # a running trial's progress (live line)
         self.storage = open_storage(storage_url)
         self.store = Store(storage_url)
         self._check_or_create(space_text)
@@ -249,9 +257,7 @@ class Tuner:
         ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
                                  objective=s.objective, refuse=lambda c: self.runner.refuse(c, s.job),
                                  lengths=s.lengths)
-        # verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them.
-        stock = {**s.base.params(), **{k: v for k, v in STOCK.params().items() if k in s.space.names}}
-        refs = [("stock", Candidate.from_params(stock).params())]
+        refs = [("stock", s.stock.params())]
         if set(s.job.baseline_params()) & set(s.space.names):
             # The job sets keys the space tunes: that is the user's current configuration, their reference.
             refs.insert(0, ("baseline", s.base.params()))
@@ -338,7 +344,7 @@ class Tuner:
             study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
             candidate=cand, memory=ev.memory, prediction=ev.throughput, measure_step=s.measure_step,
             workdir=self.workdir / self.study_name / f"trial_{trial.number:04d}",
-            measure_from=self.measure_from, report=self._reporter(trial),
+            measure_from=self.measure_from, report=self._reporter(trial), progress=self.on_progress,
         )
         t0 = time.monotonic()
         beat = _Heartbeat(self.store, row.id)

@@ -18,16 +18,25 @@ How each size is measured:
   as above; then TAIL more by plain Optuna ask/tell on the same study (as large, same storage). The per-trial
   numbers are means over those TAIL trials: the cost at the end of a study of that size.
 `autotune status` is timed as a separate process (`python -m autotune status`), as a user runs it, on the
-largest study, with and without `--all`.
+largest study, with and without `--all`: wall and CPU time, next to the start-up floor (importing the CLI) and,
+with `--baseline-rev REV`, the same commands run by the autotune package of an earlier git revision on the same
+database in the same run. Its output is compared with rich laying out the whole table itself (what `status` did
+before autotune.tables). `--status-only` times just that, on a freshly filled study of the largest size, and
+rewrites only that part of overhead.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import warnings
@@ -194,15 +203,113 @@ def time_scan(url: str, study: str, repeat: int = 5) -> dict:
     return out
 
 
-def time_status(url: str, study: str, all_rows: bool, repeat: int = 3) -> float:
-    cmd = [sys.executable, "-m", "autotune", "status", "--storage", url, "--study", study] + (["--all"] if all_rows
-                                                                                              else [])
-    best = []
+def time_cmd(cmd: list[str], pythonpath: Path = REPO, repeat: int = 3) -> tuple[float, float, str]:
+    """(median wall s, median CPU s of the child, its standard output) of a command run `repeat` times."""
+    walls, cpus, out = [], [], ""
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        best.append(time.perf_counter() - t0)
-    return statistics.median(best)
+        out = subprocess.run(cmd, cwd=pythonpath, check=True, capture_output=True, text=True, env=env).stdout
+        walls.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus), out
+
+
+def status_cmd(url: str, study: str, all_rows: bool) -> list[str]:
+    return [sys.executable, "-m", "autotune", "status", "--storage", url, "--study", study,
+            *(["--all"] if all_rows else [])]
+
+
+def rich_status(url: str, study: str, all_rows: bool) -> str:
+    """`autotune status` as rich alone lays the table out (every cell measured): the output to be identical to."""
+    import autotune.cli as cli
+    import autotune.tables as tables
+
+    buf = io.StringIO()
+    saved, tables.SMALL = tables.SMALL, 10**9
+    saved_file, cli.out.file = cli.out.file, buf
+    try:
+        with contextlib.redirect_stdout(buf):
+            cli.main(["status", "--storage", url, "--study", study, *(["--all"] if all_rows else [])])
+    finally:
+        tables.SMALL, cli.out.file = saved, saved_file
+    return buf.getvalue()
+
+
+def extract_rev(rev: str, into: Path) -> Path:
+    """The autotune package and search spaces of git revision `rev`, unpacked under `into`."""
+    data = subprocess.run(["git", "archive", rev, "autotune", "search_spaces"], cwd=REPO, check=True,
+                          capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def status_section(url: str, study: str, size: int, baseline_rev: str | None) -> list[str]:
+    rows = []
+    load = os.getloadavg()[0]
+    import_floor = time_cmd([sys.executable, "-c", "import autotune.cli"])
+    with tempfile.TemporaryDirectory() as d:
+        old = extract_rev(baseline_rev, Path(d)) if baseline_rev else None
+        for all_rows in (False, True):
+            cmd = status_cmd(url, study, all_rows)
+            wall, cpu, out = time_cmd(cmd)
+            same = out == rich_status(url, study, all_rows)
+            base = time_cmd(cmd, old) if old else None
+            rows.append((" ".join(["autotune status", *(["--all"] if all_rows else [])]), wall, cpu, base, same,
+                         out.count("\n")))
+            print(rows[-1][:3], base[:2] if base else None, "identical" if same else "DIFFERENT", flush=True)
+    lines = [f"`autotune status` on the {size:,}-trial study: a separate process as a user runs it, median of 3, "
+             "import and start-up included; wall time, and the process's CPU time (which the load of this shared "
+             "machine inflates less)" + (f"; before: the same commands run by revision `{baseline_rev}` of "
+                                         "autotune on the same database in the same run" if baseline_rev else "")
+             + ". Output: compared with rich laying out the whole table itself.", "",
+             "| command | wall s | CPU s |" + (" before: wall s | before: CPU s |" if baseline_rev else "")
+             + " lines | output |",
+             "|---|---|---|" + ("---|---|" if baseline_rev else "") + "---|---|"]
+    for name, wall, cpu, base, same, n in rows:
+        lines.append(f"| `{name}` | {wall:.2f} | {cpu:.2f} |" + (f" {base[0]:.2f} | {base[1]:.2f} |" if base else "")
+                     + f" {n:,} | {'identical' if same else 'DIFFERENT'} |")
+    lines += ["", f"Start-up floor (`python -c \"import autotune.cli\"`): {import_floor[0]:.2f} s wall, "
+              f"{import_floor[1]:.2f} s CPU. Load average of the machine when these runs started: {load:.1f}."]
+    return lines
+
+
+STATUS_START = "`autotune status` on the"
+STATUS_END = "What the tuner reads back"
+
+
+def status_only(args: argparse.Namespace) -> int:
+    """Fill a study of the largest size, time `status` on it, and replace that part of overhead.md."""
+    setup = make_setup()
+    size = max(args.sizes)
+    with tempfile.TemporaryDirectory() as d:
+        url = f"sqlite:///{Path(d) / 'status.db'}"
+        from autotune.runners.simulate import SimulateRunner
+        from autotune.study import Tuner
+
+        name = f"overhead-status-{size}"
+        t = Tuner(setup, SimulateRunner(), url, study_name=name, seed=0,
+                  space_text=Path(setup.space.source).read_text())
+        t.storage.engine.dispose()
+        t.store.engine.dispose()
+        t0 = time.perf_counter()
+        prefill(setup, url, name, size, with_rows=True)
+        print(f"filled {size} trials in {time.perf_counter() - t0:.0f} s", flush=True)
+        section = status_section(url, name, size, args.baseline_rev)
+    path = args.out / "overhead.md"
+    text = path.read_text() if path.exists() else ""
+    if STATUS_START in text and STATUS_END in text:
+        head, rest = text.split(STATUS_START, 1)
+        tail = rest[rest.index(STATUS_END):]
+        text = head + "\n".join(section) + "\n\n" + tail
+    else:
+        text += "\n" + "\n".join(section) + "\n"
+    path.write_text(text)
+    print("\n".join(section))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,12 +318,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tail", type=int, default=30, help="trials timed at the end of a prefilled study")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--note", default="", help="a line added to the report (e.g. which code was measured)")
+    ap.add_argument("--status-only", action="store_true", help="time `autotune status` alone (see the docstring)")
+    ap.add_argument("--baseline-rev", help="git revision whose `autotune status` is timed beside this code's")
     args = ap.parse_args(argv)
+    if args.status_only:
+        return status_only(args)
     setup = make_setup()
     results = []
     with tempfile.TemporaryDirectory() as d:
         url = f"sqlite:///{Path(d) / 'overhead.db'}"
-        status_times = {}
         for size in args.sizes:
             tail = size if size <= 100 else args.tail
             t0 = time.perf_counter()
@@ -232,8 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             print(results[-1], flush=True)
         big = max(args.sizes)
         scan = time_scan(url, f"overhead-autotune-{big}")
-        status_times["status"] = time_status(url, f"overhead-autotune-{big}", False)
-        status_times["status --all"] = time_status(url, f"overhead-autotune-{big}", True)
+        status_lines = status_section(url, f"overhead-autotune-{big}", big, args.baseline_rev)
     lines = [
         "# Tuner overhead per trial",
         "",
@@ -249,10 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['size']:,} | {r['tail']} {'(the whole study)' if r['tail'] == r['size'] else '(the last)'}"
                      f" | {r['autotune_ms']:.1f} | {r['autotune_p50']:.1f} | {r['optuna_ms']:.1f} | "
                      f"{r['optuna_p50']:.1f} | {r['ratio']:.2f} |")
-    lines += ["", f"`autotune status` on the {big:,}-trial study (a separate process, median of 3, import and "
-                  "start-up included):", ""]
-    for k, v in status_times.items():
-        lines.append(f"- `autotune {k}`: {v:.2f} s")
+    lines += ["", *status_lines]
     lines += ["", f"What the tuner reads back before every step, on the {big:,}-trial study (median of 5): the "
               "launched count and the launched-duplicate check as SQL queries (`Store.launched_count`, "
               "`Store.launched_with_key`, now) against the Python scans over every trial row they replaced:", "",

@@ -235,7 +235,8 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
         row = get_trial(name, number)
         steps = store.steps(row.id)
         log, log_source = data.log_tail(row)
-        return page(request, "trial.html", study=st, t=row, layout=data.layout(row.params), formats=FORMATS,
+        return page(request, "trial.html", study=st, t=row, formats=FORMATS,
+                    layout=data.layout(row.params, data.reference(store, st)),
                     cls=data.failure_class(row.status, row.reason or ""), steps=steps,
                     step_metrics=list(dict.fromkeys(k for s in steps for k in s.metrics)),
                     log=log, log_source=log_source, capacity=data.capacity_gib(st),

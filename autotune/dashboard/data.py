@@ -24,6 +24,7 @@ import pandas as pd
 from sqlalchemy import case, func, select
 
 from autotune.candidate import Candidate
+from autotune.labels import label, study_reference
 from autotune.store import Store, StudyRow, TrialRow
 
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
@@ -85,19 +86,29 @@ def _ms(t: Any) -> float | None:
     return round(t.replace(tzinfo=dt.UTC).timestamp() * 1000)
 
 
-def layout(params: dict[str, Any]) -> str:
+def layout(params: dict[str, Any], ref: Candidate | None = None) -> str:
+    """The trial's label (autotune.labels): layout, rollout TP and what differs from the study's reference."""
     try:
-        return _layout(tuple(sorted(params.items())))
+        return _layout(tuple(sorted(params.items())), ref)
     except TypeError:  # an unhashable value
-        return _layout.__wrapped__(tuple(sorted(params.items())))
+        return _layout.__wrapped__(tuple(sorted(params.items())), ref)
 
 
 @functools.lru_cache(maxsize=4096)
-def _layout(items: tuple[tuple[str, Any], ...]) -> str:
-    try:
-        return Candidate(**dict(items)).layout()
-    except TypeError:
-        return "?"
+def _layout(items: tuple[tuple[str, Any], ...], ref: Candidate | None) -> str:
+    return label(dict(items), ref)
+
+
+_REFS: dict[tuple[str, str], Candidate | None] = {}
+
+
+def reference(store: Store, study: StudyRow | str) -> Candidate | None:
+    """The reference of a study's labels (verl's stock configuration for its job and space), read once."""
+    name = study if isinstance(study, str) else study.name
+    key = (store.url, name)
+    if key not in _REFS:
+        _REFS[key] = study_reference(store.get_study(name) if isinstance(study, str) else study)
+    return _REFS[key]
 
 
 # Studies list
@@ -218,7 +229,7 @@ def summary(store: Store, study: StudyRow) -> dict[str, Any]:
         "failed": int(sum(v for k, v in counts.items() if k in LAUNCHED_FAILURES)),
         "running": int(counts.get("running", 0)),
         "best": best_row,
-        "best_layout": layout(best_row.params) if best_row else None,
+        "best_layout": layout(best_row.params, reference(store, study)) if best_row else None,
         "refs": [r.as_dict(best) for r in refs],
         "last_update": _iso(last),
     }
@@ -259,7 +270,8 @@ def study_data(store: Store, study: StudyRow) -> dict[str, Any]:
         p for p in phases.columns if p not in PHASES and p != "step"]
     reasons_short = df.reason.fillna("").str.slice(0, REASON_CHARS) if n else pd.Series(dtype=str)
     rcodes, reasons = pd.factorize(reasons_short) if n else ([], [])
-    layouts_all = [layout(p) for p in plist]
+    ref = reference(store, study)
+    layouts_all = [layout(p, ref) for p in plist]
     lcodes, layouts = pd.factorize(pd.Series(layouts_all, dtype=object)) if n else ([], [])
     classes = [failure_class(st, r) for st, r in zip(df.status, reasons_short, strict=True)]
     ok = (df.status == "ok") & df.throughput.notna() if n else pd.Series(dtype=bool)
@@ -360,6 +372,7 @@ def failures(store: Store, study: str) -> dict[str, Any]:
         rows = s.execute(q.limit(FAILURES_LISTED)).all()
     counts: dict[str, int] = {}
     examples: dict[str, tuple[int, str]] = {}
+    ref = reference(store, study)
     for status, reason, n, last in groups:
         cls = failure_class(status, reason or "")
         counts[cls] = counts.get(cls, 0) + n
@@ -368,7 +381,7 @@ def failures(store: Store, study: str) -> dict[str, Any]:
     listed = [{
         "number": r.number, "status": r.status, "cls": failure_class(r.status, r.reason or ""),
         "reason": r.reason, "excerpt": (r.log_excerpt or "")[-4000:], "log_path": r.log_path,
-        "mem": r.peak_memory_gib, "pred_mem": r.predicted_peak_gib, "layout": layout(r.params),
+        "mem": r.peak_memory_gib, "pred_mem": r.predicted_peak_gib, "layout": layout(r.params, ref),
     } for r in rows]
     n_failed = sum(n for status, _, n, _ in groups if status in LAUNCHED_FAILURES)
     return {"counts": sorted(counts.items(), key=lambda kv: -kv[1]), "listed": listed, "n_failed": n_failed,
@@ -512,13 +525,13 @@ def js_str(v: Any) -> str:
     return str(v)
 
 
-def _table_row(r: Any, lay: bool = True) -> dict[str, Any]:
+def _table_row(r: Any, lay: bool = True, ref: Candidate | None = None) -> dict[str, Any]:
     """One trial as the table's columns (keys as the page names them)."""
     reason = (r.reason or "")[:REASON_CHARS]
     ok = r.status == "ok" and r.throughput is not None
     row = {
         "number": int(r.number), "status": r.status, "cls": failure_class(r.status, reason), "origin": r.origin,
-        "layout": layout(r.params or {}) if lay else None, "throughput": _r(r.throughput) if ok else None,
+        "layout": layout(r.params or {}, ref) if lay else None, "throughput": _r(r.throughput) if ok else None,
         "predicted": _r(r.predicted_throughput), "pred_mem": _r(r.predicted_peak_gib), "mem": _r(r.peak_memory_gib),
         "duration": _r(r.duration_s, 1), "reason": reason, "note": "yes" if r.note else "",
         "launched": bool(r.launched), "_params": r.params or {},
@@ -659,10 +672,10 @@ def _read_table_soon(store: Store, study: str, ver: str) -> None:
     timer.start()
 
 
-def _fill_layouts(rows: list[dict[str, Any]]) -> None:
+def _fill_layouts(rows: list[dict[str, Any]], ref: Candidate | None) -> None:
     for r in rows:
         if r["layout"] is None:
-            r["layout"] = layout(r["_params"])
+            r["layout"] = layout(r["_params"], ref)
 
 
 _FILTER = re.compile(r"^(>=|<=|!=|>|<|=)\s*(.*)$", re.S)
@@ -727,14 +740,14 @@ def table_page(store: Store, study: StudyRow, sort: str = "number", desc: bool =
         page = max(0, min(int(page), pages - 1))
         order = TrialRow.number.desc() if desc else TrialRow.number
         with store.session() as s:
-            rows = [_table_row(r) for r in s.execute(
+            rows = [_table_row(r, ref=reference(store, study)) for r in s.execute(
                 select(*_TABLE_COLS).where(TrialRow.study == study.name).order_by(order)
                 .limit(size).offset(page * size))]
         _read_table_soon(store, study.name, ver)
     else:
         rows = _table_rows(store, study.name, ver)
         if sort == "layout" or "layout" in filters or q:  # layouts are worked out when first asked for
-            _fill_layouts(rows)
+            _fill_layouts(rows, reference(store, study))
         if launched_only:
             rows = [r for r in rows if r["launched"]]
         for k, expr in filters.items():
@@ -754,7 +767,7 @@ def table_page(store: Store, study: StudyRow, sort: str = "number", desc: bool =
         pages = max(1, math.ceil(matched / size))
         page = max(0, min(int(page), pages - 1))
         rows = rows[page * size:(page + 1) * size]
-        _fill_layouts(rows)
+        _fill_layouts(rows, reference(store, study))
     keys = [c["key"] for c in meta["columns"]]
     return {"version": ver, "total": meta["total"], "matched": matched, "page": page, "pages": pages,
             "columns": meta["columns"], "rows": [[r.get(k) for k in keys] for r in rows],
@@ -842,7 +855,8 @@ def history(store: Store, study: StudyRow) -> dict[str, Any]:
     res = {
         "version": ver, "simulated": bool(study.simulated), "n": len(rows), "sampled": sampled,
         "n_points": len(ok) + len(bad) + len(pred),
-        "ok": {"x": shown, "y": [_r(v) for _, v in ok_shown], "layout": [layout(params.get(n) or {}) for n in shown]},
+        "ok": {"x": shown, "y": [_r(v) for _, v in ok_shown],
+               "layout": [layout(params.get(n) or {}, reference(store, study)) for n in shown]},
         "best": {"x": best_x, "y": best_y},
         "predicted": {"x": [n for n, _ in pred_shown], "y": [_r(v) for _, v in pred_shown]},
         "bad": by_status, "reasons": list(reasons),

@@ -18,6 +18,7 @@ from autotune.estimate.memory import MemoryEstimate
 from autotune.estimate.throughput import ThroughputEstimate
 from autotune.job import Job
 from autotune.model import ModelArch
+from autotune.runners.progress import TrialProgress
 
 
 class TrialStatus(enum.StrEnum):
@@ -53,6 +54,8 @@ class TrialSpec:
     measure_from: int | None = None
     # Called by a runner with (step, tokens/s/GPU) for steps before the window; True means stop: prune the trial.
     report: Callable[[int, float], bool] | None = field(default=None, compare=False, repr=False)
+    # Called by a runner, every fraction of a second while the trial runs, with where it is (the CLI's live line).
+    progress: Callable[[TrialProgress], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

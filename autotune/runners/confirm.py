@@ -8,6 +8,7 @@ kept in `extra`), and a late OOM demotes the trial to status oom. Simulated stud
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from autotune import verl
@@ -54,12 +55,15 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         study=tuner.study_name, number=row.number, model=s.model, cluster=s.cluster, job=s.job, candidate=cand,
         memory=ev.memory, prediction=ev.throughput, measure_step=steps, measure_from=s.measure_step + 1,
         workdir=tuner.workdir / tuner.study_name / f"trial_{row.number:04d}" / f"confirm_{steps}",
+        progress=getattr(tuner, "on_progress", None),
     )
+    t0 = time.monotonic()
     result = tuner.runner.run(spec)
+    wall_s = round(time.monotonic() - t0, 3)  # GPU time the study spent (autotune.report)
     conf: dict[str, Any] = {
         "steps": steps, "window": [s.measure_step + 1, steps], "status": result.status.value,
         "throughput": result.throughput, "reason": result.reason, "peak_memory_gib": result.peak_memory_gib,
-        "log_path": result.log_path,
+        "log_path": result.log_path, "wall_s": wall_s,
         "per_step": {int(st["step"]): st.get("perf/throughput") for st in result.steps},
         **longest_responses(result.steps),
     }

@@ -105,6 +105,11 @@ class GpuMonitor:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="gpu-monitor")
         self._thread.start()
 
+    def peak_so_far(self) -> float | None:
+        """Largest memory used on any GPU since start() (None without NVML); read while the sampler runs."""
+        peak = getattr(self, "_peak", None)
+        return max(peak) if self.available and peak else None
+
     def _sample(self) -> None:
         used = self.used_gib()
         for i, u in enumerate(used):

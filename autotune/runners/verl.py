@@ -27,6 +27,7 @@ from autotune.export import launch_argv
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
 from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
+from autotune.runners.progress import estimate
 from autotune.runners.verl_log import LineTail, RunLog, classify
 from autotune.runners.verl_preflight import check_data, hydra_overrides, validate_overrides
 
@@ -194,7 +195,8 @@ class VerlRunner(Runner):
         proc = spawn(argv, trial_dir, env, log_path)
         tracker = ProcessTracker(proc)
         write_record(trial_dir / RECORD, tracker)
-        last_progress, last_scan = started, 0.0
+        last_progress, last_scan, last_shown = started, 0.0, 0.0
+        seen_at: dict[int, float] = {}  # step -> seconds after launch it appeared (the live line's estimate)
         timings: dict[str, float] = {}
         status: TrialStatus | None = None
         reason, failure, excerpt = "", "", ""
@@ -206,6 +208,11 @@ class VerlRunner(Runner):
                 if new:
                     last_progress = now
                     timings.setdefault("first_step_s", round(now - started, 3))
+                    for step in new:
+                        seen_at[step] = now - started
+                if spec.progress is not None and (new or now - last_shown >= 0.5):
+                    last_shown = now
+                    self._show(spec, log, seen_at, now - started, monitor, attempt)
                 for step in sorted(new):
                     thr = log.steps[step].get(verl.M_THROUGHPUT)
                     if step < first and thr is not None and spec.report is not None and step not in reported:
@@ -276,6 +283,23 @@ class VerlRunner(Runner):
             shutil.rmtree(ray_tmp, ignore_errors=True)
             kept = ""
         return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept)
+
+    @staticmethod
+    def _show(spec: TrialSpec, log: RunLog, seen_at: dict[int, float], elapsed: float, monitor: GpuMonitor,
+              attempt: int) -> None:
+        """Hand the trial's progress to spec.progress; a failing display never stops the trial."""
+        done = [(s, seen_at.get(s, elapsed), log.steps[s]) for s in sorted(log.steps)]
+        peak, source = monitor.peak_so_far(), "NVML"
+        if peak is None:
+            torch_peaks = [m[verl.M_MAX_MEM_RESERVED] for m in log.steps.values() if verl.M_MAX_MEM_RESERVED in m]
+            peak, source = (max(torch_peaks), "torch, actor") if torch_peaks else (None, "")
+        pred = spec.prediction
+        try:
+            spec.progress(estimate(spec.number, spec.measure_step, elapsed, done,
+                                   pred.step_time if pred else None, dict(pred.phases) if pred else None,
+                                   peak, source, attempt))
+        except Exception:
+            pass
 
     @staticmethod
     def _window_done(log: RunLog, first: int, last: int) -> bool:

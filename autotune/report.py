@@ -1,0 +1,170 @@
+"""What a study is worth, for the end of `autotune run`: the best trial's speed-up over verl's stock configuration
+and over the user's own (the baseline trial), the GPU time the study spent, and what pruned the candidates it never
+launched. A pure function of the study's trial rows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.store import TrialRow
+
+# How the tuner words a prune (the reasons' first words): study.Tuner.step, Evaluation.prune_reason,
+# ProbedRunner, ReplayRunner.refuse and the verl runner's --prune-slower-than stop. tests/test_report.py checks
+# each against its producer.
+PRUNE_KINDS: tuple[tuple[str, str], ...] = (
+    ("constraint ", "static constraint"),
+    ("predicted OOM: ", "memory model"),
+    ("duplicate of trial", "duplicate"),
+    ("probe OOM", "probe OOM"),
+    ("not in the table", "not in the replay table"),
+)
+SLOWER = "--prune-slower-than"
+
+
+def prune_kind(reason: str) -> tuple[str, str]:
+    """(kind, detail) of a pruned trial's reason: ("static constraint", "tp_heads"), ("memory model", "update")."""
+    for prefix, kind in PRUNE_KINDS:
+        if reason.startswith(prefix):
+            rest = reason[len(prefix):]
+            if kind in ("static constraint", "memory model"):
+                return kind, rest.split(":", 1)[0].strip()
+            return kind, ""
+    if SLOWER in reason:
+        return "slower than the best (early stop)", ""
+    return "other", ""
+
+
+def _how(row: TrialRow) -> str:
+    if row.simulated:
+        return "SIMULATED"
+    return "replayed" if row.backend == "replay" else "measured"
+
+
+def _at_measured_step(row: TrialRow) -> float | None:
+    """Throughput at the study's measured step (a confirmation replaces `throughput` with a later window's mean)."""
+    return (row.extra or {}).get("measured_step_throughput", row.throughput)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """verl's stock configuration or the user's own, as this study ran it."""
+
+    what: str  # "verl's stock configuration" | "your configuration (baseline)"
+    trial: int  # the trial that seeded it
+    label: str
+    status: str
+    throughput: float | None = None  # at the measured step, from the trial that ran it (maybe a duplicate's)
+    ran_as: int | None = None  # the trial that ran this configuration, when it is not `trial` itself
+    how: str = ""
+    speedup: float | None = None  # best / this, both at the measured step
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    best_trial: int | None
+    best_label: str
+    best_throughput: float | None  # at the measured step (like the references)
+    best_how: str
+    references: tuple[Reference, ...]
+    launched: int
+    gpus: int
+    gpu_hours: float
+    simulated: bool
+    replayed: bool = False  # every launched trial looked up in a table of earlier measurements
+    pruned: dict[str, int] = field(default_factory=dict)  # kind -> count
+    pruned_detail: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> detail -> count
+    no_baseline: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
+                 label: Callable[[dict[str, Any]], str]) -> StudyReport:
+    """The report of a study from its trial rows (any order), its best trial and its GPU count."""
+    ordered = sorted(rows, key=lambda r: r.number)
+    best_thr = _at_measured_step(best) if best else None
+    refs = []
+    for origin, what in (("baseline", "your configuration (baseline)"), ("stock", "verl's stock configuration")):
+        seed = next((r for r in ordered if r.origin == origin), None)
+        if seed is not None:
+            refs.append(_reference(seed, what, ordered, best_thr, label))
+    launched = [r for r in ordered if r.launched]
+    seconds = sum((r.duration_s or 0.0) + _confirm_s(r) for r in launched)
+    kinds: Counter[str] = Counter()
+    detail: dict[str, Counter[str]] = {}
+    for r in ordered:
+        if r.status != "pruned":
+            continue
+        kind, what = prune_kind(r.reason)
+        kinds[kind] += 1
+        if what:
+            detail.setdefault(kind, Counter())[what] += 1
+    return StudyReport(
+        best_trial=best.number if best else None, best_label=label(best.params) if best else "",
+        best_throughput=best_thr, best_how=_how(best) if best else "", references=tuple(refs),
+        launched=len(launched), gpus=gpus, gpu_hours=seconds * gpus / 3600.0,
+        simulated=any(r.simulated for r in launched),
+        replayed=bool(launched) and all(r.backend == "replay" for r in launched), pruned=dict(kinds.most_common()),
+        pruned_detail={k: dict(v.most_common()) for k, v in detail.items()},
+        no_baseline=not any(r.what.startswith("your") for r in refs),
+    )
+
+
+def _confirm_s(row: TrialRow) -> float:
+    return float(((row.extra or {}).get("confirm") or {}).get("wall_s") or 0.0)
+
+
+def _reference(seed: TrialRow, what: str, rows: Sequence[TrialRow], best_thr: float | None,
+               label: Callable[[dict[str, Any]], str]) -> Reference:
+    """The seeded reference trial, followed to the trial that ran its configuration (a duplicate, a re-queue)."""
+    same = [r for r in rows if r.candidate_key == seed.candidate_key and r.launched]
+    ran = next((r for r in same if r.status == "ok" and r.throughput is not None), None)
+    lab = label(seed.params)
+    if ran is None:
+        last = same[-1] if same else seed
+        why = last.reason[:160]
+        note = ("pruned before launch: " if last.status == "pruned" else f"{last.status}: ") + why
+        return Reference(what, seed.number, lab, last.status,
+                         ran_as=last.number if last.number != seed.number else None, note=note)
+    thr = _at_measured_step(ran)
+    speedup = best_thr / thr if best_thr and thr else None
+    return Reference(what, seed.number, lab, "ok", thr, ran.number if ran.number != seed.number else None,
+                     _how(ran), speedup)
+
+
+def report_lines(rep: StudyReport) -> list[str]:
+    """The report in words, one line per fact (rich markup free)."""
+    lines = []
+    if rep.best_trial is not None:
+        for ref in rep.references:
+            trial = f"trial {ref.trial}" + (f", ran as trial {ref.ran_as}" if ref.ran_as is not None else "")
+            if ref.speedup is not None:
+                lines.append(f"  {ref.speedup:.2f}x over {ref.what} ({trial}: {ref.label}, {ref.throughput:.1f} "
+                             f"tokens/s/GPU {ref.how}; best {rep.best_throughput:.1f} {rep.best_how}, both at the "
+                             "measured step of this study)")
+            else:
+                lines.append(f"  no speed-up over {ref.what}: {trial} ({ref.label}) did not run to its measured "
+                             f"step: {ref.note}")
+        if rep.no_baseline:
+            lines.append("  no baseline trial: your job sets none of the tuned keys (verl's defaults are your "
+                         "configuration)")
+    if rep.simulated:
+        lines.append(f"GPU time: none spent (SIMULATED); {rep.launched} launched trials")
+    elif rep.replayed:
+        lines.append(f"GPU time: none spent now (REPLAYED from earlier measurements); {rep.launched} launched trials")
+    else:
+        lines.append(f"GPU time: {rep.gpu_hours:.2f} GPU-hours ({rep.launched} launched trials x {rep.gpus} GPUs, "
+                     "wall time launch to recorded, confirmations included)")
+    if rep.pruned:
+        parts = []
+        for kind, n in rep.pruned.items():
+            sub = rep.pruned_detail.get(kind)
+            parts.append(f"{kind} {n}" + (" (" + ", ".join(f"{k} {v}" for k, v in sub.items()) + ")" if sub else ""))
+        lines.append(f"pruned in this study, by kind: {'; '.join(parts)}")
+    return lines

@@ -1,0 +1,177 @@
+"""Trial labels and the end-of-run report, through the CLI as a user runs it (simulated studies on SQLite)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+import yaml
+
+from autotune import verl
+from autotune.candidate import STOCK, Candidate
+from autotune.cli import main
+from autotune.labels import label
+from autotune.report import PRUNE_KINDS, prune_kind, report_lines, study_report
+from autotune.runners.probed import ProbedRunner
+from autotune.runners.replay import ReplayRunner
+from autotune.store import TrialRow
+from tests.conftest import make_setup
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def db(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'a.db'}"
+
+
+@pytest.fixture
+def job_file(tmp_path):
+    """A job that sets tuned keys: the user's own configuration, launched as the baseline trial."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({
+        verl.keys_for("tp")[0]: 4, verl.keys_for("gpu_memory_utilization")[0]: 0.5,
+        verl.keys_for("use_dynamic_bsz")[0]: True,
+    }))
+    return str(path)
+
+
+def test_label_shows_what_differs_from_the_reference():
+    ref = STOCK
+    assert label(ref, ref) == "tp2pp2 rtp2"  # the reference itself: its layout alone
+    c = Candidate.from_params({"tp": 2, "pp": 1, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 16384,
+                               "log_prob_max_token_len_per_gpu": 98304, "gpu_memory_utilization": 0.7,
+                               "param_offload": True, "use_fused_kernels": True}, ref)
+    assert label(c, ref) == "tp2 rtp2 dyn16k/96k util0.7 offload:params"
+    full = Candidate.from_params({"recompute": "full", "recompute_method": "block", "recompute_num_layers": 2,
+                                  "use_fused_kernels": False}, ref)
+    assert label(full, ref) == "tp2pp2 rtp2 rc:full:b2 no-fused"
+    # Two trials with the same layout that differ in one knob never share a label
+    assert label(Candidate.from_params({"gpu_memory_utilization": 0.7}, ref), ref) != label(ref, ref)
+
+
+def test_labels_tell_every_configuration_apart_in_status_best_and_export(capsys, db, job_file, tmp_path):
+    code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--job", job_file, "--storage", db,
+                       "--n-trials", "10", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    code, out, _ = run(capsys, "status", "--storage", db, "--all", "--json")
+    trials = json.loads(out)["trials"]
+    by_label: dict[str, set[str]] = {}
+    by_config: dict[str, set[str]] = {}
+    for t in trials:  # what verl runs: the verl keys of the candidate
+        config = json.dumps(Candidate(**t["params"]).verl_overrides(), sort_keys=True)
+        by_label.setdefault(t["label"], set()).add(config)
+        by_config.setdefault(config, set()).add(t["label"])
+    assert all(len(v) == 1 for v in by_label.values()), "two configurations share a label"
+    assert all(len(v) == 1 for v in by_config.values()), "one configuration has two labels"
+    same_layout = {}
+    for t in trials:
+        same_layout.setdefault(t["layout"], set()).add(t["label"])
+    assert any(len(v) > 1 for v in same_layout.values())  # what the old `tp2 | rollout tp1` hid
+    # The same label in the run's JSON, the status table, `best` and the export's header
+    best_label = summary["best"]["label"]
+    assert best_label == next(t["label"] for t in trials if t["number"] == summary["best"]["trial"])
+    code, out, _ = run(capsys, "status", "--storage", db)
+    assert code == 0 and best_label in out and "configuration" in out
+    code, out, _ = run(capsys, "best", "--storage", db)
+    assert code == 0 and f"label: {best_label}" in out
+    code, out, _ = run(capsys, "best", "--storage", db, "--json")
+    assert code == 0 and json.loads(out)["label"] == best_label
+    for fmt in ("sh", "yaml", "ray"):
+        code, out, _ = run(capsys, "export", "--storage", db, "--format", fmt)
+        assert code == 0 and f"({best_label})" in out.splitlines()[1 if fmt != "yaml" else 0]
+
+
+def test_run_summary_speedups_gpu_time_and_prunes(capsys, db, job_file):
+    code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--job", job_file, "--storage", db,
+                       "--n-trials", "8", "--json")
+    assert code == 0
+    rep = json.loads(out)["report"]
+    code, out, _ = run(capsys, "status", "--storage", db, "--all", "--json")
+    trials = {t["number"]: t for t in json.loads(out)["trials"]}
+    refs = {r["what"]: r for r in rep["references"]}
+    assert set(refs) == {"your configuration (baseline)", "verl's stock configuration"} and not rep["no_baseline"]
+    base = refs["your configuration (baseline)"]
+    assert trials[base["trial"]]["origin"] == "baseline"
+    assert trials[base["trial"]]["params"]["tp"] == 4 and trials[base["trial"]]["params"]["use_dynamic_bsz"]
+    best = trials[rep["best_trial"]]
+    for r in refs.values():
+        if r["status"] == "ok":
+            ran = trials[r["ran_as"] if r["ran_as"] is not None else r["trial"]]
+            assert r["throughput"] == ran["throughput"] and r["how"] == "SIMULATED"
+            assert r["speedup"] == pytest.approx(best["throughput"] / ran["throughput"])
+        else:
+            assert r["speedup"] is None and r["note"]
+    pruned = [t for t in trials.values() if t["status"] == "pruned"]
+    assert sum(rep["pruned"].values()) == len(pruned) > 0
+    assert set(rep["pruned"]) <= {kind for _, kind in PRUNE_KINDS} | {"other"}
+    assert "other" not in rep["pruned"]
+    assert rep["simulated"] and rep["gpus"] == 8
+    # The same in words at the end of a run (a second run of the same study: nothing new to launch)
+    code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--job", job_file, "--storage", db, "--n-trials", "8")
+    assert code == 0
+    for r in refs.values():
+        if r["status"] == "ok":
+            assert f"{r['speedup']:.2f}x over {r['what']}" in out
+        else:
+            assert f"no speed-up over {r['what']}" in out
+    assert "GPU time: none spent (SIMULATED)" in out
+    assert "pruned in this study, by kind: " + next(iter(rep["pruned"])) in out
+
+
+def _row(number: int, key: str, status: str, thr: float | None, origin: str = "sampler", duration: float = 1800.0,
+         reason: str = "", launched: bool = True, **extra) -> TrialRow:
+    return TrialRow(number=number, candidate_key=key, status=status, throughput=thr, origin=origin,
+                    duration_s=duration if launched else 0.0, reason=reason, launched=launched, simulated=False,
+                    backend="verl", params=Candidate().params(), extra=extra or None)
+
+
+def test_report_follows_a_duplicate_and_counts_gpu_hours():
+    rows = [
+        _row(0, "a", "ok", 3000.0, "model-seed"),
+        _row(1, "a", "pruned", None, "stock", reason="duplicate of trial 0: same configuration, not launched again",
+             launched=False),
+        _row(2, "b", "ok", 2000.0, "baseline", confirm={"wall_s": 900.0}),
+        _row(3, "c", "oom", None, reason="GPU out of memory in training: ..."),
+        _row(4, "d", "pruned", None, reason="constraint heads_per_tp: 28 heads ...; world_size: ...", launched=False),
+        _row(5, "e", "pruned", None, reason="predicted OOM: update: predicted 90 GiB > 80 GiB", launched=False),
+    ]
+    rep = study_report(rows, rows[0], 8, lambda p: "L")
+    refs = {r.what: r for r in rep.references}
+    stock, base = refs["verl's stock configuration"], refs["your configuration (baseline)"]
+    assert stock.ran_as == 0 and stock.speedup == pytest.approx(1.0) and stock.how == "measured"
+    assert base.speedup == pytest.approx(1.5) and base.ran_as is None
+    # 3 launched trials x 1800 s + one 900 s confirmation, on 8 GPUs
+    assert rep.gpu_hours == pytest.approx((3 * 1800 + 900) * 8 / 3600)
+    assert rep.pruned == {"duplicate": 1, "static constraint": 1, "memory model": 1}
+    assert rep.pruned_detail == {"static constraint": {"heads_per_tp": 1}, "memory model": {"update": 1}}
+    lines = "\n".join(report_lines(rep))
+    assert "1.50x over your configuration (baseline)" in lines and "ran as trial 0" in lines
+    assert "GPU time: 14.00 GPU-hours" in lines
+    # A confirmed best is compared at the measured step, like the references
+    confirmed = _row(0, "a", "ok", 2700.0, "model-seed", measured_step_throughput=3000.0)
+    assert study_report([confirmed, *rows[1:]], confirmed, 8, lambda p: "L").best_throughput == 3000.0
+    # The stock trial that never ran: said in words, no number
+    rows[1] = _row(1, "s", "oom", None, "stock", reason="GPU out of memory in training: CUDA out of memory")
+    stock = {r.what: r for r in study_report(rows, rows[0], 8, lambda p: "L").references}["verl's stock configuration"]
+    assert stock.speedup is None and stock.note.startswith("oom: GPU out of memory")
+
+
+def test_prune_kinds_match_the_words_of_their_producers():
+    setup = make_setup()
+    heads = setup.evaluate(Candidate.from_params({"tp": 3}, setup.base))
+    assert prune_kind(heads.prune_reason())[0] == "static constraint"
+    assert prune_kind(heads.prune_reason())[1] == heads.violations[0].rule
+    oom = setup.evaluate(setup.stock)  # verl's stock layout is predicted to OOM on the default job
+    assert not oom.feasible and not oom.violations
+    assert prune_kind(oom.prune_reason()) == ("memory model", oom.memory.reasons()[0].split(":")[0])
+    assert "probe OOM, full trial not launched" in inspect.getsource(ProbedRunner)
+    assert 'f"not in the table {' in inspect.getsource(ReplayRunner.refuse)
+    from autotune.study import Tuner
+    assert 'f"duplicate of trial {duplicate}' in inspect.getsource(Tuner.step)
