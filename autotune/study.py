@@ -9,6 +9,7 @@ timeout / failed / interrupted are FAIL.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import threading
@@ -22,6 +23,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune import faults
 from autotune.candidate import STOCK, Candidate
 from autotune.cluster import Cluster, GPUType
 from autotune.estimate import Evaluation, evaluate
@@ -30,13 +32,23 @@ from autotune.model import ModelArch
 from autotune.ranking import rank_candidates
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.space import SearchSpace, parse_space, space_context
-from autotune.store import Store, StoreError, StudyRow, TrialRow, unreachable_message, utcnow, worker_id
+from autotune.store import (
+    Store,
+    StoreError,
+    StudyRow,
+    TrialRow,
+    TrialTaken,
+    unreachable_message,
+    utcnow,
+    worker_id,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 300.0
 MAX_IDLE_ASKS = 300  # asks in a row that launch nothing: the space holds nothing new that can run
+NOT_COUNTED = (TrialStatus.INTERRUPTED.value,)  # launched but re-queued: --n-trials counts its re-run instead
 
 _OPTUNA_STATE = {
     TrialStatus.OK: TrialState.COMPLETE,
@@ -141,6 +153,7 @@ class Tuner:
         self.seed = seed
         self.n_model_seeds = n_model_seeds
         self.workdir = workdir
+        self.n_trials: int | None = None  # the launch budget of the current run (None: unbounded)
         self.storage = open_storage(storage_url)
         self.store = Store(storage_url)
         self._check_or_create(space_text)
@@ -182,7 +195,21 @@ class Tuner:
 
     def recover(self) -> list[int]:
         """Close trials left running by a tuner that died; re-queue them and interrupted ones. Returns numbers."""
-        requeued = []
+        requeued = self._close_dead_rows()
+        self._reconcile_optuna()
+        for row in self.store.trials(self.study_name, TrialStatus.INTERRUPTED.value):
+            if (row.extra or {}).get("requeued"):
+                continue
+            self._enqueue(row.params, origin="requeue", requeue_of=row.number)
+            faults.point("requeue-enqueued")
+            self.store.update_trial(row.id, extra={**(row.extra or {}), "requeued": True})
+            if row.number not in requeued:
+                requeued.append(row.number)
+        return requeued
+
+    def _close_dead_rows(self) -> list[int]:
+        """Our rows left running by a tuner that is gone: interrupted (their Optuna trial FAIL)."""
+        closed = []
         now = utcnow()
         me = worker_id()
         for row in self.store.running(self.study_name):
@@ -192,25 +219,84 @@ class Tuner:
             )
             if alive:
                 continue
-            self._close_optuna(row.number, TrialState.FAIL)
             self.store.update_trial(
                 row.id, status=TrialStatus.INTERRUPTED.value, finished_at=now,
                 reason=f"the tuner ({row.worker}) stopped while this trial ran; re-queued",
             )
-            requeued.append(row.number)
-        for row in self.store.trials(self.study_name, TrialStatus.INTERRUPTED.value):
-            if (row.extra or {}).get("requeued"):
-                continue
-            self._enqueue(row.params, origin="requeue", requeue_of=row.number)
-            self.store.update_trial(row.id, extra={**(row.extra or {}), "requeued": True})
-            if row.number not in requeued:
-                requeued.append(row.number)
-        return requeued
+            faults.point("recover-row-closed")
+            self._close_optuna(row.number, TrialState.FAIL)
+            closed.append(row.number)
+        return closed
+
+    def _reconcile_optuna(self) -> None:
+        """Optuna trials RUNNING that no live tuner will finish: told from our row, or closed as orphans.
+
+        A tuner killed after recording a result but before telling Optuna leaves our row final and Optuna's
+        RUNNING (told now, from the row); one killed between `ask` and its first write leaves an Optuna trial
+        with no row (recorded as interrupted, never launched; re-queued when it was a queued configuration).
+        """
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:
+            return
+        rows = {r.number: r for r in self.store.trials(self.study_name) if r.number >= running[0].number}
+        now = utcnow()
+        others = {w for w in self.store.recent_workers(self.study_name, now - dt.timedelta(seconds=STALE_AFTER_S))
+                  if w != worker_id() and not _dead_local(w.rsplit(":", 1))}
+        for t in running:
+            row = rows.get(t.number)
+            if row is None:
+                # Optuna stamps trials in local time
+                age = (dt.datetime.now() - t.datetime_start).total_seconds() if t.datetime_start else 0.0
+                if not (others and age < STALE_AFTER_S):  # a live worker may be between its ask and its first write
+                    self._close_orphan(t)
+            elif row.status != TrialStatus.RUNNING.value:
+                self._tell_from_row(t, row)
+
+    def _close_orphan(self, t: optuna.trial.FrozenTrial) -> None:
+        attrs = t.user_attrs
+        queued = t.system_attrs.get("fixed_params")
+        params = attrs.get("candidate") or queued or t.params
+        try:
+            key = Candidate.from_params(dict(params), None if attrs.get("candidate") else self.setup.base).key()
+        except (TypeError, ValueError):
+            key = ""
+        reason = "the tuner stopped between Optuna's ask and recording this trial; never launched"
+        row = TrialRow(
+            study=self.study_name, number=t.number, status=TrialStatus.INTERRUPTED.value,
+            origin=attrs.get("origin", "sampler"), backend=self.runner.name, simulated=self.runner.simulated,
+            candidate_key=key, params=dict(params), verl_overrides={}, worker=worker_id(), reason=reason,
+            finished_at=utcnow(), duration_s=0.0,
+            # a queued configuration (seed, reference, re-queue) is queued again; a sampled one need not be
+            extra=None if queued or attrs.get("candidate") else {"requeued": True, "never_launched": True},
+        )
+        try:
+            self.store.add_trial(row)
+        except TrialTaken:  # its worker (or another recovery) recorded it meanwhile
+            return
+        faults.point("recover-orphan-recorded")
+        self._tell_from_row(t, row)
+
+    def _tell_from_row(self, t: optuna.trial.FrozenTrial, row: TrialRow) -> None:
+        """Finish an Optuna trial as our row says (its tuner died before telling Optuna)."""
+        status = TrialStatus(row.status)
+        state = _OPTUNA_STATE[status]
+        value = row.throughput if state == TrialState.COMPLETE else None
+        if state == TrialState.COMPLETE and value is None:
+            state = TrialState.FAIL
+        for k, v in (("status", status.value), ("reason", row.reason[:2000]), ("simulated", row.simulated)):
+            self.storage.set_trial_user_attr(t._trial_id, k, v)
+        try:
+            self.storage.set_trial_state_values(t._trial_id, state=state, values=None if value is None else [value])
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # told meanwhile by another worker
 
     def _close_optuna(self, number: int, state: TrialState) -> None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if t.number == number:
-                self.storage.set_trial_state_values(t._trial_id, state=state)
+                try:
+                    self.storage.set_trial_state_values(t._trial_id, state=state)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass
 
     def _enqueue(self, params: dict[str, Any], origin: str, **attrs: Any) -> None:
         ctx = self.setup.context
@@ -246,7 +332,11 @@ class Tuner:
 
     # The loop
     def launched_count(self) -> int:
-        return self.store.launched_count(self.study_name)
+        """Launched trials that count towards --n-trials (an interrupted one is re-queued and counts once re-run)."""
+        return self.store.launched_count(self.study_name, exclude=NOT_COUNTED)
+
+    def _waiting(self) -> bool:
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
     def run(
         self,
@@ -255,12 +345,19 @@ class Tuner:
         on_trial: Callable[[TrialRow], None] | None = None,
     ) -> dict[str, Any]:
         """Launch trials until the study holds n_trials launched ones, or time runs out, or the space is spent."""
+        self.n_trials = n_trials
         self.recover()
         self.seed_study()
         start = time.monotonic()
         idle = 0
         stop_reason = "reached --n-trials"
-        while self.launched_count() < n_trials:
+        while True:
+            if self.launched_count() >= n_trials:
+                # Budget met. Trials left by dead workers are closed (which may re-open the budget), and queued
+                # ones are drained (recorded as not launched), so that no Optuna trial is left unfinished.
+                self.recover()
+                if self.launched_count() >= n_trials and not self._waiting():
+                    break
             if timeout_s is not None and time.monotonic() - start > timeout_s:
                 stop_reason = "reached --timeout"
                 break
@@ -277,6 +374,15 @@ class Tuner:
     def step(self) -> TrialRow:
         """One Optuna trial: pruned before launch, or launched through the runner."""
         trial = self.study.ask()
+        faults.point("asked")
+        try:
+            return self._record_and_run(trial)
+        except (TrialTaken, optuna.exceptions.UpdateFinishedTrialError):
+            # A recovery (another worker starting while we were between ask and record) closed this trial.
+            return self.store.trial(self.study_name, trial.number) or TrialRow(
+                study=self.study_name, number=trial.number, status=TrialStatus.INTERRUPTED.value, launched=False)
+
+    def _record_and_run(self, trial: optuna.Trial) -> TrialRow:
         attrs = trial.user_attrs
         s = self.setup
         try:
@@ -301,17 +407,20 @@ class Tuner:
             predicted_peak_gib=ev.memory.peak / 2**30 if ev.memory else None,
             predicted_memory=ev.memory.as_dict() if ev.memory else None,
         )
-        duplicate = self._launched_duplicate(cand.key())
         refusal = self.runner.refuse(cand, s.job)
-        if refusal or not ev.feasible or duplicate is not None:
-            reason = refusal or ev.prune_reason() or (
-                f"duplicate of trial {duplicate}: same configuration, not launched again")
+        faults.point("evaluated")
+        if refusal or not ev.feasible:
+            reason = refusal or ev.prune_reason()
             row.status, row.reason, row.finished_at, row.duration_s = TrialStatus.PRUNED.value, reason, utcnow(), 0.0
             row.id = self.store.add_trial(row)
+            faults.point("pruned-recorded")
             self._tell(trial, TrialStatus.PRUNED, None, reason, cand)
             return row
-        row.launched = True
-        row.id = self.store.add_trial(row)
+        refused = self._claim_launch(row)
+        faults.point("claimed")
+        if refused is not None:
+            self._tell(trial, TrialStatus.PRUNED, None, refused, cand)
+            return row
         spec = TrialSpec(
             study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
             candidate=cand, memory=ev.memory, prediction=ev.throughput, measure_step=s.measure_step,
@@ -322,6 +431,7 @@ class Tuner:
         beat = _Heartbeat(self.store, row.id)
         try:
             result = self.runner.run(spec)
+            faults.point("ran")
         except KeyboardInterrupt:
             result = TrialResult(TrialStatus.INTERRUPTED, "interrupted by the user (Ctrl-C); re-queued on resume",
                                  simulated=self.runner.simulated)
@@ -359,9 +469,10 @@ class Tuner:
 
         return report
 
-    def _launched_duplicate(self, key: str) -> int | None:
-        return self.store.launched_with_key(
-            self.study_name, key, exclude=(TrialStatus.INTERRUPTED.value, TrialStatus.RUNNING.value))
+    def _claim_launch(self, row: TrialRow) -> str | None:
+        """Record the trial as launched unless the budget is spent or its configuration was launched (by any
+        worker): one atomic claim, so that two workers proposing the same configuration launch it once."""
+        return self.store.claim_launch(row, self.n_trials, exclude=NOT_COUNTED)
 
     def _finish(self, row: TrialRow, result: TrialResult, duration: float) -> None:
         values = {
@@ -372,9 +483,8 @@ class Tuner:
             "log_excerpt": result.log_excerpt, "extra": result.extra or None, "simulated": result.simulated,
             "finished_at": utcnow(), "duration_s": duration, "launched": result.launched,
         }
-        self.store.update_trial(row.id, **values)
-        if result.steps:
-            self.store.add_steps(row.id, result.steps)
+        self.store.finish_trial(row.id, values, tuple(result.steps))
+        faults.point("finished")
         for k, v in values.items():
             setattr(row, k, v)
 
@@ -384,10 +494,11 @@ class Tuner:
         trial.set_user_attr("reason", reason[:2000])
         trial.set_user_attr("simulated", self.runner.simulated)
         trial.set_user_attr("layout", cand.layout())
+        faults.point("telling")
         state = _OPTUNA_STATE[status]
         if state == TrialState.COMPLETE and value is None:
             state = TrialState.FAIL
-        self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
+        self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state, skip_if_finished=True)
 
 
 class _Heartbeat:
