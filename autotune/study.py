@@ -29,7 +29,7 @@ from autotune.cluster import Cluster, GPUType
 from autotune.estimate import Evaluation, evaluate
 from autotune.job import Job
 from autotune.model import ModelArch
-from autotune.ranking import rank_candidates
+from autotune.ranking import InfeasibleSpaceError, explain_infeasible, rank_candidates
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.space import SearchSpace, parse_space, space_context
 from autotune.store import (
@@ -156,6 +156,9 @@ class Tuner:
         self.n_trials: int | None = None  # the launch budget of the current run (None: unbounded)
         self.storage = open_storage(storage_url)
         self.store = Store(storage_url)
+        self._seeds: list[tuple[dict[str, Any], Any]] | None = None
+        if self.store.get_study(self.study_name) is None:
+            self._seeds = self._rank()  # before anything is written: an infeasible space is refused as it is
         self._check_or_create(space_text)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -188,9 +191,9 @@ class Tuner:
             diffs.append(f"backend: study has {row.backend!r}, this run has {self.runner.name!r}")
         if diffs:
             raise StudyMismatchError(
-                f"study {self.study_name!r} in {self.storage_url} was made for a different setup:\n  "
-                + "\n  ".join(diffs)
-                + "\nUse another --study name to start a new study, or run with the study's own options to resume it."
+                f"study {self.study_name!r} in {self.storage_url} was made for a different setup ("
+                + "; ".join(diffs)
+                + "): use another --study name to start a new study, or the study's own options to resume it"
             )
 
     def recover(self) -> list[int]:
@@ -314,8 +317,7 @@ class Tuner:
         if self.study.get_trials(deepcopy=False):
             return
         s = self.setup
-        ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
-                                 objective=s.objective, refuse=lambda c: self.runner.refuse(c, s.job))
+        ranked = self._seeds if self._seeds is not None else self._rank()
         # verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them.
         stock = {**s.base.params(), **{k: v for k, v in STOCK.params().items() if k in s.space.names}}
         refs = [("stock", Candidate.from_params(stock).params())]
@@ -329,6 +331,17 @@ class Tuner:
                 self.study.enqueue_trial(params, user_attrs={"origin": origin})
             else:
                 self._enqueue(params, origin=origin)
+
+    def _rank(self) -> list[tuple[dict[str, Any], Any]]:
+        """The model's best candidates of the space; InfeasibleSpaceError (one line, why) when none can run."""
+        s = self.setup
+        refuse = lambda c: self.runner.refuse(c, s.job)  # noqa: E731
+        ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
+                                 objective=s.objective, refuse=refuse)
+        if not ranked:
+            raise InfeasibleSpaceError(explain_infeasible(s.model, s.cluster, s.job, s.space, s.base, seed=self.seed,
+                                                          objective=s.objective, refuse=refuse))
+        return ranked
 
     # The loop
     def launched_count(self) -> int:
