@@ -31,15 +31,17 @@ from autotune.store import Store
 RESULTS = Path(__file__).resolve().parent / "results"
 # A space of 2,880 distinct configurations that all fit: 1000 launches need no exhausted region. It is a user's
 # search-space file, so the product runs as it always does.
-SOAK_SPACE = """\
+_GMU = ", ".join(f"{0.3 + i / 100:.2f}" for i in range(60))
+_MNBT = ", ".join(str(8192 + 1024 * i) for i in range(16))
+SOAK_SPACE = f"""\
 name: soak
 description: Many cheap, feasible settings of the rollout (the soak and concurrency tests).
 dimensions:
-  use_dynamic_bsz: {choices: [true]}
-  rollout_tp: {choices: [1, 2, 4]}
-  gpu_memory_utilization: {choices: [%s]}
-  max_num_batched_tokens: {choices: [%s]}
-""" % (", ".join(f"{0.3 + i / 100:.2f}" for i in range(60)), ", ".join(str(8192 + 1024 * i) for i in range(16)))
+  use_dynamic_bsz: {{choices: [true]}}
+  rollout_tp: {{choices: [1, 2, 4]}}
+  gpu_memory_utilization: {{choices: [{_GMU}]}}
+  max_num_batched_tokens: {{choices: [{_MNBT}]}}
+"""
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT")
 _OPTUNA_OF = {"ok": TrialState.COMPLETE, "oom": TrialState.PRUNED, "config_error": TrialState.PRUNED,
               "pruned": TrialState.PRUNED, "timeout": TrialState.FAIL, "failed": TrialState.FAIL,
