@@ -27,6 +27,7 @@ from autotune.model import CATALOG, UnknownModelError, get_model
 from autotune.runners import BACKENDS, RunnerUnavailable, auto_backend, make_runner
 from autotune.runners.base import RunnerFatal
 from autotune.runners.confirm import confirm_top
+from autotune.runners.verl_preflight import unknown_keys
 from autotune.space import SpaceError, builtin_spaces, default_space_name, load_space, value_error
 from autotune.store import Store, StoreError, TrialRow
 from autotune.study import Setup, StudyMismatchError, Tuner, open_storage, setup_from_row
@@ -143,6 +144,10 @@ def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
     model = get_model(args.model)
     cluster = make_cluster(args.gpus, args.nodes, args.gpu_type)
     job = Job.from_file(args.job) if args.job else Job.default()
+    unknown = unknown_keys(job.mapping) if args.job else []
+    if unknown:
+        more = f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
+        raise CLIError(f"{args.job}: {unknown[0]}{more}")
     space_ref = getattr(args, "space", None) or default_space_name(model.is_moe)
     space = load_space(space_ref)
     if args.measure_step < 1:
@@ -431,7 +436,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     ev = evaluate(setup.model, setup.cluster, setup.job, cand)
     doc: dict[str, Any] = {
         "model": setup.model.name, "cluster": setup.cluster.describe(), "job": setup.job.source,
-        "layout": cand.layout(), "params": cand.params(),
+        "layout": cand.layout(), "params": cand.applied_params(),
         "fits": ev.feasible,
         "violations": [dataclasses.asdict(v) for v in ev.violations],
         "memory": ev.memory.as_dict() if ev.memory else None,

@@ -306,7 +306,7 @@ class Tuner:
         projected = self.setup.space.project(params, ctx)
         in_space = self.setup.space.contains(params, ctx) and Candidate.from_params(
             projected, self.setup.base
-        ) == Candidate.from_params(params, self.setup.base)
+        ).key() == Candidate.from_params(params, self.setup.base).key()
         self.study.enqueue_trial(
             projected if in_space else {},
             user_attrs={"origin": origin, "candidate": params if not in_space else None, **attrs},
@@ -413,7 +413,7 @@ class Tuner:
         row = TrialRow(
             study=self.study_name, number=trial.number, status=TrialStatus.RUNNING.value, origin=origin,
             backend=self.runner.name, simulated=self.runner.simulated, candidate_key=cand.key(),
-            params=cand.params(), verl_overrides=cand.verl_overrides(), worker=worker_id(),
+            params=cand.applied_params(), verl_overrides=cand.verl_overrides(), worker=worker_id(),
             predicted_throughput=ev.throughput.throughput if ev.throughput else None,
             predicted_step_s=ev.throughput.step_time if ev.throughput else None,
             predicted_phases=dict(ev.throughput.phases) if ev.throughput else None,
