@@ -7,7 +7,7 @@ is spent, one last round runs without faults. Then the study must hold: every Op
 row per Optuna trial and the same status, exactly --n-trials launched trials that count, and no configuration
 launched twice.
 
-    python -m benchmarks.soak            # writes benchmarks/results/soak.md (1000 trials, 3 x 30 kills)
+    python -m benchmarks.soak --workers 2    # appends a row to benchmarks/results/soak.md (1000 trials, 3 x 30 kills)
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
             "--json"]
     todo = [s for s in signals for _ in range(kills)]
     rng.shuffle(todo)
-    report = SoakReport(storage=storage.split("@")[-1], workers=workers, n_trials=n_trials,
+    report = SoakReport(storage=storage.split("://")[0], workers=workers, n_trials=n_trials,
                         kills={s: 0 for s in signals})
     ctx = multiprocessing.get_context("fork")
     start = time.monotonic()
@@ -174,47 +174,52 @@ def check(storage: str, study: str, report: SoakReport) -> None:
     report.duplicates = sum(n - 1 for n in per_key.values() if n > 1)
 
 
-def markdown(reports: list[SoakReport]) -> str:
-    lines = ["# Soak: kills at random moments, restarts, nothing lost", "",
-             "Written by `python -m benchmarks.soak` (the slow tests in tests/test_faults.py run the same code with "
-             "the same numbers and assert them). Simulate backend; each kill is followed by a restart of the same "
-             "command; a kill `in write path` is sent by the worker to itself at a random fault point of the trial "
-             "write path (autotune/faults.py), the others from outside after a random delay.", "",
-             "| storage | workers | --n-trials | launched | SIGKILL | SIGTERM | SIGINT | in write path | "
-             "Optuna trials | autotune rows | interrupted + re-run | not final | trials lost | duplicates | "
-             "seconds |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in reports:
-        db = "PostgreSQL" if r.storage.startswith("postgres") or "5432" in r.storage or "/postgres" in r.storage \
-            else "SQLite"
-        lines.append(f"| {db} | {r.workers} | {r.n_trials} | {r.launched} | {r.kills.get('SIGKILL', 0)} | "
-                     f"{r.kills.get('SIGTERM', 0)} | {r.kills.get('SIGINT', 0)} | {r.in_write_path} | "
-                     f"{r.optuna_trials} | {r.autotune_rows} | {r.interrupted} | {r.not_final} | {r.lost} | "
-                     f"{r.duplicates} | {r.seconds} |")
-    return "\n".join(lines) + "\n"
+HEADER = ["# Soak: kills at random moments, restarts, nothing lost", "",
+          "Rows written by `python -m benchmarks.soak` and by the slow tests of tests/test_faults.py (run with "
+          "AUTOTUNE_SOAK_MD=benchmarks/results/soak.md), which assert them. Simulate backend, on a 2-core "
+          "machine shared with other jobs; each kill is followed by a restart of the same command; a kill `in write "
+          "path` is sent by the worker to itself at a random fault point of the trial write path "
+          "(autotune/faults.py), the others from outside after a random delay. `interrupted` counts trials killed "
+          "while running (re-queued and run again) and trials asked but never recorded (closed on restart).", "",
+          "| storage | workers | --n-trials | launched | SIGKILL | SIGTERM | SIGINT | in write path | "
+          "Optuna trials | autotune rows | interrupted | not final | trials lost | duplicates | seconds |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def record(report: SoakReport, path: str | Path) -> None:
+    """Append the report's row to a markdown table (created with its header)."""
+    p = Path(path)
+    text = p.read_text() if p.exists() else "\n".join(HEADER) + "\n"
+    p.write_text(text + row(report) + "\n")
+
+
+def row(r: SoakReport) -> str:
+    db = "SQLite" if r.storage.startswith("sqlite") else "PostgreSQL"
+    return (f"| {db} | {r.workers} | {r.n_trials} | {r.launched} | {r.kills.get('SIGKILL', 0)} | "
+            f"{r.kills.get('SIGTERM', 0)} | {r.kills.get('SIGINT', 0)} | {r.in_write_path} | "
+            f"{r.optuna_trials} | {r.autotune_rows} | {r.interrupted} | {r.not_final} | {r.lost} | "
+            f"{r.duplicates} | {r.seconds} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/autotune-soak")
+    ap.add_argument("--storage", help="SQLite or PostgreSQL URL (default: a SQLite file in the workdir)")
     ap.add_argument("--n-trials", type=int, default=1000)
     ap.add_argument("--kills", type=int, default=30, help="kills per signal")
-    ap.add_argument("--postgres", help="also run 4 workers on this PostgreSQL URL")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--output", default=str(RESULTS / "soak.md"), help="markdown table the row is appended to")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    reports = []
-    db = work / "soak.db"
-    db.unlink(missing_ok=True)
-    reports.append(soak(f"sqlite:///{db}", work / "single", args.n_trials, args.kills))
-    db2 = work / "soak2.db"
-    db2.unlink(missing_ok=True)
-    reports.append(soak(f"sqlite:///{db2}", work / "two", 200, 5, workers=2, seed=1))
-    if args.postgres:
-        reports.append(soak(args.postgres, work / "four", 200, 5, workers=4, seed=2, study="soak-pg"))
-    for r in reports:
-        print(asdict(r) | {"lost": r.lost})
-    (RESULTS / "soak.md").write_text(markdown(reports))
+    url = args.storage
+    if not url:
+        (work / "soak.db").unlink(missing_ok=True)
+        url = f"sqlite:///{work / 'soak.db'}"
+    r = soak(url, work, args.n_trials, args.kills, workers=args.workers, seed=args.seed)
+    print(asdict(r) | {"lost": r.lost})
+    record(r, args.output)
 
 
 if __name__ == "__main__":

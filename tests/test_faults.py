@@ -178,6 +178,8 @@ def _argv(url: str, work: Path, n_trials: int) -> list[str]:
 
 
 def _assert_whole(r: soak_mod.SoakReport) -> None:
+    if os.environ.get("AUTOTUNE_SOAK_MD"):
+        soak_mod.record(r, os.environ["AUTOTUNE_SOAK_MD"])
     assert r.not_final == 0, "an Optuna trial is left RUNNING or WAITING"
     assert r.unmatched == 0 and r.optuna_trials == r.autotune_rows, "autotune rows and Optuna trials differ"
     assert r.launched == r.n_trials, "--n-trials not met exactly"
