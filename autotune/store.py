@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -135,7 +136,7 @@ class Store:
             # SQLite: wait for a concurrent writer (another worker, Optuna's own engine) rather than fail at 5 s.
             kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
             self.engine = engine or create_engine(url, pool_pre_ping=True, **kwargs)
-            Base.metadata.create_all(self.engine)
+            retry_schema_race(lambda: Base.metadata.create_all(self.engine))
         except SQLAlchemyError as e:
             raise StoreError(unreachable_message(url, e)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
@@ -293,6 +294,22 @@ class Store:
             if exclude:
                 q = q.where(TrialRow.status.not_in(exclude))
             return s.scalar(q.order_by(TrialRow.number).limit(1))
+
+
+def retry_schema_race(create: Any, attempts: int = 6) -> Any:
+    """Run `create` (tables made on first use), again when another worker starting at the same moment made them
+    first: PostgreSQL then says 'duplicate key ... pg_type', SQLite 'already exists' or 'database is locked'."""
+    for attempt in range(attempts):
+        try:
+            return create()
+        except Exception as e:
+            text = str(e)
+            race = isinstance(e, IntegrityError) or "already exists" in text or "database is locked" in text \
+                or "pg_type_typname_nsp_index" in text
+            if not race or attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    return None
 
 
 def safe_url(url: str) -> str:

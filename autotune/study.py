@@ -22,6 +22,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from sqlalchemy.exc import IntegrityError
 
 from autotune import faults
 from autotune.candidate import STOCK, Candidate
@@ -38,6 +39,7 @@ from autotune.store import (
     StudyRow,
     TrialRow,
     TrialTaken,
+    retry_schema_race,
     unreachable_message,
     utcnow,
     worker_id,
@@ -121,7 +123,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        return retry_schema_race(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs))
     except Exception as e:  # OSError, sqlalchemy OperationalError / ArgumentError, a missing driver...
         raise StoreError(unreachable_message(url, e)) from None
 
@@ -175,16 +177,13 @@ class Tuner:
         fp = self.setup.fingerprint()
         row = self.store.get_study(self.study_name)
         if row is None:
-            s = self.setup
-            self.store.add_study(StudyRow(
-                name=self.study_name, model_name=s.model.name, model=dataclasses.asdict(s.model),
-                cluster=dataclasses.asdict(s.cluster), job=[list(kv) for kv in s.job.overrides],
-                job_source=s.job.source, space_name=s.space.name,
-                space_text=space_text if space_text is not None else Path(s.space.source).read_text(),
-                backend=self.runner.name, simulated=self.runner.simulated, fingerprint=fp,
-                measure_step=s.measure_step,
-            ))
-            return
+            try:
+                self._add_study_row(fp, space_text)
+                return
+            except StoreError as e:
+                if not isinstance(e.__cause__, IntegrityError):
+                    raise
+                row = self.store.get_study(self.study_name)  # another worker made it at the same moment: compare
         diffs = [f"{k}: study has {row.fingerprint.get(k)!r}, this run has {v!r}"
                  for k, v in fp.items() if row.fingerprint.get(k) != v]
         if row.backend != self.runner.name:
@@ -195,6 +194,17 @@ class Tuner:
                 + "; ".join(diffs)
                 + "): use another --study name to start a new study, or the study's own options to resume it"
             )
+
+    def _add_study_row(self, fp: dict[str, str], space_text: str | None) -> None:
+        s = self.setup
+        self.store.add_study(StudyRow(
+            name=self.study_name, model_name=s.model.name, model=dataclasses.asdict(s.model),
+            cluster=dataclasses.asdict(s.cluster), job=[list(kv) for kv in s.job.overrides],
+            job_source=s.job.source, space_name=s.space.name,
+            space_text=space_text if space_text is not None else Path(s.space.source).read_text(),
+            backend=self.runner.name, simulated=self.runner.simulated, fingerprint=fp,
+            measure_step=s.measure_step,
+        ))
 
     def recover(self) -> list[int]:
         """Close trials left running by a tuner that died; re-queue them and interrupted ones. Returns numbers."""

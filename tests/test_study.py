@@ -181,7 +181,8 @@ def test_a_space_whose_settings_are_all_launched_stops_as_exhausted(sqlite_url, 
     from autotune.space import parse_space
 
     monkeypatch.setattr(study_mod, "MAX_IDLE_ASKS", 20)
-    space = parse_space("name: one\ndimensions:\n  tp: {choices: [4]}\n  use_dynamic_bsz: {choices: [true]}\n", "one.yaml")
+    space = parse_space("name: one\ndimensions:\n  tp: {choices: [4]}\n  use_dynamic_bsz: {choices: [true]}\n",
+                        "one.yaml")
     setup = dataclasses.replace(make_setup(), space=space)
     summary = Tuner(setup, SimulateRunner(), sqlite_url, "one", space_text="x").run(n_trials=3)
     assert summary["launched"] == 1 and "exhausted" in summary["stopped"]
