@@ -113,8 +113,8 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
     while todo:
         report.rounds += 1
         procs = []
-        for w in range(workers):
-            sig = todo.pop() if todo and (w == 0 or rng.random() < 0.5) else None
+        for _ in range(workers):
+            sig = todo.pop() if todo else None  # a worker left unkilled would run the study to its end
             inside = sig is not None and rng.random() < 0.75
             plan = f"{sig}@{rng.randint(1, 80)}" if inside else None
             p = ctx.Process(target=_worker, args=(argv, plan, log))
