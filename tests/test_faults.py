@@ -203,3 +203,19 @@ def test_concurrency_four_workers_postgresql_with_kills(postgres_url, tmp_path):
     assert sum(r.kills.values()) >= 12
     _assert_whole(r)
     assert optuna.load_study(study_name="soak-pg-4", storage=postgres_url).best_value > 0
+
+
+def test_sigterm_during_a_trial_records_it_as_interrupted_at_once(tmp_path):
+    """SIGTERM (a scheduler's stop) ends `autotune run` as Ctrl-C does: exit 130, the trial interrupted, re-queued."""
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    argv = _argv(url, tmp_path, n_trials=3)
+    p = multiprocessing.get_context("fork").Process(target=soak_mod._worker,
+                                                     args=(argv, "SIGTERM@4", str(tmp_path / "log")))
+    p.start()  # fault points of the first trial: asked 1, evaluated 2, claimed 3, ran 4 (the runner has returned)
+    p.join(120)
+    assert p.exitcode == 130, (tmp_path / "log").read_text()[-2000:]
+    rows = Store(url).trials("soak")
+    assert [(r.number, r.status) for r in rows] == [(0, "interrupted")] and "interrupted" in rows[0].reason
+    assert optuna.load_study(study_name="soak", storage=url).trials[0].state == TrialState.FAIL

@@ -223,3 +223,25 @@ def test_a_job_that_fixes_only_untuned_keys_has_no_baseline(sqlite_url, tmp_path
     rows = tuner.store.trials("nb")
     assert "baseline" not in {r.origin for r in rows}
     assert all(r.params["use_dynamic_bsz"] and r.params["ppo_max_token_len_per_gpu"] == 16384 for r in rows)
+
+
+def test_parameters_that_do_not_apply_are_null_and_do_not_make_a_new_configuration(sqlite_url):
+    from autotune.candidate import Candidate
+
+    plain = Candidate.from_params({"recompute": "none", "recompute_modules": "core_attn,mlp", "use_dynamic_bsz": False,
+                                   "ppo_max_token_len_per_gpu": 8192, "ppo_micro_batch_size_per_gpu": 2,
+                                   "log_prob_micro_batch_size_per_gpu": 4})
+    applied = plain.applied_params()
+    assert applied["recompute_modules"] is None and applied["ppo_max_token_len_per_gpu"] is None
+    assert applied["log_prob_max_token_len_per_gpu"] is None
+    assert plain.key() == dataclasses.replace(plain, recompute_modules="core_attn", ppo_max_token_len_per_gpu=1).key()
+    # Turned on again, they take verl's defaults (or the value the job gave).
+    sel = Candidate.from_params({"recompute": "selective", "use_dynamic_bsz": True}, plain)
+    assert sel.recompute_modules == "core_attn,mlp" and sel.ppo_max_token_len_per_gpu == 8192
+    assert Candidate.from_params({"recompute": "selective"}, Candidate(recompute_modules=None)).recompute_modules \
+        == "core_attn"
+    tuner = Tuner(make_setup(), SimulateRunner(), sqlite_url, "s")
+    tuner.run(n_trials=4)
+    for r in tuner.store.trials("s"):
+        assert (r.params["recompute_modules"] is None) == (r.params["recompute"] != "selective")
+        assert (r.params["ppo_max_token_len_per_gpu"] is None) == (not r.params["use_dynamic_bsz"])
