@@ -262,8 +262,8 @@ class Tuner:
                 age = (dt.datetime.now() - t.datetime_start).total_seconds() if t.datetime_start else 0.0
                 if not (others and age < STALE_AFTER_S):  # a live worker may be between its ask and its first write
                     self._close_orphan(t)
-            elif row.status != TrialStatus.RUNNING.value:
-                self._tell_from_row(t, row)
+            elif row.status != TrialStatus.RUNNING.value and row.worker not in others:
+                self._tell_from_row(t, row)  # (a live worker is telling it itself, now)
 
     def _close_orphan(self, t: optuna.trial.FrozenTrial) -> None:
         attrs = t.user_attrs
@@ -296,12 +296,12 @@ class Tuner:
         value = row.throughput if state == TrialState.COMPLETE else None
         if state == TrialState.COMPLETE and value is None:
             state = TrialState.FAIL
-        for k, v in (("status", status.value), ("reason", row.reason[:2000]), ("simulated", row.simulated)):
-            self.storage.set_trial_user_attr(t._trial_id, k, v)
         try:
+            for k, v in (("status", status.value), ("reason", row.reason[:2000]), ("simulated", row.simulated)):
+                self.storage.set_trial_user_attr(t._trial_id, k, v)
             self.storage.set_trial_state_values(t._trial_id, state=state, values=None if value is None else [value])
         except optuna.exceptions.UpdateFinishedTrialError:
-            pass  # told meanwhile by another worker
+            pass  # told meanwhile by its own worker or another recovery
 
     def _close_optuna(self, number: int, state: TrialState) -> None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):

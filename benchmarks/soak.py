@@ -18,7 +18,9 @@ import multiprocessing
 import os
 import random
 import signal
+import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -85,9 +87,13 @@ def _worker(argv: list[str], plan: str | None, log: str) -> None:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    sys.stdout = sys.stderr = open(fd, "w", buffering=1, closefd=False)  # noqa: SIM115 - ends with os._exit
     code = 1
     try:
         code = cli.main(argv)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
     finally:
         os._exit(code)
 
@@ -136,7 +142,8 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
             elif sig:  # the study finished before the kill landed: try again
                 todo.append(sig)
             elif p.exitcode != 0:
-                raise RuntimeError(f"a worker with no fault exited {p.exitcode}; see {log}")
+                raise RuntimeError(f"a worker with no fault exited {p.exitcode}; see {log}: "
+                                   + Path(log).read_text()[-3000:])
         if all(p.exitcode == 0 for p, _, _ in procs) and _done(storage, study, n_trials):
             break  # the study is complete: nothing more to kill
     # Every kill spent: the same command once more per worker, to the end.
@@ -145,8 +152,12 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
         p.start()
     for p in procs:
         p.join(300)
-        if p.exitcode != 0:
-            raise RuntimeError(f"the final run exited {p.exitcode}; see {log}")
+    if any(p.exitcode != 0 for p in procs):
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        raise RuntimeError(f"the final run exited {[p.exitcode for p in procs]}; see {log}: "
+                           + Path(log).read_text()[-3000:])
     report.seconds = round(time.monotonic() - start, 1)
     check(storage, study, report)
     return report
