@@ -373,6 +373,7 @@ class Tuner:
         self.seed_study()
         start = time.monotonic()
         idle = 0
+        why_idle: dict[str, int] = {}  # prune reasons of the current run of asks that launched nothing
         stop_reason = "reached --n-trials"
         while True:
             if self.launched_count() >= n_trials:
@@ -385,10 +386,17 @@ class Tuner:
                 stop_reason = "reached --timeout"
                 break
             if idle >= MAX_IDLE_ASKS:
-                stop_reason = f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is exhausted"
+                top = ", ".join(f"{k} x{n}" for k, n in sorted(why_idle.items(), key=lambda kv: -kv[1])[:4])
+                stop_reason = (f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is exhausted "
+                               f"({top})")
                 break
             row = self.step()
             idle = 0 if row.launched else idle + 1
+            if row.launched:
+                why_idle.clear()
+            else:
+                kind = _reason_kind(row.reason or "")
+                why_idle[kind] = why_idle.get(kind, 0) + 1
             if on_trial:
                 on_trial(row)
         self.store.touch_study(self.study_name)
@@ -522,6 +530,15 @@ class Tuner:
         if state == TrialState.COMPLETE and value is None:
             state = TrialState.FAIL
         self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state, skip_if_finished=True)
+
+
+def _reason_kind(reason: str) -> str:
+    """A prune reason's kind, for counting: 'duplicate', 'predicted OOM', or the constraint rule broken."""
+    if reason.startswith("duplicate"):
+        return "duplicate"
+    if reason.startswith("constraint "):
+        return reason.removeprefix("constraint ").split(":", 1)[0]
+    return reason.split(":", 1)[0][:40]
 
 
 class _Heartbeat:

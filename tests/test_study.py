@@ -186,6 +186,7 @@ def test_a_space_whose_settings_are_all_launched_stops_as_exhausted(sqlite_url, 
     setup = dataclasses.replace(make_setup(), space=space)
     summary = Tuner(setup, SimulateRunner(), sqlite_url, "one", space_text="x").run(n_trials=3)
     assert summary["launched"] == 1 and "exhausted" in summary["stopped"]
+    assert "(duplicate x19, batch_divisibility x1)" in summary["stopped"]  # why, with counts (stock: not dynamic)
 
 
 def test_statuses_are_the_documented_set():
