@@ -6,6 +6,7 @@ SIGKILL, SIGTERM and SIGINT, at random fault points of the trial write path and 
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 from pathlib import Path
@@ -76,9 +77,11 @@ def test_a_result_recorded_but_not_told_to_optuna_is_told_on_restart(sqlite_url)
     tuner.run(n_trials=1)
     done = tuner.store.trials("s")[-1]
     t = tuner.study.ask()
+    old = utcnow() - dt.timedelta(hours=1)  # its tuner, on another machine, long gone
     tuner.store.add_trial(TrialRow(study="s", number=t.number, status="ok", launched=True, candidate_key="k",
                                    params=done.params, verl_overrides={}, throughput=123.5, simulated=True,
-                                   reason="simulated", finished_at=utcnow()))
+                                   reason="simulated", finished_at=old, worker="elsewhere:4242", started_at=old,
+                                   heartbeat_at=old))
     again = Tuner(setup, SimulateRunner(), sqlite_url, "s")
     again.recover()
     frozen = next(x for x in again.study.get_trials(deepcopy=False) if x.number == t.number)
