@@ -157,7 +157,7 @@ def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
 
 def _terminate(signum: int, frame: Any) -> None:
     """SIGTERM (`kill`, a scheduler's stop) ends a run as Ctrl-C does: the running trial recorded, resumable."""
-    raise KeyboardInterrupt
+    raise KeyboardInterrupt("SIGTERM")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -463,8 +463,9 @@ class Tuner:
         try:
             result = self.runner.run(spec)
             faults.point("ran")
-        except KeyboardInterrupt:
-            result = TrialResult(TrialStatus.INTERRUPTED, "interrupted by the user (Ctrl-C); re-queued on resume",
+        except KeyboardInterrupt as e:
+            how = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
+            result = TrialResult(TrialStatus.INTERRUPTED, f"interrupted {how}; re-queued on resume",
                                  simulated=self.runner.simulated)
             self._finish(row, result, time.monotonic() - t0)
             self._tell(trial, result.status, None, result.reason, cand)

@@ -220,5 +220,6 @@ def test_sigterm_during_a_trial_records_it_as_interrupted_at_once(tmp_path):
     p.join(120)
     assert p.exitcode == 130, (tmp_path / "log").read_text()[-2000:]
     rows = Store(url).trials("soak")
-    assert [(r.number, r.status) for r in rows] == [(0, "interrupted")] and "interrupted" in rows[0].reason
+    assert [(r.number, r.status) for r in rows] == [(0, "interrupted")]
+    assert rows[0].reason == "interrupted by SIGTERM; re-queued on resume"
     assert optuna.load_study(study_name="soak", storage=url).trials[0].state == TrialState.FAIL
