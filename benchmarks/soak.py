@@ -232,6 +232,8 @@ def main() -> None:
     r = soak(url, work, args.n_trials, args.kills, workers=args.workers, seed=args.seed)
     print(asdict(r) | {"lost": r.lost})
     record(r, args.output)
+    if not args.storage:
+        db.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
