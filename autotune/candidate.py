@@ -26,10 +26,10 @@ class Candidate:
     recompute: str = "none"  # none | selective | full (verl's recompute_granularity, null for none)
     recompute_method: str | None = None  # uniform | block, with full
     recompute_num_layers: int | None = None
-    recompute_modules: str = "core_attn"  # comma-separated, with selective
+    recompute_modules: str | None = "core_attn"  # comma-separated, with selective
     use_dynamic_bsz: bool = False
-    ppo_max_token_len_per_gpu: int = 16384
-    log_prob_max_token_len_per_gpu: int = 16384
+    ppo_max_token_len_per_gpu: int | None = 16384  # with use_dynamic_bsz
+    log_prob_max_token_len_per_gpu: int | None = 16384
     ppo_micro_batch_size_per_gpu: int | None = None
     log_prob_micro_batch_size_per_gpu: int | None = None
     rollout_tp: int = 2
@@ -64,16 +64,30 @@ class Candidate:
             c = replace(c, recompute_method=None, recompute_num_layers=None)
         elif c.recompute_method is None:
             c = replace(c, recompute_method="uniform", recompute_num_layers=c.recompute_num_layers or 1)
+        if c.recompute == "selective" and c.recompute_modules is None:
+            c = replace(c, recompute_modules="core_attn")
         if c.use_dynamic_bsz:
-            c = replace(c, ppo_micro_batch_size_per_gpu=None, log_prob_micro_batch_size_per_gpu=None)
+            c = replace(c, ppo_micro_batch_size_per_gpu=None, log_prob_micro_batch_size_per_gpu=None,
+                        ppo_max_token_len_per_gpu=c.ppo_max_token_len_per_gpu or 16384,
+                        log_prob_max_token_len_per_gpu=c.log_prob_max_token_len_per_gpu or 16384)
         return c
 
     def params(self) -> dict[str, Any]:
         return asdict(self)
 
+    def applied_params(self) -> dict[str, Any]:
+        """params() with the values verl ignores for this candidate made null (recompute modules without
+        selective recompute, token budgets without dynamic batching): what trials store, show and compare."""
+        p = self.params()
+        if self.recompute != "selective":
+            p["recompute_modules"] = None
+        if not self.use_dynamic_bsz:
+            p["ppo_max_token_len_per_gpu"] = p["log_prob_max_token_len_per_gpu"] = None
+        return p
+
     def key(self) -> str:
-        """A stable id of the configuration (for duplicates and joins across tables)."""
-        params = self.params()
+        """A stable id of the configuration as verl runs it (for duplicates and joins across tables)."""
+        params = self.applied_params()
         if params["ref_param_offload"] is None:  # ids from before the reference model's knob stay the same
             del params["ref_param_offload"]
         return hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,8 @@ from autotune.report import StudyReport, report_lines, study_report
 from autotune.runners import BACKENDS, RunnerUnavailable, auto_backend, make_runner
 from autotune.runners.base import RunnerFatal
 from autotune.runners.confirm import confirm_top
-from autotune.space import SpaceError, builtin_spaces, default_space_name, load_space
+from autotune.runners.verl_preflight import unknown_keys
+from autotune.space import SpaceError, builtin_spaces, default_space_name, load_space, value_error
 from autotune.store import Store, StoreError, TrialRow
 from autotune.study import Setup, StudyMismatchError, Tuner, open_storage, setup_from_row
 from autotune.tables import print_table
@@ -151,6 +153,10 @@ def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
     model = get_model(args.model)
     cluster = make_cluster(args.gpus, args.nodes, args.gpu_type)
     job = Job.from_file(args.job) if args.job else Job.default()
+    unknown = unknown_keys(job.mapping) if args.job else []
+    if unknown:
+        more = f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
+        raise CLIError(f"{args.job}: {unknown[0]}{more}")
     space_ref = getattr(args, "space", None) or default_space_name(model.is_moe)
     space = load_space(space_ref)
     if args.measure_step < 1:
@@ -161,7 +167,14 @@ def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
                  prompt_lengths=prompt_lengths_from_data(job)), Path(space.source).read_text()
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM (`kill`, a scheduler's stop) ends a run as Ctrl-C does: the running trial recorded, resumable."""
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.n_trials < 1:
+        raise CLIError(f"--n-trials {args.n_trials}: it counts launched trials and must be at least 1")
     if args.table or args.backend == "replay":
         setup, space_text, runner = _replay_setup(args)
     else:
@@ -439,8 +452,25 @@ def _parse_sets(sets: list[str]) -> dict[str, Any]:
             param = verl.param_for_key(name)
             hint = f" (that verl key is the parameter {param!r})" if param else ""
             raise CLIError(f"--set {name}: unknown parameter{hint}; known: {', '.join(Candidate.param_names())}")
-        params[name] = yaml.safe_load(raw) if raw.strip() else None
+        try:
+            params[name] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            params[name] = raw
+        why = value_error(name, params[name])
+        if why:
+            raise CLIError(f"--set {item}: {why}{_choices_hint(name)}")
     return params
+
+
+def _choices_hint(name: str) -> str:
+    """The values the shipped spaces try for `name`, as an example of what it takes."""
+    seen: list[Any] = []
+    for path in builtin_spaces().values():
+        space = load_space(str(path))
+        if name in space.names:
+            seen += [c for c in space[name].choices if c not in seen]
+    shown = [str(c).lower() if isinstance(c, bool) else str(c) for c in seen]
+    return f" (e.g. {', '.join(shown)})" if seen and name not in ("recompute", "recompute_method") else ""
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -450,7 +480,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     record = setup.memory_record(ev)
     doc: dict[str, Any] = {
         "model": setup.model.name, "cluster": setup.cluster.describe(), "job": setup.job.source,
-        "layout": cand.layout(), "params": cand.params(),
+        "layout": cand.layout(), "params": cand.applied_params(),
         "fits": ev.feasible,  # at the lengths of the measured step
         "worst_case_fits": ev.worst_fits,  # at the longest sequences the job allows
         "verdict": record["verdict"] if record else "breaks a constraint: " + ev.prune_reason(),
@@ -600,6 +630,7 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    prev_term = signal.signal(signal.SIGTERM, _terminate) if args.command == "run" else None
     try:
         return COMMANDS[args.command](args)
     except (CLIError, *USER_ERRORS) as e:
@@ -611,6 +642,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `autotune status | head`: the reader left; nothing more to say
         sys.stderr.close()
         return 0
+    finally:
+        if prev_term is not None:
+            signal.signal(signal.SIGTERM, prev_term)
 
 
 if __name__ == "__main__":

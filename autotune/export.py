@@ -137,7 +137,7 @@ def render(fmt: str, info: ExportInfo, job: Job, cluster: Cluster, cand: Candida
         return to_yaml(info, values)
     if fmt == "ray":
         return to_ray(info, argv)
-    return to_json(info, values, cand.params(), argv)
+    return to_json(info, values, cand.applied_params(), argv)
 
 
 def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:

@@ -108,3 +108,48 @@ def rank_candidates(
             return picked
     rest = [pe for pe in ranked if all(pe is not q for q in picked)]
     return (picked + rest)[:k]
+
+
+class InfeasibleSpaceError(ValueError):
+    """No setting of the space can run: every one breaks a static rule, the memory model or the runner."""
+
+
+def explain_infeasible(
+    model: ModelArch,
+    cluster: Cluster,
+    job: Job,
+    space: SearchSpace,
+    base: Candidate,
+    samples: int = 1000,
+    seed: int = 0,
+    objective: str = "step",
+    refuse: Callable[[Candidate], str | None] | None = None,
+) -> str:
+    """One line saying why nothing in the space can run: the rules broken most often, with counts and an example."""
+    ctx = space_context(model.is_moe, cluster.world_size, cluster.gpus_per_node)
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    counts: dict[str, int] = {}
+    example: dict[str, str] = {}
+    for _ in range(samples):
+        cand = Candidate.from_params(space.project(space.sample(rng, ctx), ctx), base)
+        if cand.key() in seen:
+            continue
+        seen.add(cand.key())
+        why = refuse(cand) if refuse else None
+        if why:
+            broken = [("runner", why)]
+        else:
+            ev = evaluate(model, cluster, job, cand, objective)
+            broken = [(v.rule, v.message) for v in ev.violations]
+            if ev.memory is not None and not ev.memory.fits:
+                broken.append(("memory", "predicted OOM: " + ev.memory.reasons()[0]))
+        for rule, message in broken:
+            counts[rule] = counts.get(rule, 0) + 1
+            example.setdefault(rule, message)
+    top = sorted(counts.items(), key=lambda kv: -kv[1])
+    shown = "; ".join(f"{rule} x{n} (e.g. {example[rule]})" if i < 3 else f"{rule} x{n}"
+                      for i, (rule, n) in enumerate(top))
+    return (f"no setting of space {space.name!r} can run {model.name} on {cluster.describe()} with job "
+            f"{job.source}: all {len(seen)} distinct settings sampled break a rule; most often: {shown}. "
+            "Change --gpus/--nodes, the job or the space")

@@ -44,6 +44,24 @@ PARAM_TYPES: dict[str, tuple[str, bool]] = {
 _ENUMS = {"recompute": RECOMPUTE_CHOICES, "recompute_method": ("uniform", "block")}
 
 
+def value_error(name: str, value: Any) -> str | None:
+    """Why `value` cannot be parameter `name` (its type, range or allowed words); None when it can."""
+    kind, nullable = PARAM_TYPES[name]
+    if value is None:
+        return None if nullable else f"{name} cannot be null"
+    ok = isinstance(value, _TYPES[kind]) and not (kind in ("int", "float") and isinstance(value, bool))
+    words = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a word"}
+    if name in _ENUMS and value not in _ENUMS[name]:
+        return f"{name} takes one of {', '.join(_ENUMS[name])}, not {value!r}"
+    if not ok:
+        return f"{name} takes {words[kind]}{' or null' if nullable else ''}, not {value!r}"
+    if kind == "int" and value < 1:
+        return f"{name} takes a whole number of at least 1, not {value!r}"
+    if name == "gpu_memory_utilization" and not 0 < value < 1:
+        return f"{name} takes a fraction between 0 and 1, not {value!r}"
+    return None
+
+
 class SpaceError(ValueError):
     """A search-space file that cannot be used; the message names the file, the line or key, and what is allowed."""
 
@@ -166,6 +184,15 @@ def load_space(name_or_path: str) -> SearchSpace:
     return parse_space(path.read_text(), str(path))
 
 
+def yaml_error(e: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: where, and what."""
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = " ".join(str(getattr(e, "problem", None) or e).split())
+    context = getattr(e, "context", None)
+    return f"{where}{what}" + (f" ({context})" if context else "")
+
+
 def _line_of(node: yaml.Node | None, *path: str) -> int | None:
     """1-based line of a key path in a composed YAML document."""
     for key in path:
@@ -187,7 +214,7 @@ def parse_space(text: str, source: str = "<string>") -> SearchSpace:
         data = yaml.safe_load(text)
         root = yaml.compose(text)
     except yaml.YAMLError as e:
-        raise SpaceError(f"{source}: not valid YAML: {e}") from None
+        raise SpaceError(f"{source}: not valid YAML: {yaml_error(e)}") from None
 
     def fail(msg: str, *path: str) -> SpaceError:
         line = _line_of(root, *path) if path else None

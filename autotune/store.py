@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,12 +31,16 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 
 class StoreError(RuntimeError):
     """The database cannot be opened or written; the message says which URL and what to do."""
+
+
+class TrialTaken(StoreError):
+    """Another tuner already recorded this Optuna trial (a recovery closed it as orphaned): skip it."""
 
 
 def utcnow() -> dt.datetime:
@@ -128,8 +133,10 @@ class Store:
     def __init__(self, url: str, engine: Engine | None = None):
         self.url = url
         try:
-            self.engine = engine or create_engine(url, pool_pre_ping=True)
-            Base.metadata.create_all(self.engine)
+            # SQLite: wait for a concurrent writer (another worker, Optuna's own engine) rather than fail at 5 s.
+            kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+            self.engine = engine or create_engine(url, pool_pre_ping=True, **kwargs)
+            retry_schema_race(lambda: Base.metadata.create_all(self.engine))
         except SQLAlchemyError as e:
             raise StoreError(unreachable_message(url, e)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
@@ -167,10 +174,57 @@ class Store:
 
     # Trials
     def add_trial(self, row: TrialRow) -> int:
+        try:
+            with self.session() as s:
+                s.add(row)
+                s.flush()
+                return row.id
+        except StoreError as e:
+            if isinstance(e.__cause__, IntegrityError):
+                raise TrialTaken(f"trial {row.number} of {row.study} is already recorded") from None
+            raise
+
+    def claim_launch(self, row: TrialRow, limit: int | None, exclude: tuple[str, ...]) -> str | None:
+        """Record `row` as launched, atomically: None when it may launch, else why not (row recorded as pruned).
+
+        One transaction, serialised per study by a write to its study row: the launched count and the duplicate
+        check see every other worker's committed launches, so no configuration is launched twice and the
+        study never holds more than `limit` launched trials (statuses in `exclude` do not count).
+        """
+        try:
+            with self.session() as s:
+                s.execute(update(StudyRow).where(StudyRow.name == row.study).values(updated_at=utcnow()))
+                launched = (TrialRow.study == row.study, TrialRow.launched.is_(True), TrialRow.status.not_in(exclude))
+                reason = None
+                if limit is not None:
+                    n = int(s.scalar(select(func.count()).select_from(TrialRow).where(*launched)) or 0)
+                    if n >= limit:
+                        reason = f"not launched: the study already holds {n} launched trials (--n-trials {limit})"
+                if reason is None:
+                    dup = s.scalar(select(TrialRow.number).where(*launched, TrialRow.candidate_key == row.candidate_key)
+                                   .order_by(TrialRow.number).limit(1))
+                    if dup is not None:
+                        reason = f"duplicate of trial {dup}: same configuration, not launched again"
+                if reason is not None:
+                    row.status, row.reason, row.launched = "pruned", reason, False
+                    row.finished_at, row.duration_s = utcnow(), 0.0
+                else:
+                    row.launched = True
+                s.add(row)
+                s.flush()
+                return reason
+        except StoreError as e:
+            if isinstance(e.__cause__, IntegrityError):
+                raise TrialTaken(f"trial {row.number} of {row.study} is already recorded") from None
+            raise
+
+    def finish_trial(self, trial_id: int, values: dict[str, Any], steps: tuple[dict[str, Any], ...] = ()) -> None:
+        """A trial's result and its steps in one transaction (a tuner killed half-way leaves neither)."""
         with self.session() as s:
-            s.add(row)
-            s.flush()
-            return row.id
+            s.execute(update(TrialRow).where(TrialRow.id == trial_id).values(**values))
+            for st in steps:
+                metrics = {k: v for k, v in st.items() if k != "step"}
+                s.add(StepRow(trial_id=trial_id, step=int(st["step"]), metrics=metrics))
 
     def update_trial(self, trial_id: int, **values: Any) -> None:
         with self.session() as s:
@@ -236,11 +290,20 @@ class Store:
     def running(self, study: str) -> list[TrialRow]:
         return self.trials(study, "running")
 
-    def launched_count(self, study: str) -> int:
-        """Trials launched so far (one COUNT query: the tuner asks before every step)."""
+    def launched_count(self, study: str, exclude: tuple[str, ...] = ()) -> int:
+        """Trials launched so far, statuses in `exclude` left out (one COUNT query: asked before every step)."""
         with self.session() as s:
             q = select(func.count()).select_from(TrialRow).where(TrialRow.study == study, TrialRow.launched.is_(True))
+            if exclude:
+                q = q.where(TrialRow.status.not_in(exclude))
             return int(s.scalar(q) or 0)
+
+    def recent_workers(self, study: str, since: dt.datetime) -> set[str]:
+        """Workers that started or heartbeat a trial of this study since `since` (those that may be alive)."""
+        with self.session() as s:
+            q = select(TrialRow.worker).where(TrialRow.study == study).where(
+                (TrialRow.started_at >= since) | (TrialRow.heartbeat_at >= since)).distinct()
+            return set(s.scalars(q))
 
     def launched_with_key(self, study: str, key: str, exclude: tuple[str, ...] = ()) -> int | None:
         """Number of the first launched trial of this configuration (statuses in `exclude` left out), or None."""
@@ -250,6 +313,22 @@ class Store:
             if exclude:
                 q = q.where(TrialRow.status.not_in(exclude))
             return s.scalar(q.order_by(TrialRow.number).limit(1))
+
+
+def retry_schema_race(create: Any, attempts: int = 6) -> Any:
+    """Run `create` (tables made on first use), again when another worker starting at the same moment made them
+    first: PostgreSQL then says 'duplicate key ... pg_type', SQLite 'already exists' or 'database is locked'."""
+    for attempt in range(attempts):
+        try:
+            return create()
+        except Exception as e:
+            text = str(e)
+            race = isinstance(e, IntegrityError) or "already exists" in text or "database is locked" in text \
+                or "pg_type_typname_nsp_index" in text
+            if not race or attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    return None
 
 
 def safe_url(url: str) -> str:

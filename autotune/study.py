@@ -9,6 +9,7 @@ timeout / failed / interrupted are FAIL.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import threading
@@ -21,25 +22,37 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from sqlalchemy.exc import IntegrityError
 
-from autotune import verl
+from autotune import faults, verl
 from autotune.candidate import STOCK, Candidate
 from autotune.cluster import Cluster, GPUType
 from autotune.estimate import Evaluation, evaluate, memory_record
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.job import Job
 from autotune.model import ModelArch
-from autotune.ranking import rank_candidates
+from autotune.ranking import InfeasibleSpaceError, explain_infeasible, rank_candidates
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.progress import TrialProgress
 from autotune.space import SearchSpace, parse_space, space_context
-from autotune.store import Store, StoreError, StudyRow, TrialRow, unreachable_message, utcnow, worker_id
+from autotune.store import (
+    Store,
+    StoreError,
+    StudyRow,
+    TrialRow,
+    TrialTaken,
+    retry_schema_race,
+    unreachable_message,
+    utcnow,
+    worker_id,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 300.0
 MAX_IDLE_ASKS = 300  # asks in a row that launch nothing: the space holds nothing new that can run
+NOT_COUNTED = (TrialStatus.INTERRUPTED.value,)  # launched but re-queued: --n-trials counts its re-run instead
 
 _OPTUNA_STATE = {
     TrialStatus.OK: TrialState.COMPLETE,
@@ -134,7 +147,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        return retry_schema_race(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs))
     except Exception as e:  # OSError, sqlalchemy OperationalError / ArgumentError, a missing driver...
         raise StoreError(unreachable_message(url, e)) from None
 
@@ -167,8 +180,12 @@ class Tuner:
         self.n_model_seeds = n_model_seeds
         self.workdir = workdir
         self.on_progress: Callable[[TrialProgress], None] | None = None  # a running trial's progress (live line)
+        self.n_trials: int | None = None  # the launch budget of the current run (None: unbounded)
         self.storage = open_storage(storage_url)
         self.store = Store(storage_url)
+        self._seeds: list[tuple[dict[str, Any], Any]] | None = None
+        if self.store.get_study(self.study_name) is None:
+            self._seeds = self._rank()  # before anything is written: an infeasible space is refused as it is
         self._check_or_create(space_text)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -185,30 +202,52 @@ class Tuner:
         fp = self.setup.fingerprint()
         row = self.store.get_study(self.study_name)
         if row is None:
-            s = self.setup
-            self.store.add_study(StudyRow(
-                name=self.study_name, model_name=s.model.name, model=dataclasses.asdict(s.model),
-                cluster=dataclasses.asdict(s.cluster), job=[list(kv) for kv in s.job.overrides],
-                job_source=s.job.source, space_name=s.space.name,
-                space_text=space_text if space_text is not None else Path(s.space.source).read_text(),
-                backend=self.runner.name, simulated=self.runner.simulated, fingerprint=fp,
-                measure_step=s.measure_step,
-            ))
-            return
+            try:
+                self._add_study_row(fp, space_text)
+                return
+            except StoreError as e:
+                if not isinstance(e.__cause__, IntegrityError):
+                    raise
+                row = self.store.get_study(self.study_name)  # another worker made it at the same moment: compare
         diffs = [f"{k}: study has {row.fingerprint.get(k)!r}, this run has {v!r}"
                  for k, v in fp.items() if row.fingerprint.get(k) != v]
         if row.backend != self.runner.name:
             diffs.append(f"backend: study has {row.backend!r}, this run has {self.runner.name!r}")
         if diffs:
             raise StudyMismatchError(
-                f"study {self.study_name!r} in {self.storage_url} was made for a different setup:\n  "
-                + "\n  ".join(diffs)
-                + "\nUse another --study name to start a new study, or run with the study's own options to resume it."
+                f"study {self.study_name!r} in {self.storage_url} was made for a different setup ("
+                + "; ".join(diffs)
+                + "): use another --study name to start a new study, or the study's own options to resume it"
             )
+
+    def _add_study_row(self, fp: dict[str, str], space_text: str | None) -> None:
+        s = self.setup
+        self.store.add_study(StudyRow(
+            name=self.study_name, model_name=s.model.name, model=dataclasses.asdict(s.model),
+            cluster=dataclasses.asdict(s.cluster), job=[list(kv) for kv in s.job.overrides],
+            job_source=s.job.source, space_name=s.space.name,
+            space_text=space_text if space_text is not None else Path(s.space.source).read_text(),
+            backend=self.runner.name, simulated=self.runner.simulated, fingerprint=fp,
+            measure_step=s.measure_step,
+        ))
 
     def recover(self) -> list[int]:
         """Close trials left running by a tuner that died; re-queue them and interrupted ones. Returns numbers."""
-        requeued = []
+        requeued = self._close_dead_rows()
+        self._reconcile_optuna()
+        for row in self.store.trials(self.study_name, TrialStatus.INTERRUPTED.value):
+            if (row.extra or {}).get("requeued"):
+                continue
+            self._enqueue(row.params, origin="requeue", requeue_of=row.number)
+            faults.point("requeue-enqueued")
+            self.store.update_trial(row.id, extra={**(row.extra or {}), "requeued": True})
+            if row.number not in requeued:
+                requeued.append(row.number)
+        return requeued
+
+    def _close_dead_rows(self) -> list[int]:
+        """Our rows left running by a tuner that is gone: interrupted (their Optuna trial FAIL)."""
+        closed = []
         now = utcnow()
         me = worker_id()
         for row in self.store.running(self.study_name):
@@ -218,32 +257,91 @@ class Tuner:
             )
             if alive:
                 continue
-            self._close_optuna(row.number, TrialState.FAIL)
             self.store.update_trial(
                 row.id, status=TrialStatus.INTERRUPTED.value, finished_at=now,
                 reason=f"the tuner ({row.worker}) stopped while this trial ran; re-queued",
             )
-            requeued.append(row.number)
-        for row in self.store.trials(self.study_name, TrialStatus.INTERRUPTED.value):
-            if (row.extra or {}).get("requeued"):
-                continue
-            self._enqueue(row.params, origin="requeue", requeue_of=row.number)
-            self.store.update_trial(row.id, extra={**(row.extra or {}), "requeued": True})
-            if row.number not in requeued:
-                requeued.append(row.number)
-        return requeued
+            faults.point("recover-row-closed")
+            self._close_optuna(row.number, TrialState.FAIL)
+            closed.append(row.number)
+        return closed
+
+    def _reconcile_optuna(self) -> None:
+        """Optuna trials RUNNING that no live tuner will finish: told from our row, or closed as orphans.
+
+        A tuner killed after recording a result but before telling Optuna leaves our row final and Optuna's
+        RUNNING (told now, from the row); one killed between `ask` and its first write leaves an Optuna trial
+        with no row (recorded as interrupted, never launched; re-queued when it was a queued configuration).
+        """
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:
+            return
+        rows = {r.number: r for r in self.store.trials(self.study_name) if r.number >= running[0].number}
+        now = utcnow()
+        others = {w for w in self.store.recent_workers(self.study_name, now - dt.timedelta(seconds=STALE_AFTER_S))
+                  if w != worker_id() and not _dead_local(w.rsplit(":", 1))}
+        for t in running:
+            row = rows.get(t.number)
+            if row is None:
+                # Optuna stamps trials in local time
+                age = (dt.datetime.now() - t.datetime_start).total_seconds() if t.datetime_start else 0.0
+                if not (others and age < STALE_AFTER_S):  # a live worker may be between its ask and its first write
+                    self._close_orphan(t)
+            elif row.status != TrialStatus.RUNNING.value and row.worker not in others:
+                self._tell_from_row(t, row)  # (a live worker is telling it itself, now)
+
+    def _close_orphan(self, t: optuna.trial.FrozenTrial) -> None:
+        attrs = t.user_attrs
+        queued = t.system_attrs.get("fixed_params")
+        params = attrs.get("candidate") or queued or t.params
+        try:
+            key = Candidate.from_params(dict(params), None if attrs.get("candidate") else self.setup.base).key()
+        except (TypeError, ValueError):
+            key = ""
+        reason = "the tuner stopped between Optuna's ask and recording this trial; never launched"
+        row = TrialRow(
+            study=self.study_name, number=t.number, status=TrialStatus.INTERRUPTED.value,
+            origin=attrs.get("origin", "sampler"), backend=self.runner.name, simulated=self.runner.simulated,
+            candidate_key=key, params=dict(params), verl_overrides={}, worker=worker_id(), reason=reason,
+            finished_at=utcnow(), duration_s=0.0,
+            # a queued configuration (seed, reference, re-queue) is queued again; a sampled one need not be
+            extra=None if queued or attrs.get("candidate") else {"requeued": True, "never_launched": True},
+        )
+        try:
+            self.store.add_trial(row)
+        except TrialTaken:  # its worker (or another recovery) recorded it meanwhile
+            return
+        faults.point("recover-orphan-recorded")
+        self._tell_from_row(t, row)
+
+    def _tell_from_row(self, t: optuna.trial.FrozenTrial, row: TrialRow) -> None:
+        """Finish an Optuna trial as our row says (its tuner died before telling Optuna)."""
+        status = TrialStatus(row.status)
+        state = _OPTUNA_STATE[status]
+        value = row.throughput if state == TrialState.COMPLETE else None
+        if state == TrialState.COMPLETE and value is None:
+            state = TrialState.FAIL
+        try:
+            for k, v in (("status", status.value), ("reason", row.reason[:2000]), ("simulated", row.simulated)):
+                self.storage.set_trial_user_attr(t._trial_id, k, v)
+            self.storage.set_trial_state_values(t._trial_id, state=state, values=None if value is None else [value])
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # told meanwhile by its own worker or another recovery
 
     def _close_optuna(self, number: int, state: TrialState) -> None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if t.number == number:
-                self.storage.set_trial_state_values(t._trial_id, state=state)
+                try:
+                    self.storage.set_trial_state_values(t._trial_id, state=state)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass
 
     def _enqueue(self, params: dict[str, Any], origin: str, **attrs: Any) -> None:
         ctx = self.setup.context
         projected = self.setup.space.project(params, ctx)
         in_space = self.setup.space.contains(params, ctx) and Candidate.from_params(
             projected, self.setup.base
-        ) == Candidate.from_params(params, self.setup.base)
+        ).key() == Candidate.from_params(params, self.setup.base).key()
         self.study.enqueue_trial(
             projected if in_space else {},
             user_attrs={"origin": origin, "candidate": params if not in_space else None, **attrs},
@@ -254,9 +352,7 @@ class Tuner:
         if self.study.get_trials(deepcopy=False):
             return
         s = self.setup
-        ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
-                                 objective=s.objective, refuse=lambda c: self.runner.refuse(c, s.job),
-                                 lengths=s.lengths)
+        ranked = self._seeds if self._seeds is not None else self._rank()
         refs = [("stock", s.stock.params())]
         if set(s.job.baseline_params()) & set(s.space.names):
             # The job sets keys the space tunes: that is the user's current configuration, their reference.
@@ -269,9 +365,24 @@ class Tuner:
             else:
                 self._enqueue(params, origin=origin)
 
+    def _rank(self) -> list[tuple[dict[str, Any], Any]]:
+        """The model's best candidates of the space; InfeasibleSpaceError (one line, why) when none can run."""
+        s = self.setup
+        refuse = lambda c: self.runner.refuse(c, s.job)  # noqa: E731
+        ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
+                                 objective=s.objective, refuse=refuse, lengths=s.lengths)
+        if not ranked:
+            raise InfeasibleSpaceError(explain_infeasible(s.model, s.cluster, s.job, s.space, s.base, seed=self.seed,
+                                                          objective=s.objective, refuse=refuse))
+        return ranked
+
     # The loop
     def launched_count(self) -> int:
-        return self.store.launched_count(self.study_name)
+        """Launched trials that count towards --n-trials (an interrupted one is re-queued and counts once re-run)."""
+        return self.store.launched_count(self.study_name, exclude=NOT_COUNTED)
+
+    def _waiting(self) -> bool:
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
     def run(
         self,
@@ -280,23 +391,38 @@ class Tuner:
         on_trial: Callable[[TrialRow], None] | None = None,
     ) -> dict[str, Any]:
         """Launch trials until the study holds n_trials launched ones, or time runs out, or the space is spent."""
+        self.n_trials = n_trials
         self.recover()
         self.refresh_lengths()
         self.seed_study()
         start = time.monotonic()
         idle = 0
+        why_idle: dict[str, int] = {}  # prune reasons of the current run of asks that launched nothing
         stop_reason = "reached --n-trials"
-        while self.launched_count() < n_trials:
+        while True:
+            if self.launched_count() >= n_trials:
+                # Budget met. Trials left by dead workers are closed (which may re-open the budget), and queued
+                # ones are drained (recorded as not launched), so that no Optuna trial is left unfinished.
+                self.recover()
+                if self.launched_count() >= n_trials and not self._waiting():
+                    break
             if timeout_s is not None and time.monotonic() - start > timeout_s:
                 stop_reason = "reached --timeout"
                 break
             if idle >= MAX_IDLE_ASKS:
-                stop_reason = f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is exhausted"
+                top = ", ".join(f"{k} x{n}" for k, n in sorted(why_idle.items(), key=lambda kv: -kv[1])[:4])
+                stop_reason = (f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is exhausted "
+                               f"({top})")
                 break
             row = self.step()
             idle = 0 if row.launched else idle + 1
             if row.status == TrialStatus.OK.value and not row.simulated:
                 self.refresh_lengths()
+            if row.launched:
+                why_idle.clear()
+            else:
+                kind = _reason_kind(row.reason or "")
+                why_idle[kind] = why_idle.get(kind, 0) + 1
             if on_trial:
                 on_trial(row)
         self.store.touch_study(self.study_name)
@@ -305,6 +431,15 @@ class Tuner:
     def step(self) -> TrialRow:
         """One Optuna trial: pruned before launch, or launched through the runner."""
         trial = self.study.ask()
+        faults.point("asked")
+        try:
+            return self._record_and_run(trial)
+        except (TrialTaken, optuna.exceptions.UpdateFinishedTrialError):
+            # A recovery (another worker starting while we were between ask and record) closed this trial.
+            return self.store.trial(self.study_name, trial.number) or TrialRow(
+                study=self.study_name, number=trial.number, status=TrialStatus.INTERRUPTED.value, launched=False)
+
+    def _record_and_run(self, trial: optuna.Trial) -> TrialRow:
         attrs = trial.user_attrs
         s = self.setup
         try:
@@ -322,24 +457,27 @@ class Tuner:
         row = TrialRow(
             study=self.study_name, number=trial.number, status=TrialStatus.RUNNING.value, origin=origin,
             backend=self.runner.name, simulated=self.runner.simulated, candidate_key=cand.key(),
-            params=cand.params(), verl_overrides=cand.verl_overrides(), worker=worker_id(),
+            params=cand.applied_params(), verl_overrides=cand.verl_overrides(), worker=worker_id(),
             predicted_throughput=ev.throughput.throughput if ev.throughput else None,
             predicted_step_s=ev.throughput.step_time if ev.throughput else None,
             predicted_phases=dict(ev.throughput.phases) if ev.throughput else None,
             predicted_peak_gib=ev.memory.peak / 2**30 if ev.memory else None,
             predicted_memory=s.memory_record(ev),
         )
-        duplicate = self._launched_duplicate(cand.key())
         refusal = self.runner.refuse(cand, s.job)
-        if refusal or not ev.feasible or duplicate is not None:
-            reason = refusal or ev.prune_reason() or (
-                f"duplicate of trial {duplicate}: same configuration, not launched again")
+        faults.point("evaluated")
+        if refusal or not ev.feasible:
+            reason = refusal or ev.prune_reason()
             row.status, row.reason, row.finished_at, row.duration_s = TrialStatus.PRUNED.value, reason, utcnow(), 0.0
             row.id = self.store.add_trial(row)
+            faults.point("pruned-recorded")
             self._tell(trial, TrialStatus.PRUNED, None, reason, cand)
             return row
-        row.launched = True
-        row.id = self.store.add_trial(row)
+        refused = self._claim_launch(row)
+        faults.point("claimed")
+        if refused is not None:
+            self._tell(trial, TrialStatus.PRUNED, None, refused, cand)
+            return row
         spec = TrialSpec(
             study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
             candidate=cand, memory=ev.memory, prediction=ev.throughput, measure_step=s.measure_step,
@@ -350,8 +488,10 @@ class Tuner:
         beat = _Heartbeat(self.store, row.id)
         try:
             result = self.runner.run(spec)
-        except KeyboardInterrupt:
-            result = TrialResult(TrialStatus.INTERRUPTED, "interrupted by the user (Ctrl-C); re-queued on resume",
+            faults.point("ran")
+        except KeyboardInterrupt as e:
+            how = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
+            result = TrialResult(TrialStatus.INTERRUPTED, f"interrupted {how}; re-queued on resume",
                                  simulated=self.runner.simulated)
             self._finish(row, result, time.monotonic() - t0)
             self._tell(trial, result.status, None, result.reason, cand)
@@ -404,9 +544,10 @@ class Tuner:
 
         return report
 
-    def _launched_duplicate(self, key: str) -> int | None:
-        return self.store.launched_with_key(
-            self.study_name, key, exclude=(TrialStatus.INTERRUPTED.value, TrialStatus.RUNNING.value))
+    def _claim_launch(self, row: TrialRow) -> str | None:
+        """Record the trial as launched unless the budget is spent or its configuration was launched (by any
+        worker): one atomic claim, so that two workers proposing the same configuration launch it once."""
+        return self.store.claim_launch(row, self.n_trials, exclude=NOT_COUNTED)
 
     def _finish(self, row: TrialRow, result: TrialResult, duration: float) -> None:
         values = {
@@ -417,9 +558,8 @@ class Tuner:
             "log_excerpt": result.log_excerpt, "extra": result.extra or None, "simulated": result.simulated,
             "finished_at": utcnow(), "duration_s": duration, "launched": result.launched,
         }
-        self.store.update_trial(row.id, **values)
-        if result.steps:
-            self.store.add_steps(row.id, result.steps)
+        self.store.finish_trial(row.id, values, tuple(result.steps))
+        faults.point("finished")
         for k, v in values.items():
             setattr(row, k, v)
 
@@ -429,10 +569,20 @@ class Tuner:
         trial.set_user_attr("reason", reason[:2000])
         trial.set_user_attr("simulated", self.runner.simulated)
         trial.set_user_attr("layout", cand.layout())
+        faults.point("telling")
         state = _OPTUNA_STATE[status]
         if state == TrialState.COMPLETE and value is None:
             state = TrialState.FAIL
-        self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
+        self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state, skip_if_finished=True)
+
+
+def _reason_kind(reason: str) -> str:
+    """A prune reason's kind, for counting: 'duplicate', 'predicted OOM', or the constraint rule broken."""
+    if reason.startswith("duplicate"):
+        return "duplicate"
+    if reason.startswith("constraint "):
+        return reason.removeprefix("constraint ").split(":", 1)[0]
+    return reason.split(":", 1)[0][:40]
 
 
 class _Heartbeat:

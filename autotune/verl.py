@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 VERL_VERSION = "0.9.1"
+# verl's flattened Megatron trainer config (its every key), relative to the verl package: what a job may name.
+CONFIG_REFERENCE = "trainer/config/_generated_ppo_megatron_trainer.yaml"
 ENTRY = ("python", "-m", "verl.trainer.main_ppo")
 # Arguments every Megatron GRPO launch carries unless the job sets them itself.
 BASE_ARGS: dict[str, Any] = {

@@ -8,7 +8,7 @@ from optuna.trial import TrialState
 from autotune.job import Job
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.simulate import SimulateRunner
-from autotune.store import StoreError, TrialRow, utcnow
+from autotune.store import Store, StoreError, TrialRow, utcnow
 from autotune.study import StudyMismatchError, Tuner, open_storage
 from tests.conftest import make_setup
 
@@ -164,18 +164,29 @@ class _NeverRuns(Runner):
         raise AssertionError("an infeasible space launched a trial")
 
 
-def test_infeasible_space_stops_without_launching(sqlite_url, tmp_path, monkeypatch):
+def test_infeasible_space_is_refused_before_anything_is_written(sqlite_url):
+    from autotune.ranking import InfeasibleSpaceError
+    from autotune.space import parse_space
+
+    space = parse_space("name: bad\ndimensions:\n  tp: {choices: [8]}\n  rollout_tp: {choices: [8]}\n", "bad.yaml")
+    setup = dataclasses.replace(make_setup(), space=space)
+    with pytest.raises(InfeasibleSpaceError, match=r"heads_per_tp x1 \(e.g. 28 attention heads are not divisible"):
+        Tuner(setup, _NeverRuns(), sqlite_url, "bad", space_text="x")
+    assert Store(sqlite_url).get_study("bad") is None
+    assert "bad" not in optuna.get_all_study_names(sqlite_url)
+
+
+def test_a_space_whose_settings_are_all_launched_stops_as_exhausted(sqlite_url, monkeypatch):
     from autotune import study as study_mod
     from autotune.space import parse_space
 
     monkeypatch.setattr(study_mod, "MAX_IDLE_ASKS", 20)
-    space = parse_space("name: bad\ndimensions:\n  tp: {choices: [8]}\n  rollout_tp: {choices: [8]}\n", "bad.yaml")
+    space = parse_space("name: one\ndimensions:\n  tp: {choices: [4]}\n  use_dynamic_bsz: {choices: [true]}\n",
+                        "one.yaml")
     setup = dataclasses.replace(make_setup(), space=space)
-    tuner = Tuner(setup, _NeverRuns(), sqlite_url, "bad", space_text="x")
-    summary = tuner.run(n_trials=3)
-    assert summary["launched"] == 0 and "exhausted" in summary["stopped"]
-    assert all(r.status == "pruned" and "heads_per_tp" in r.reason for r in tuner.store.trials("bad")
-               if r.origin != "stock")
+    summary = Tuner(setup, SimulateRunner(), sqlite_url, "one", space_text="x").run(n_trials=3)
+    assert summary["launched"] == 1 and "exhausted" in summary["stopped"]
+    assert "(duplicate x19, batch_divisibility x1)" in summary["stopped"]  # why, with counts (stock: not dynamic)
 
 
 def test_statuses_are_the_documented_set():
@@ -213,3 +224,25 @@ def test_a_job_that_fixes_only_untuned_keys_has_no_baseline(sqlite_url, tmp_path
     rows = tuner.store.trials("nb")
     assert "baseline" not in {r.origin for r in rows}
     assert all(r.params["use_dynamic_bsz"] and r.params["ppo_max_token_len_per_gpu"] == 16384 for r in rows)
+
+
+def test_parameters_that_do_not_apply_are_null_and_do_not_make_a_new_configuration(sqlite_url):
+    from autotune.candidate import Candidate
+
+    plain = Candidate.from_params({"recompute": "none", "recompute_modules": "core_attn,mlp", "use_dynamic_bsz": False,
+                                   "ppo_max_token_len_per_gpu": 8192, "ppo_micro_batch_size_per_gpu": 2,
+                                   "log_prob_micro_batch_size_per_gpu": 4})
+    applied = plain.applied_params()
+    assert applied["recompute_modules"] is None and applied["ppo_max_token_len_per_gpu"] is None
+    assert applied["log_prob_max_token_len_per_gpu"] is None
+    assert plain.key() == dataclasses.replace(plain, recompute_modules="core_attn", ppo_max_token_len_per_gpu=1).key()
+    # Turned on again, they take verl's defaults (or the value the job gave).
+    sel = Candidate.from_params({"recompute": "selective", "use_dynamic_bsz": True}, plain)
+    assert sel.recompute_modules == "core_attn,mlp" and sel.ppo_max_token_len_per_gpu == 8192
+    assert Candidate.from_params({"recompute": "selective"}, Candidate(recompute_modules=None)).recompute_modules \
+        == "core_attn"
+    tuner = Tuner(make_setup(), SimulateRunner(), sqlite_url, "s")
+    tuner.run(n_trials=4)
+    for r in tuner.store.trials("s"):
+        assert (r.params["recompute_modules"] is None) == (r.params["recompute"] != "selective")
+        assert (r.params["ppo_max_token_len_per_gpu"] is None) == (not r.params["use_dynamic_bsz"])

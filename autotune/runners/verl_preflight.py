@@ -224,3 +224,42 @@ def check_data(train_files: Any, train_batch_size: int) -> Preflight:
                                 f"({train_batch_size}): verl cannot form one batch (it divides by zero computing the "
                                 "epoch). Use a larger data set or a smaller batch.")
     return Preflight(True, skipped=f"rows not counted in {', '.join(uncounted)}" if uncounted else "")
+
+
+def unknown_keys(values: dict[str, Any]) -> list[str]:
+    """Keys of a job (key -> value) that verl's config does not have, each with the closest key verl has; [] when
+    verl is not installed here (nothing to check against). Hydra would refuse such a key at launch ("not in
+    struct"). A `+` key adds one on purpose and is not checked, nor is a key under an open mapping
+    (override_transformer_config). Read from verl's own flattened reference of its Megatron config (a YAML
+    file, no Hydra or torch import: milliseconds)."""
+    import difflib
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.origin:
+        return []
+    ref = Path(spec.origin).parent / verl.CONFIG_REFERENCE
+    if not ref.is_file():
+        return []
+    import yaml
+
+    root = yaml.safe_load(ref.read_text())
+    config_dir = str(ref.parent)
+    found = []
+    for key in values:
+        if key.startswith(("+", "~")) or _is_group(key, config_dir):
+            continue
+        node: Any = root
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            if not isinstance(node, dict) or not node:
+                break  # a value or an open mapping: the rest is not verl's schema to check
+            if part not in node:
+                where = ".".join(parts[:i])
+                close = difflib.get_close_matches(part, [str(k) for k in node], n=1)
+                hint = f"; did you mean {'.'.join([*parts[:i], close[0]])}?" if close else (
+                    f"; {where or 'the top level'} has: {', '.join(map(str, list(node)[:12]))}")
+                found.append(f"{key} is not a key of verl {verl.VERL_VERSION}'s config{hint}")
+                break
+            node = node[part]
+    return found

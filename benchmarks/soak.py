@@ -1,0 +1,240 @@
+"""Soak: a simulate study killed again and again (SIGKILL, SIGTERM, SIGINT) and restarted; then nothing is lost.
+
+Each round starts `autotune run` (the CLI's own `main`, in forked processes: no interpreter start-up per restart)
+for one or more workers on the same study. A worker is killed either by a fault point of its write path
+(autotune/faults.py: the N-th point, N drawn at random) or from outside after a random delay. When every kill
+is spent, one last round runs without faults. Then the study must hold: every Optuna trial final, one autotune
+row per Optuna trial and the same status, exactly --n-trials launched trials that count, and no configuration
+launched twice.
+
+    python -m benchmarks.soak --workers 2    # appends a row to benchmarks/results/soak.md (1000 trials, 3 x 30 kills)
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import cli, faults
+from autotune.store import Store
+
+RESULTS = Path(__file__).resolve().parent / "results"
+# A space of 2,880 distinct configurations that all fit: 1000 launches need no exhausted region. It is a user's
+# search-space file, so the product runs as it always does.
+_GMU = ", ".join(f"{0.3 + i / 100:.2f}" for i in range(60))
+_MNBT = ", ".join(str(8192 + 1024 * i) for i in range(16))
+SOAK_SPACE = f"""\
+name: soak
+description: Many cheap, feasible settings of the rollout (the soak and concurrency tests).
+dimensions:
+  use_dynamic_bsz: {{choices: [true]}}
+  rollout_tp: {{choices: [1, 2, 4]}}
+  gpu_memory_utilization: {{choices: [{_GMU}]}}
+  max_num_batched_tokens: {{choices: [{_MNBT}]}}
+"""
+SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT")
+_OPTUNA_OF = {"ok": TrialState.COMPLETE, "oom": TrialState.PRUNED, "config_error": TrialState.PRUNED,
+              "pruned": TrialState.PRUNED, "timeout": TrialState.FAIL, "failed": TrialState.FAIL,
+              "interrupted": TrialState.FAIL}
+
+
+@dataclass
+class SoakReport:
+    storage: str
+    workers: int
+    n_trials: int
+    kills: dict[str, int] = field(default_factory=dict)  # signal -> kills that landed
+    in_write_path: int = 0  # kills sent by a fault point of the write path
+    rounds: int = 0
+    optuna_trials: int = 0
+    autotune_rows: int = 0
+    launched: int = 0  # launched trials that count towards --n-trials
+    interrupted: int = 0  # launched, killed, re-queued and run again
+    not_final: int = 0  # Optuna trials RUNNING or WAITING at the end
+    unmatched: int = 0  # Optuna trials without a row, rows without a trial, or statuses that disagree
+    duplicates: int = 0  # configurations launched (and not interrupted) more than once
+    seconds: float = 0.0
+
+    @property
+    def lost(self) -> int:
+        return self.not_final + self.unmatched
+
+    @property
+    def total_kills(self) -> int:
+        return sum(self.kills.values())
+
+
+def _worker(argv: list[str], plan: str | None, log: str) -> None:
+    """A forked `autotune run`: its own fault plan, default signal handling, output to a log file."""
+    os.environ.pop(faults.ENV, None)
+    if plan:
+        os.environ[faults.ENV] = plan
+    faults.reset()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = sys.stderr = open(fd, "w", buffering=1, closefd=False)  # noqa: SIM115 - ends with os._exit
+    code = 1
+    try:
+        code = cli.main(argv)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, workers: int = 1,
+         signals: tuple[str, ...] = SIGNALS, seed: int = 0, study: str = "soak") -> SoakReport:
+    """Run the soak and check the study; `kills` per signal."""
+    rng = random.Random(seed)
+    workdir.mkdir(parents=True, exist_ok=True)
+    space = workdir / "soak_space.yaml"
+    space.write_text(SOAK_SPACE)
+    argv = ["run", "--model", "qwen2.5-1.5b", "--backend", "simulate", "--space", str(space), "--storage", storage,
+            "--study", study, "--n-trials", str(n_trials), "--confirm", "0", "--workdir", str(workdir / "trials"),
+            "--json"]
+    todo = [s for s in signals for _ in range(kills)]
+    rng.shuffle(todo)
+    report = SoakReport(storage=storage.split("://")[0], workers=workers, n_trials=n_trials,
+                        kills={s: 0 for s in signals})
+    ctx = multiprocessing.get_context("fork")
+    start = time.monotonic()
+    log = str(workdir / "workers.log")
+    # Fault points per trial are ~6 (~7 trials per kill); a plan past the trials left simply does not fire.
+    while todo:
+        report.rounds += 1
+        procs = []
+        for _ in range(workers):
+            sig = todo.pop() if todo else None  # a worker left unkilled would run the study to its end
+            inside = sig is not None and rng.random() < 0.75
+            plan = f"{sig}@{rng.randint(1, 80)}" if inside else None
+            p = ctx.Process(target=_worker, args=(argv, plan, log))
+            p.start()
+            procs.append((p, sig, inside))
+        for p, sig, inside in procs:
+            if sig and not inside:  # from outside, at a random moment (start-up, recovery, a trial, a write)
+                p.join(rng.uniform(0.3, 4.0))
+                if p.is_alive():
+                    os.kill(p.pid, signal.Signals[sig])
+        for p, sig, inside in procs:
+            p.join(120)
+            if p.is_alive():
+                p.kill()
+                raise RuntimeError(f"worker {p.pid} hung; see {log}")
+            if sig and p.exitcode != 0:
+                report.kills[sig] += 1
+                report.in_write_path += inside
+            elif sig:  # the study finished before the kill landed: try again
+                todo.append(sig)
+            elif p.exitcode != 0:
+                raise RuntimeError(f"a worker with no fault exited {p.exitcode}; see {log}: "
+                                   + Path(log).read_text()[-3000:])
+        if all(p.exitcode == 0 for p, _, _ in procs) and _done(storage, study, n_trials):
+            break  # the study is complete: nothing more to kill
+    # Every kill spent: the same command once more per worker, to the end.
+    procs = [ctx.Process(target=_worker, args=(argv, None, log)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    if any(p.exitcode != 0 for p in procs):
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        raise RuntimeError(f"the final run exited {[p.exitcode for p in procs]}; see {log}: "
+                           + Path(log).read_text()[-3000:])
+    report.seconds = round(time.monotonic() - start, 1)
+    check(storage, study, report)
+    return report
+
+
+def _done(storage: str, study: str, n_trials: int) -> bool:
+    return Store(storage).launched_count(study, exclude=("interrupted",)) >= n_trials
+
+
+def check(storage: str, study: str, report: SoakReport) -> None:
+    """Fill the report's end-state figures from the database."""
+    trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+    rows = Store(storage).trials(study)
+    by_number = {r.number: r for r in rows}
+    report.optuna_trials, report.autotune_rows = len(trials), len(rows)
+    report.not_final = sum(not t.state.is_finished() for t in trials)
+    numbers = {t.number for t in trials}
+    report.unmatched = len(numbers ^ set(by_number)) + sum(
+        1 for t in trials if t.number in by_number and _OPTUNA_OF.get(by_number[t.number].status) != t.state
+        and not (by_number[t.number].status == "ok" and t.state == TrialState.FAIL))
+    counted = [r for r in rows if r.launched and r.status != "interrupted"]
+    report.launched = len(counted)
+    report.interrupted = sum(r.status == "interrupted" for r in rows)
+    per_key = collections.Counter(r.candidate_key for r in counted)
+    report.duplicates = sum(n - 1 for n in per_key.values() if n > 1)
+
+
+HEADER = ["# Soak: kills at random moments, restarts, nothing lost", "",
+          "Rows written by `python -m benchmarks.soak` and by the slow tests of tests/test_faults.py (run with "
+          "AUTOTUNE_SOAK_MD=benchmarks/results/soak.md), which assert them. Simulate backend, on a 2-core "
+          "machine shared with other jobs; each kill is followed by a restart of the same command; a kill `in write "
+          "path` is sent by the worker to itself at a random fault point of the trial write path "
+          "(autotune/faults.py), the others from outside after a random delay. `interrupted` counts trials killed "
+          "while running (re-queued and run again) and trials asked but never recorded (closed on restart).", "",
+          "| storage | workers | --n-trials | launched | SIGKILL | SIGTERM | SIGINT | in write path | "
+          "Optuna trials | autotune rows | interrupted | not final | trials lost | duplicates | seconds |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def record(report: SoakReport, path: str | Path) -> None:
+    """Append the report's row to a markdown table (created with its header)."""
+    p = Path(path)
+    text = p.read_text() if p.exists() else "\n".join(HEADER) + "\n"
+    p.write_text(text + row(report) + "\n")
+
+
+def row(r: SoakReport) -> str:
+    db = "SQLite" if r.storage.startswith("sqlite") else "PostgreSQL"
+    return (f"| {db} | {r.workers} | {r.n_trials} | {r.launched} | {r.kills.get('SIGKILL', 0)} | "
+            f"{r.kills.get('SIGTERM', 0)} | {r.kills.get('SIGINT', 0)} | {r.in_write_path} | "
+            f"{r.optuna_trials} | {r.autotune_rows} | {r.interrupted} | {r.not_final} | {r.lost} | "
+            f"{r.duplicates} | {r.seconds} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", default="/tmp/autotune-soak")
+    ap.add_argument("--storage", help="SQLite or PostgreSQL URL (default: a SQLite file in the workdir)")
+    ap.add_argument("--n-trials", type=int, default=1000)
+    ap.add_argument("--kills", type=int, default=30, help="kills per signal")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--output", default=str(RESULTS / "soak.md"), help="markdown table the row is appended to")
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    url = args.storage
+    if not url:  # memory-backed /dev/shm where there is one: the soak commits some 30,000 times
+        db = (Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else work) / f"autotune-soak-{os.getpid()}.db"
+        db.unlink(missing_ok=True)
+        url = f"sqlite:///{db}"
+    r = soak(url, work, args.n_trials, args.kills, workers=args.workers, seed=args.seed)
+    print(asdict(r) | {"lost": r.lost})
+    record(r, args.output)
+    if not args.storage:
+        db.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()

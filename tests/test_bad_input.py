@@ -1,0 +1,146 @@
+"""Bad input: one specific error line, exit code 2, and the study database exactly as it was (a dump compared)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.simulate import SimulateRunner
+from autotune.study import Tuner
+from tests.conftest import make_setup
+
+SPACE_HEAD = "name: bad\ndimensions:\n"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """A database that already holds a study (two simulated trials): what every bad command must leave alone."""
+    db = tmp_path_factory.mktemp("bad") / "study.db"
+    Tuner(make_setup("qwen2.5-0.5b"), SimulateRunner(), f"sqlite:///{db}", "kept").run(n_trials=2)
+    return db
+
+
+def dump(db: Path) -> str:
+    with sqlite3.connect(db) as c:
+        return "\n".join(c.iterdump())
+
+
+def refused(capsys, db: Path, *argv: str) -> str:
+    """Run the command against `db`; assert exit 2, one error line and an unchanged database; return the line."""
+    before = dump(db)
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, (code, out, err)
+    assert len(lines) == 1 and lines[0].startswith("autotune: error: "), err
+    assert "Traceback" not in out + err
+    assert dump(db) == before, "the database changed"
+    return lines[0]
+
+
+def storage(db: Path) -> list[str]:
+    return ["--storage", f"sqlite:///{db}"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    (SPACE_HEAD + "  tp: {choices: [1, 2\n", r"not valid YAML: line \d+, column \d+"),  # syntax
+    (SPACE_HEAD + "  tensor_parallel: {choices: [1, 2]}\n", r"unknown dimension 'tensor_parallel'.*allowed: tp"),
+    (SPACE_HEAD + "  tp: {choices: [banana]}\n", r":3 \(dimensions.tp.choices\): choice 'banana' is not a int"),
+    ("", r"a search space is a mapping"),  # empty file
+    (SPACE_HEAD, r"`dimensions` must be a non-empty mapping"),  # no dimension
+], ids=["syntax", "unknown-dimension", "wrong-type", "empty-file", "no-dimensions"])
+def test_malformed_search_space(capsys, recorded, tmp_path, text, expected):
+    space = tmp_path / "space.yaml"
+    space.write_text(text)
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-7b", "--space", str(space), *storage(recorded))
+    assert str(space) in line
+    assert __import__("re").search(expected, line), line
+
+
+def test_infeasible_space_is_explained_in_one_line_before_any_proposal(capsys, recorded):
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-7b", "--gpus", "3", "--study", "three",
+                   *storage(recorded))
+    assert "no setting of space 'dense' can run qwen2.5-7b on 1x3xh100" in line
+    assert "world_size x" in line and "3 GPUs are not divisible by TP*PP*CP" in line
+    assert "three" not in dump(recorded)  # no study row, no Optuna study: nothing was proposed
+
+
+def test_unknown_model(capsys, recorded):
+    line = refused(capsys, recorded, "run", "--model", "gpt-17", *storage(recorded))
+    assert "unknown model 'gpt-17'" in line and "qwen2.5-7b" in line
+
+
+@pytest.mark.parametrize("config, expected", [
+    ('{"model_type": "qwen2", "hidden_size": 896', "not valid JSON"),
+    ('{"model_type": "qwen2"}', "config.json has no 'hidden_size'"),
+], ids=["not-json", "missing-field"])
+def test_broken_hf_config(capsys, recorded, tmp_path, config, expected):
+    (tmp_path / "config.json").write_text(config)
+    line = refused(capsys, recorded, "run", "--model", str(tmp_path), *storage(recorded))
+    assert expected in line
+
+
+def test_job_key_verl_does_not_have(capsys, recorded, tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("data.max_prompt_length: 1024\nactor_rollout_ref.actor.ppo_mini_batchsize: 16\n")
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-7b", "--job", str(job), *storage(recorded))
+    assert "actor_rollout_ref.actor.ppo_mini_batchsize is not a key of verl 0.9.1's config" in line
+    assert "did you mean actor_rollout_ref.actor.ppo_mini_batch_size?" in line
+
+
+def test_replay_table_with_missing_columns(capsys, recorded, tmp_path):
+    table = tmp_path / "t.csv"
+    table.write_text("tp,pp,status\n2,1,ok\n")
+    (tmp_path / "t.meta.yaml").write_text("model: qwen2.5-7b\ngpu_type: h100\ngpus: 8\n")
+    line = refused(capsys, recorded, "run", "--backend", "replay", "--table", str(table), *storage(recorded))
+    assert "no `throughput` column" in line
+
+
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_n_trials_zero_or_negative(capsys, recorded, n):
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-7b", "--n-trials", n, *storage(recorded))
+    assert f"--n-trials {n}: it counts launched trials and must be at least 1" in line
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("tp=banana", "--set tp=banana: tp takes a whole number, not 'banana' (e.g. 1, 2, 4, 8)"),
+    ("tp=0", "tp takes a whole number of at least 1, not 0"),
+    ("recompute=half", "recompute takes one of none, selective, full, not 'half'"),
+    ("use_dynamic_bsz=maybe", "use_dynamic_bsz takes true or false, not 'maybe' (e.g. true, false)"),
+    ("gpu_memory_utilization=1.5", "gpu_memory_utilization takes a fraction between 0 and 1, not 1.5"),
+])
+def test_estimate_set_with_a_value_the_parameter_cannot_take(capsys, recorded, setting, expected):
+    line = refused(capsys, recorded, "estimate", "--model", "qwen2.5-7b", "--set", setting)
+    assert expected in line
+
+
+class _AlwaysFails(Runner):
+    name = "simulate"
+    simulated = True
+
+    def run(self, spec: TrialSpec) -> TrialResult:
+        return TrialResult(TrialStatus.FAILED, "failed on purpose", simulated=True)
+
+
+def test_export_of_a_study_with_no_successful_trial(capsys, tmp_path):
+    db = tmp_path / "failed.db"
+    Tuner(make_setup("qwen2.5-0.5b"), _AlwaysFails(), f"sqlite:///{db}", "nothing-ok").run(n_trials=2)
+    line = refused(capsys, db, "export", "--format", "sh", *storage(db))
+    assert "study 'nothing-ok' has no trial that ran to its measured step yet" in line
+
+
+def test_study_name_reused_with_another_setup(capsys, recorded):
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-1.5b", "--study", "kept", *storage(recorded))
+    assert "study 'kept'" in line and "different setup" in line and "model: study has 'qwen2.5-0.5b:" in line
+
+
+def test_the_recorded_study_is_still_whole(capsys, recorded):
+    """After all the refusals above: the kept study resumes as if nothing happened."""
+    code = main(["status", "--study", "kept", "--json", *storage(recorded)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["counts"].get("ok") == 2 and len(doc["trials"]) == 2
