@@ -12,7 +12,7 @@ from typing import Any
 
 from autotune.store import TrialRow
 
-# How the tuner words a prune (the reasons' first words): study.Tuner.step, Evaluation.prune_reason,
+# How the tuner words a prune (the reasons' first words): store.Store.claim_launch, Evaluation.prune_reason,
 # ProbedRunner, ReplayRunner.refuse and the verl runner's --prune-slower-than stop. tests/test_report.py checks
 # each against its producer.
 PRUNE_KINDS: tuple[tuple[str, str], ...] = (

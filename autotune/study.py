@@ -32,6 +32,7 @@ from autotune.estimate.lengths import Lengths, at_step
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.ranking import InfeasibleSpaceError, explain_infeasible, rank_candidates
+from autotune.report import prune_kind
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.progress import TrialProgress
 from autotune.space import SearchSpace, parse_space, space_context
@@ -577,12 +578,13 @@ class Tuner:
 
 
 def _reason_kind(reason: str) -> str:
-    """A prune reason's kind, for counting: 'duplicate', 'predicted OOM', or the constraint rule broken."""
-    if reason.startswith("duplicate"):
-        return "duplicate"
-    if reason.startswith("constraint "):
-        return reason.removeprefix("constraint ").split(":", 1)[0]
-    return reason.split(":", 1)[0][:40]
+    """A prune reason's kind, for counting: 'duplicate', 'predicted OOM (update)', or the constraint rule broken."""
+    kind, detail = prune_kind(reason)
+    if kind == "static constraint":
+        return detail
+    if kind == "memory model":
+        return f"predicted OOM ({detail})"
+    return reason.split(":", 1)[0][:40] if kind == "other" else kind
 
 
 class _Heartbeat:

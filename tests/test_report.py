@@ -173,5 +173,5 @@ def test_prune_kinds_match_the_words_of_their_producers():
     assert prune_kind(oom.prune_reason()) == ("memory model", oom.memory.reasons()[0].split(":")[0])
     assert "probe OOM, full trial not launched" in inspect.getsource(ProbedRunner)
     assert 'f"not in the table {' in inspect.getsource(ReplayRunner.refuse)
-    from autotune.study import Tuner
-    assert 'f"duplicate of trial {duplicate}' in inspect.getsource(Tuner.step)
+    from autotune.store import Store
+    assert 'f"duplicate of trial {dup}' in inspect.getsource(Store.claim_launch)
