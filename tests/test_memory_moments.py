@@ -211,7 +211,8 @@ def test_ref_param_offload_key_and_export():
     import hashlib
     import json
     applied = {k: v for k, v in Candidate.from_params({}).applied_params().items() if k != "ref_param_offload"}
-    assert Candidate.from_params({}).key() == hashlib.sha1(json.dumps(applied, sort_keys=True).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(json.dumps(applied, sort_keys=True).encode()).hexdigest()[:12]
+    assert Candidate.from_params({}).key() == digest
     assert "actor_rollout_ref.ref.megatron.param_offload" not in Candidate().verl_overrides()
     c = Candidate.from_params({"ref_param_offload": True})
     assert c.verl_overrides()["actor_rollout_ref.ref.megatron.param_offload"] is True and c.ref_offloaded
