@@ -25,6 +25,8 @@ from optuna.trial import TrialState
 from autotune.candidate import STOCK, Candidate
 from autotune.cluster import Cluster, GPUType
 from autotune.estimate import Evaluation, evaluate
+from autotune.executors.base import Executor, Placement
+from autotune.executors.local import LocalExecutor
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.ranking import rank_candidates
@@ -35,6 +37,7 @@ from autotune.store import Store, StoreError, StudyRow, TrialRow, unreachable_me
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HEARTBEAT_S = 30.0
+PLACEMENT_POLL_S = 0.5
 STALE_AFTER_S = 300.0
 MAX_IDLE_ASKS = 300  # asks in a row that launch nothing: the space holds nothing new that can run
 
@@ -130,8 +133,10 @@ class Tuner:
         prune_slower_than: float | None = None,
         prune_after: int = 5,
         measure_from: int | None = None,
+        executor: Executor | None = None,
     ):
         self.setup = setup
+        self.executor = executor or LocalExecutor()
         self.prune_slower_than = prune_slower_than  # stop a trial below this fraction of the best at the same step
         self.prune_after = prune_after  # ... once this many trials completed
         self.measure_from = measure_from  # measured window: steps measure_from..measure_step
@@ -254,28 +259,89 @@ class Tuner:
         timeout_s: float | None = None,
         on_trial: Callable[[TrialRow], None] | None = None,
     ) -> dict[str, Any]:
-        """Launch trials until the study holds n_trials launched ones, or time runs out, or the space is spent."""
+        """Launch trials until the study holds n_trials launched ones, or time runs out, or the space is spent.
+
+        Up to `executor.parallel` trials are in flight: each is proposed (asked, built, pruned or recorded RUNNING)
+        and submitted while slots are free, then finished (stored, told) as the executor returns it. Optuna's
+        constant liar treats the RUNNING ones as pending, so parallel proposals spread out.
+        """
         self.recover()
         self.seed_study()
+        ex = self.executor
         start = time.monotonic()
         idle = 0
         stop_reason = "reached --n-trials"
-        while self.launched_count() < n_trials:
-            if timeout_s is not None and time.monotonic() - start > timeout_s:
-                stop_reason = "reached --timeout"
-                break
-            if idle >= MAX_IDLE_ASKS:
-                stop_reason = f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is exhausted"
-                break
-            row = self.step()
-            idle = 0 if row.launched else idle + 1
-            if on_trial:
-                on_trial(row)
+        inflight: dict[int, _Inflight] = {}
+        fatal: str | None = None
+        try:
+            while True:
+                proposing = fatal is None
+                while proposing and len(inflight) < ex.parallel:
+                    if self.launched_count() >= n_trials:
+                        stop_reason, proposing = "reached --n-trials", False
+                    elif timeout_s is not None and time.monotonic() - start > timeout_s:
+                        stop_reason, proposing = "reached --timeout", False
+                    elif idle >= MAX_IDLE_ASKS:
+                        stop_reason = f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is exhausted"
+                        proposing = False
+                    else:
+                        row, pending = self.propose(inflight)
+                        if pending is None:
+                            idle += 1
+                            if on_trial:
+                                on_trial(row)
+                            continue
+                        idle = 0
+                        inflight[row.number] = pending
+                        ex.submit(pending.spec, self.runner)
+                if not inflight:
+                    break
+                for fin in ex.wait():
+                    pending = inflight.pop(fin.number)
+                    self.finish(pending, fin.result, fin.duration_s, fin.placement)
+                    fatal = fatal or fin.fatal
+                    if on_trial:
+                        on_trial(pending.row)
+                if fatal is not None and not inflight:
+                    raise RunnerFatal(fatal)
+        except KeyboardInterrupt:
+            for fin in ex.stop_all("interrupted by the user (Ctrl-C); re-queued on resume"):
+                if fin.number in inflight:
+                    pending = inflight.pop(fin.number)
+                    self.finish(pending, fin.result, fin.duration_s, fin.placement)
+            for pending in inflight.values():  # not returned by the executor: still recorded, never left RUNNING
+                self.finish(pending, TrialResult(TrialStatus.INTERRUPTED, "interrupted by the user (Ctrl-C); "
+                                                 "re-queued on resume", simulated=self.runner.simulated), 0.0, None)
+            raise
         self.store.touch_study(self.study_name)
         return {"study": self.study_name, "launched": self.launched_count(), "stopped": stop_reason}
 
     def step(self) -> TrialRow:
-        """One Optuna trial: pruned before launch, or launched through the runner."""
+        """One Optuna trial, synchronously: pruned before launch, or launched through the runner in this thread."""
+        row, pending = self.propose({})
+        if pending is None:
+            return row
+        t0 = time.monotonic()
+        try:
+            result = self.runner.run(pending.spec)
+        except KeyboardInterrupt:
+            self.finish(pending, TrialResult(TrialStatus.INTERRUPTED, "interrupted by the user (Ctrl-C); re-queued "
+                                             "on resume", simulated=self.runner.simulated), time.monotonic() - t0)
+            raise
+        except RunnerFatal as e:  # the runner cannot go on: this trial is re-queued, the study stops
+            self.finish(pending, TrialResult(TrialStatus.INTERRUPTED, f"not run: {e}; re-queued on resume",
+                                             simulated=self.runner.simulated), time.monotonic() - t0)
+            raise
+        except Exception as e:  # a runner bug must not leave the trial running
+            result = TrialResult(TrialStatus.FAILED, f"runner error: {type(e).__name__}: {e}",
+                                 simulated=self.runner.simulated)
+        self.finish(pending, result, time.monotonic() - t0)
+        return pending.row
+
+    def propose(self, inflight: dict[int, _Inflight]) -> tuple[TrialRow, _Inflight | None]:
+        """Ask Optuna for one trial and build it: pruned before launch (recorded, told; no pending), or recorded
+        RUNNING and returned pending with its spec, for an executor to run. `inflight`: this tuner's running trials.
+        """
         trial = self.study.ask()
         attrs = trial.user_attrs
         s = self.setup
@@ -302,6 +368,8 @@ class Tuner:
             predicted_memory=ev.memory.as_dict() if ev.memory else None,
         )
         duplicate = self._launched_duplicate(cand.key())
+        if duplicate is None:  # this tuner's own trials still running count too
+            duplicate = next((n for n, p in inflight.items() if p.row.candidate_key == cand.key()), None)
         refusal = self.runner.refuse(cand, s.job)
         if refusal or not ev.feasible or duplicate is not None:
             reason = refusal or ev.prune_reason() or (
@@ -309,8 +377,9 @@ class Tuner:
             row.status, row.reason, row.finished_at, row.duration_s = TrialStatus.PRUNED.value, reason, utcnow(), 0.0
             row.id = self.store.add_trial(row)
             self._tell(trial, TrialStatus.PRUNED, None, reason, cand)
-            return row
+            return row, None
         row.launched = True
+        row.extra = {"executor": self.executor.name}
         row.id = self.store.add_trial(row)
         spec = TrialSpec(
             study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
@@ -318,30 +387,32 @@ class Tuner:
             workdir=self.workdir / self.study_name / f"trial_{trial.number:04d}",
             measure_from=self.measure_from, report=self._reporter(trial),
         )
-        t0 = time.monotonic()
-        beat = _Heartbeat(self.store, row.id)
-        try:
-            result = self.runner.run(spec)
-        except KeyboardInterrupt:
-            result = TrialResult(TrialStatus.INTERRUPTED, "interrupted by the user (Ctrl-C); re-queued on resume",
-                                 simulated=self.runner.simulated)
-            self._finish(row, result, time.monotonic() - t0)
-            self._tell(trial, result.status, None, result.reason, cand)
-            raise
-        except RunnerFatal as e:  # the runner cannot go on: this trial is re-queued, the study stops
-            result = TrialResult(TrialStatus.INTERRUPTED, f"not run: {e}; re-queued on resume",
-                                 simulated=self.runner.simulated)
-            self._finish(row, result, time.monotonic() - t0)
-            self._tell(trial, result.status, None, result.reason, cand)
-            raise
-        except Exception as e:  # a runner bug must not leave the trial running
-            result = TrialResult(TrialStatus.FAILED, f"runner error: {type(e).__name__}: {e}",
-                                 simulated=self.runner.simulated)
-        finally:
-            beat.stop()
-        self._finish(row, result, time.monotonic() - t0)
-        self._tell(trial, result.status, result.throughput, result.reason, cand)
-        return row
+        return row, _Inflight(row, trial, cand, spec, _Heartbeat(
+            self.store, row.id, self._placement_note(row) if self.executor.name != "local" else None))
+
+    def _placement_note(self, row: TrialRow) -> Callable[[], None]:
+        """Writes where a running trial was placed, once the executor knows (status and the dashboard show it)."""
+        done: list[bool] = []
+
+        def note() -> None:
+            if done:
+                return
+            placement = self.executor.placement_of(row.number)
+            if placement is not None:
+                self.store.update_trial(row.id, extra={**(row.extra or {}), "placement": placement.as_dict()})
+                done.append(True)
+
+        return note
+
+    def finish(self, pending: _Inflight, result: TrialResult, duration: float, placement: Placement | None = None
+               ) -> None:
+        """Record a launched trial's result and tell Optuna."""
+        pending.beat.stop()
+        if placement is not None:
+            result = dataclasses.replace(result, extra={**result.extra, "placement": placement.as_dict()})
+        result = dataclasses.replace(result, extra={"executor": self.executor.name, **result.extra})
+        self._finish(pending.row, result, duration)
+        self._tell(pending.trial, result.status, result.throughput, result.reason, pending.cand)
 
     def _reporter(self, trial: optuna.Trial) -> Callable[[int, float], bool]:
         """A runner's per-step callback: Optuna's intermediate value; True when the trial is clearly slower."""
@@ -390,18 +461,36 @@ class Tuner:
         self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
 
 
-class _Heartbeat:
-    """Marks a running trial alive every HEARTBEAT_S so that another tuner does not close it as stale."""
+@dataclass
+class _Inflight:
+    """A launched trial between propose and finish."""
 
-    def __init__(self, store: Store, trial_id: int):
+    row: TrialRow
+    trial: optuna.Trial
+    cand: Candidate
+    spec: TrialSpec
+    beat: _Heartbeat
+
+
+class _Heartbeat:
+    """Marks a running trial alive every HEARTBEAT_S so that another tuner does not close it as stale; `also` runs
+    every PLACEMENT_POLL_S (the placement note)."""
+
+    def __init__(self, store: Store, trial_id: int, also: Callable[[], None] | None = None):
         self._stop = threading.Event()
+        self._also = also
         self._thread = threading.Thread(target=self._loop, args=(store, trial_id), daemon=True)
         self._thread.start()
 
     def _loop(self, store: Store, trial_id: int) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
+        last = time.monotonic()
+        while not self._stop.wait(PLACEMENT_POLL_S if self._also else HEARTBEAT_S):
             try:
-                store.heartbeat(trial_id)
+                if self._also:
+                    self._also()
+                if time.monotonic() - last >= HEARTBEAT_S:
+                    store.heartbeat(trial_id)
+                    last = time.monotonic()
             except StoreError:
                 pass  # a missed beat only risks the trial being re-queued later
 
