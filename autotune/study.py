@@ -265,9 +265,10 @@ class Tuner:
         and submitted while slots are free, then finished (stored, told) as the executor returns it. Optuna's
         constant liar treats the RUNNING ones as pending, so parallel proposals spread out.
         """
+        ex = self.executor
+        ex.check(self.setup.cluster.nodes, self.setup.cluster.gpus_per_node)
         self.recover()
         self.seed_study()
-        ex = self.executor
         start = time.monotonic()
         idle = 0
         stop_reason = "reached --n-trials"

@@ -72,6 +72,9 @@ class Executor(ABC):
     @abstractmethod
     def running(self) -> int: ...
 
+    def check(self, nodes: int, gpus_per_node: int) -> None:  # noqa: B027 - the local node always "fits"
+        """Raise when the executor's resources can never hold one trial of this shape (before anything is asked)."""
+
     def placement_of(self, number: int) -> Placement | None:
         """Where a running trial was placed, once it is (None before, or for the local executor)."""
         return None

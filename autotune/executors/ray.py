@@ -23,12 +23,13 @@ from typing import Any
 
 from autotune import verl
 from autotune.executors.base import Executor, Finished, Placement, interrupted, run_trial
+from autotune.runners import RunnerUnavailable
 from autotune.runners.base import Runner, StopSignal, TrialResult, TrialSpec, TrialStatus
 
 NAMESPACE = "autotune"
 
 
-class ExecutorError(RuntimeError):
+class ExecutorError(RunnerUnavailable):
     """The Ray cluster cannot be reached, or cannot ever hold one trial; the message says what to do."""
 
 
@@ -87,7 +88,7 @@ class RayExecutor(Executor):
         """Total GPUs of each alive node, by node id."""
         return {n["NodeID"]: n["Resources"].get("GPU", 0.0) for n in self._ray.nodes() if n["Alive"]}
 
-    def check_fits(self, nodes: int, gpus_per_node: int) -> None:
+    def check(self, nodes: int, gpus_per_node: int) -> None:
         """Refuse a job the cluster can never hold (instead of waiting forever for its placement groups)."""
         fits = sum(int(g // gpus_per_node) for g in self.node_gpus().values())
         if fits < nodes:
@@ -101,7 +102,7 @@ class RayExecutor(Executor):
         from ray.util.placement_group import placement_group
 
         gpn, nodes = spec.cluster.gpus_per_node, spec.cluster.nodes
-        self.check_fits(nodes, gpn)
+        self.check(nodes, gpn)
         names = [group_name(spec.study, spec.number, i) for i in range(nodes)]
         bundle = {"CPU": verl.RAY_POOL_BUNDLE_CPU, "GPU": 1}
         groups = [placement_group([dict(bundle) for _ in range(gpn)], strategy=verl.RAY_POOL_STRATEGY, name=n)

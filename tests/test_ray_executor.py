@@ -1,0 +1,90 @@
+"""The Ray executor on a real local Ray cluster (2 nodes x 8 declared GPUs): placement, parallelism, accounting."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from autotune.executors import make_executor
+from autotune.executors.ray import ExecutorError, RayExecutor
+from autotune.runners.base import TrialResult, TrialSpec
+from autotune.runners.simulate import SimulateRunner
+from autotune.study import Tuner
+from tests.conftest import make_setup
+from tests.ray_cluster import NODE_GPUS, free_gpus, ray_cluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ray_cluster(2) as c:
+        yield c
+
+
+class SlowSimulate(SimulateRunner):
+    """The simulate runner taking `seconds` per trial, recording how many ran at once (to observe parallelism)."""
+
+    def __init__(self, seconds: float = 0.6):
+        self.seconds, self.now, self.peak = seconds, 0, 0
+        self.lock = threading.Lock()
+        self.placements: list[dict] = []
+
+    def run(self, spec: TrialSpec) -> TrialResult:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+            self.placements.append(spec.placement)
+        time.sleep(self.seconds)
+        with self.lock:
+            self.now -= 1
+        return super().run(spec)
+
+
+def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_url):
+    setup = make_setup(gpus=4)  # 4-GPU trials on 2 nodes x 8 GPUs: four fit at once
+    runner = SlowSimulate(2.0)  # long enough for the tuner to propose four (an ask costs ~0.3 s on 2 cores)
+    ex = RayExecutor(parallel=4, address=cluster.address)
+    try:
+        tuner = Tuner(setup, runner, sqlite_url, "par", executor=ex)
+        summary = tuner.run(n_trials=6)
+        rows = tuner.store.trials("par")
+        launched = [r for r in rows if r.launched]
+        assert summary["launched"] == len(launched) == 6
+        assert runner.peak == 4  # four in flight, never more
+        assert all(r.status == "ok" and r.simulated for r in launched)
+        assert len({r.candidate_key for r in launched}) == 6  # no configuration twice, also among concurrent ones
+        for r in launched:
+            p = r.extra["placement"]
+            assert p["executor"] == "ray" and p["gpus"] == 4 and len(p["nodes"]) == 1 and len(p["groups"]) == 1
+            assert r.extra["placement_release"]["released"] is True
+        assert len({p["nodes"][0] for p in runner.placements}) == 2  # both nodes used
+        assert all(r.status != "running" for r in rows)
+    finally:
+        ex.close()
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS  # every GPU back
+
+
+def test_a_multi_node_trial_spans_nodes_and_a_job_too_big_is_refused(cluster, sqlite_url):
+    ex = RayExecutor(parallel=2, address=cluster.address)
+    try:
+        runner = SlowSimulate(0.2)
+        tuner = Tuner(make_setup(gpus=8, nodes=2), runner, sqlite_url, "mn", executor=ex)
+        tuner.run(n_trials=2)
+        launched = [r for r in tuner.store.trials("mn") if r.launched]
+        assert len(launched) == 2 and runner.peak == 1  # 16 GPUs each: one at a time on a 16-GPU cluster
+        p = launched[0].extra["placement"]
+        assert p["gpus"] == 16 and len(p["groups"]) == 2 and len(set(p["nodes"])) == 2
+        with pytest.raises(ExecutorError, match="cannot hold one trial of 2 node"):
+            Tuner(make_setup(gpus=16, nodes=2), SimulateRunner(), sqlite_url, "big", executor=ex).run(n_trials=1)
+        assert tuner.store.trials("big") == []  # refused before anything was asked
+    finally:
+        ex.close()
+
+
+def test_local_executor_is_the_default_and_refuses_parallel():
+    assert make_executor().name == "local"
+    with pytest.raises(ValueError, match="--executor ray"):
+        make_executor("local", parallel=2)
