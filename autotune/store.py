@@ -172,6 +172,28 @@ class Store:
             s.flush()
             return row.id
 
+    def add_launched(self, row: TrialRow, limit: int | None = None) -> tuple[int | None, str]:
+        """Insert a trial about to launch, atomically with the checks that several workers must agree on:
+        fewer than `limit` launched trials in the study, and no launched or running trial of the same
+        configuration. Returns (id, "") or (None, why not). The study row is updated first: a row lock in
+        PostgreSQL, the write lock in SQLite, held until commit, so concurrent workers take turns here.
+        """
+        with self.session() as s:
+            s.execute(update(StudyRow).where(StudyRow.name == row.study).values(updated_at=utcnow()))
+            if limit is not None:
+                n = s.scalar(select(func.count()).select_from(TrialRow).where(
+                    TrialRow.study == row.study, TrialRow.launched.is_(True)))
+                if int(n or 0) >= limit:
+                    return None, f"not launched: the study holds {n} launched trials already (--n-trials {limit})"
+            dup = s.scalar(select(TrialRow.number).where(
+                TrialRow.study == row.study, TrialRow.candidate_key == row.candidate_key, TrialRow.launched.is_(True),
+                TrialRow.status != "interrupted").order_by(TrialRow.number).limit(1))
+            if dup is not None:
+                return None, f"duplicate of trial {dup}: same configuration, launched by another worker"
+            s.add(row)
+            s.flush()
+            return row.id, ""
+
     def update_trial(self, trial_id: int, **values: Any) -> None:
         with self.session() as s:
             s.execute(update(TrialRow).where(TrialRow.id == trial_id).values(**values))

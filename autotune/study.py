@@ -137,6 +137,7 @@ class Tuner:
     ):
         self.setup = setup
         self.executor = executor or LocalExecutor()
+        self._limit: int | None = None  # --n-trials while run() runs: checked atomically at launch
         self.prune_slower_than = prune_slower_than  # stop a trial below this fraction of the best at the same step
         self.prune_after = prune_after  # ... once this many trials completed
         self.measure_from = measure_from  # measured window: steps measure_from..measure_step
@@ -212,6 +213,15 @@ class Tuner:
                 requeued.append(row.number)
         return requeued
 
+    def reclaim(self, numbers: list[int]) -> list[str]:
+        """Ray: stop on the cluster what re-queued trials may still hold (a dead tuner's placement groups).
+
+        Ray already removes a dead tuner's groups with its job (they are not detached); this is the safety net
+        for a tuner that lost its connection but not its life. Returns the group names removed.
+        """
+        reclaim = getattr(self.executor, "reclaim", None)
+        return reclaim(self.study_name, numbers) if reclaim and numbers else []
+
     def _close_optuna(self, number: int, state: TrialState) -> None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if t.number == number:
@@ -267,8 +277,9 @@ class Tuner:
         """
         ex = self.executor
         ex.check(self.setup.cluster.nodes, self.setup.cluster.gpus_per_node)
-        self.recover()
+        self.reclaim(self.recover())
         self.seed_study()
+        self._limit = n_trials
         start = time.monotonic()
         idle = 0
         stop_reason = "reached --n-trials"
@@ -381,7 +392,13 @@ class Tuner:
             return row, None
         row.launched = True
         row.extra = {"executor": self.executor.name}
-        row.id = self.store.add_trial(row)
+        row.id, refused = self.store.add_launched(row, self._limit)
+        if row.id is None:  # another worker launched the last trial, or this configuration, meanwhile
+            row.launched, row.extra = False, None
+            row.status, row.reason, row.finished_at, row.duration_s = TrialStatus.PRUNED.value, refused, utcnow(), 0.0
+            row.id = self.store.add_trial(row)
+            self._tell(trial, TrialStatus.PRUNED, None, refused, cand)
+            return row, None
         spec = TrialSpec(
             study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
             candidate=cand, memory=ev.memory, prediction=ev.throughput, measure_step=s.measure_step,

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 
 from autotune.executors import make_executor
 from autotune.executors.ray import ExecutorError, RayExecutor
-from autotune.runners.base import TrialResult, TrialSpec
 from autotune.runners.simulate import SimulateRunner
 from autotune.study import Tuner
 from tests.conftest import make_setup
-from tests.ray_cluster import NODE_GPUS, free_gpus, ray_cluster
+from tests.ray_cluster import NODE_GPUS, SlowSimulate, free_gpus, ray_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -22,25 +18,6 @@ pytestmark = pytest.mark.slow
 def cluster():
     with ray_cluster(2) as c:
         yield c
-
-
-class SlowSimulate(SimulateRunner):
-    """The simulate runner taking `seconds` per trial, recording how many ran at once (to observe parallelism)."""
-
-    def __init__(self, seconds: float = 0.6):
-        self.seconds, self.now, self.peak = seconds, 0, 0
-        self.lock = threading.Lock()
-        self.placements: list[dict] = []
-
-    def run(self, spec: TrialSpec) -> TrialResult:
-        with self.lock:
-            self.now += 1
-            self.peak = max(self.peak, self.now)
-            self.placements.append(spec.placement)
-        time.sleep(self.seconds)
-        with self.lock:
-            self.now -= 1
-        return super().run(spec)
 
 
 def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_url):
