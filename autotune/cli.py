@@ -364,8 +364,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _placement(row: TrialRow) -> dict[str, Any] | None:
-    """Where the executor placed a trial (nodes, GPUs), from the trial's extra; None for the local executor."""
-    return (row.extra or {}).get("placement")
+    """Where the executor placed a trial (nodes, GPUs); None for the local executor."""
+    return row.placement
 
 
 def _counts(rows: list[TrialRow]) -> dict[str, int]:

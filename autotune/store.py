@@ -96,6 +96,8 @@ class TrialRow(Base):
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     log_excerpt: Mapped[str] = mapped_column(Text, default="")
     extra: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # Where an executor placed the trial: {"executor", "nodes": [...], "gpus_per_node", "gpus", "groups": [...]}
+    placement: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     note: Mapped[str] = mapped_column(Text, default="")
     worker: Mapped[str] = mapped_column(String(255), default="")
     started_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
@@ -130,6 +132,7 @@ class Store:
         try:
             self.engine = engine or create_engine(url, pool_pre_ping=True)
             Base.metadata.create_all(self.engine)
+            _add_new_columns(self.engine)
         except SQLAlchemyError as e:
             raise StoreError(unreachable_message(url, e)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
@@ -253,6 +256,23 @@ class Store:
             if exclude:
                 q = q.where(TrialRow.status.not_in(exclude))
             return s.scalar(q.order_by(TrialRow.number).limit(1))
+
+
+# Columns added after a table's first release: databases made before get them on open (nullable, no default).
+_NEW_COLUMNS = {"autotune_trials": ("placement",)}
+
+
+def _add_new_columns(engine: Engine) -> None:
+    from sqlalchemy import inspect, text
+
+    insp = inspect(engine)
+    for table, names in _NEW_COLUMNS.items():
+        have = {c["name"] for c in insp.get_columns(table)}
+        for name in names:
+            if name not in have:
+                col = Base.metadata.tables[table].c[name]
+                with engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {col.type.compile(engine.dialect)}"))
 
 
 def safe_url(url: str) -> str:

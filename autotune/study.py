@@ -417,7 +417,7 @@ class Tuner:
                 return
             placement = self.executor.placement_of(row.number)
             if placement is not None:
-                self.store.update_trial(row.id, extra={**(row.extra or {}), "placement": placement.as_dict()})
+                self.store.update_trial(row.id, placement=placement.as_dict())
                 done.append(True)
 
         return note
@@ -426,9 +426,10 @@ class Tuner:
                ) -> None:
         """Record a launched trial's result and tell Optuna."""
         pending.beat.stop()
-        if placement is not None:
-            result = dataclasses.replace(result, extra={**result.extra, "placement": placement.as_dict()})
         result = dataclasses.replace(result, extra={"executor": self.executor.name, **result.extra})
+        if placement is not None:
+            self.store.update_trial(pending.row.id, placement=placement.as_dict())
+            pending.row.placement = placement.as_dict()
         self._finish(pending.row, result, duration)
         self._tell(pending.trial, result.status, result.throughput, result.reason, pending.cand)
 

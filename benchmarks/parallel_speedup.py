@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
                     for seed in range(args.seeds):
                         runs.append(run_one(path, k, seed, seeded, Path(tmp)))
                         print(json.dumps(runs[-1]), flush=True)
+            Path(args.out + ".runs.json").write_text(json.dumps(runs, indent=1))  # partial results survive
     rows = summarize(runs)
     Path(args.out + ".json").write_text(json.dumps({"runs": runs, "summary": rows}, indent=1))
     Path(args.out + ".md").write_text(markdown(rows, args.seeds))

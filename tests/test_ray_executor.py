@@ -34,7 +34,7 @@ def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_
         assert all(r.status == "ok" and r.simulated for r in launched)
         assert len({r.candidate_key for r in launched}) == 6  # no configuration twice, also among concurrent ones
         for r in launched:
-            p = r.extra["placement"]
+            p = r.placement
             assert p["executor"] == "ray" and p["gpus"] == 4 and len(p["nodes"]) == 1 and len(p["groups"]) == 1
             assert r.extra["placement_release"]["released"] is True
         assert len({p["nodes"][0] for p in runner.placements}) == 2  # both nodes used
@@ -52,7 +52,7 @@ def test_a_multi_node_trial_spans_nodes_and_a_job_too_big_is_refused(cluster, sq
         tuner.run(n_trials=2)
         launched = [r for r in tuner.store.trials("mn") if r.launched]
         assert len(launched) == 2 and runner.peak == 1  # 16 GPUs each: one at a time on a 16-GPU cluster
-        p = launched[0].extra["placement"]
+        p = launched[0].placement
         assert p["gpus"] == 16 and len(p["groups"]) == 2 and len(set(p["nodes"])) == 2
         with pytest.raises(ExecutorError, match="cannot hold one trial of 2 node"):
             Tuner(make_setup(gpus=16, nodes=2), SimulateRunner(), sqlite_url, "big", executor=ex).run(n_trials=1)

@@ -41,7 +41,7 @@ def wait_running(store: Store, study: str, n: int, proc: subprocess.Popen, timeo
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()
         try:
-            rows = [r for r in store.running(study) if (r.extra or {}).get("placement")]
+            rows = [r for r in store.running(study) if r.placement]
         except Exception:  # the study's tables may not exist yet
             rows = []
         if len(rows) >= n:
@@ -60,7 +60,7 @@ def test_ctrl_c_stops_every_trial_on_the_cluster_and_records_it(cluster, sqlite_
     rows = {r.number: r for r in store.trials("int")}
     for r in running:
         assert rows[r.number].status == "interrupted" and "Ctrl-C" in rows[r.number].reason
-        assert rows[r.number].extra["placement"]["gpus"] == 4
+        assert rows[r.number].placement["gpus"] == 4
     assert not store.running("int")
     assert free_gpus(cluster.address, want=ALL_GPUS) == ALL_GPUS
 

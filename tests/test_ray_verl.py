@@ -45,7 +45,7 @@ def test_a_two_node_verl_trial_runs_in_the_executors_groups(cluster, tmp_path, s
         ex.close()
     assert row.status == "ok", row.reason
     assert row.throughput and "measured" in row.reason
-    p = row.extra["placement"]
+    p = row.placement
     assert p["gpus"] == 16 and len(p["groups"]) == 2 and len(set(p["nodes"])) == 2
     log = open(row.log_path).read()
     assert "adopted the trial's placement groups" in log  # verl's pool took the reserved groups, made none
@@ -79,10 +79,10 @@ def test_parallel_verl_trials_with_a_hang_end_by_the_watchdog(cluster, tmp_path,
             assert r.status == "timeout" and "no progress" in r.reason
         else:
             assert r.status == "ok", r.reason
-        assert r.extra["placement"]["gpus"] == 8
+        assert r.placement["gpus"] == 8
     starts = sorted(r.started_at for r in rows)
     assert (starts[-1] - starts[0]).total_seconds() < min(r.duration_s for r in rows)  # both ran at once
-    assert len({r.extra["placement"]["nodes"][0] for r in rows}) == 2
+    assert len({r.placement["nodes"][0] for r in rows}) == 2
     assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
 
 
@@ -113,7 +113,7 @@ def test_a_node_leaving_mid_trial_fails_the_trial_and_gives_the_gpus_back(cluste
         ex.close()
     assert row.status == "failed", row.reason
     assert "left the cluster" in row.reason or "ActorDiedError" in row.reason or "died" in row.reason, row.reason
-    assert len(row.extra["placement"]["nodes"]) == 2
+    assert len(row.placement["nodes"]) == 2
     assert free_gpus(cluster.address, want=NODE_GPUS) == NODE_GPUS  # the remaining node's GPUs are all free
     assert no_leftovers(tmp_path / "rec.jsonl")
     cluster.add_node(num_cpus=NODE_CPUS, num_gpus=NODE_GPUS)  # the module's cluster as it was
