@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from autotune import cli
+from autotune.dashboard import data
 from autotune.executors import make_executor
 from autotune.executors.ray import ExecutorError, RayExecutor
 from autotune.runners.simulate import SimulateRunner
@@ -20,7 +24,7 @@ def cluster():
         yield c
 
 
-def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_url):
+def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_url, capsys):
     setup = make_setup(gpus=4)  # 4-GPU trials on 2 nodes x 8 GPUs: four fit at once
     runner = SlowSimulate(2.0)  # long enough for the tuner to propose four (an ask costs ~0.3 s on 2 cores)
     ex = RayExecutor(parallel=4, address=cluster.address)
@@ -42,6 +46,18 @@ def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_
     finally:
         ex.close()
     assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS  # every GPU back
+    # Where each trial ran: `autotune status` (a column, and in --json) and the dashboard's trials table.
+    capsys.readouterr()
+    assert cli.main(["status", "--storage", sqlite_url, "--study", "par", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["trials"]
+    assert all(t["placement"]["gpus"] == 4 and t["placement"]["nodes"] for t in shown)
+    assert cli.main(["status", "--storage", sqlite_url, "--study", "par"]) == 0
+    assert "placement" in capsys.readouterr().out
+    store = tuner.store
+    meta = data.table_meta(store, store.get_study("par"), data.version(store, "par"))
+    assert "placement" in [c["key"] for c in meta["columns"]]
+    row = data._table_row(next(r for r in store.trials("par") if r.launched))
+    assert row["placement"].endswith("(4 GPUs)")
 
 
 def test_a_multi_node_trial_spans_nodes_and_a_job_too_big_is_refused(cluster, sqlite_url):
