@@ -81,3 +81,14 @@ def test_local_executor_is_the_default_and_refuses_parallel():
     assert make_executor().name == "local"
     with pytest.raises(ValueError, match="--executor ray"):
         make_executor("local", parallel=2)
+
+
+def test_an_unreachable_cluster_is_a_clear_error_with_exit_code_2(sqlite_url, capsys):
+    from tests.conftest import free_port
+
+    addr = f"127.0.0.1:{free_port()}"
+    assert cli.main(["run", "--model", "qwen2.5-7b", "--executor", "ray", "--ray-address", addr,
+                     "--storage", sqlite_url]) == 2
+    assert f"cannot connect to the Ray cluster at '{addr}'" in capsys.readouterr().err
+    assert cli.main(["run", "--model", "qwen2.5-7b", "--parallel", "2", "--storage", sqlite_url]) == 2
+    assert "--executor ray" in capsys.readouterr().err

@@ -33,6 +33,20 @@ class ExecutorError(RunnerUnavailable):
     """The Ray cluster cannot be reached, or cannot ever hold one trial; the message says what to do."""
 
 
+def _unreachable(address: str, timeout_s: float = 5.0) -> str:
+    """Why HOST:PORT takes no TCP connection ("" when it does, or for "auto"): Ray itself retries for minutes."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return ""
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return ""
+    except OSError as e:
+        return f"nothing answers at {host}:{port} ({e.strerror or type(e).__name__})"
+
+
 def group_name(study: str, number: int, node: int) -> str:
     """A trial's placement group on its node-th node; recover() finds a dead tuner's groups by this name."""
     return f"autotune:{re.sub(r'[^A-Za-z0-9_.-]+', '-', study)[:150]}:t{number:05d}:n{node}"
@@ -67,6 +81,11 @@ class RayExecutor(Executor):
         self.release_timeout_s = release_timeout_s
         self.watch_s = watch_s
         if not ray.is_initialized():
+            unreachable = _unreachable(self.address)
+            if unreachable:
+                raise ExecutorError(
+                    f"cannot connect to the Ray cluster at {self.address!r}: {unreachable}. Start one with `ray start "
+                    "--head`, then pass --ray-address HEAD:6379") from None
             try:
                 ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
             except (ConnectionError, RuntimeError, ValueError) as e:
