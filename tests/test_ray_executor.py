@@ -92,3 +92,16 @@ def test_an_unreachable_cluster_is_a_clear_error_with_exit_code_2(sqlite_url, ca
     assert f"cannot connect to the Ray cluster at '{addr}'" in capsys.readouterr().err
     assert cli.main(["run", "--model", "qwen2.5-7b", "--parallel", "2", "--storage", sqlite_url]) == 2
     assert "--executor ray" in capsys.readouterr().err
+
+
+def test_replay_runs_through_the_ray_executor_from_the_cli(cluster, sqlite_url, capsys):
+    table = "benchmarks/landscapes/qwen2.5-7b-L8-g2.csv"
+    assert cli.main(["run", "--backend", "replay", "--table", table, "--executor", "ray", "--ray-address",
+                     cluster.address, "--parallel", "2", "--n-trials", "3", "--storage", sqlite_url, "--study", "rp",
+                     "--confirm", "0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["launched"] == 3
+    from autotune.store import Store
+
+    launched = [r for r in Store(sqlite_url).trials("rp") if r.launched]
+    assert len(launched) == 3 and all(r.backend == "replay" and r.placement["gpus"] == 2 for r in launched)
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
