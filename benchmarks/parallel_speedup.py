@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = summarize(runs)
     Path(args.out + ".json").write_text(json.dumps({"runs": runs, "summary": rows}, indent=1))
     Path(args.out + ".md").write_text(markdown(rows, args.seeds))
+    Path(args.out + ".runs.json").unlink(missing_ok=True)
     print(markdown(rows, args.seeds))
 
 
