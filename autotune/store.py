@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -131,8 +132,13 @@ class Store:
         self.url = url
         try:
             self.engine = engine or create_engine(url, pool_pre_ping=True)
-            Base.metadata.create_all(self.engine)
-            _add_new_columns(self.engine)
+            try:
+                Base.metadata.create_all(self.engine)
+                _add_new_columns(self.engine)
+            except SQLAlchemyError:  # another worker creating the same tables at the same moment: once more
+                time.sleep(0.5)
+                Base.metadata.create_all(self.engine)
+                _add_new_columns(self.engine)
         except SQLAlchemyError as e:
             raise StoreError(unreachable_message(url, e)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)

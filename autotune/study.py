@@ -112,7 +112,15 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        for attempt in range(3):
+            try:
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+            except Exception as e:  # several workers creating Optuna's tables at once (PostgreSQL): try again
+                if attempt == 2 or "already exists" not in str(e) and "UniqueViolation" not in type(e).__name__ \
+                        and "UniqueViolation" not in str(e):
+                    raise
+                time.sleep(0.5 + attempt)
+        raise AssertionError("unreachable")
     except Exception as e:  # OSError, sqlalchemy OperationalError / ArgumentError, a missing driver...
         raise StoreError(unreachable_message(url, e)) from None
 
@@ -165,16 +173,13 @@ class Tuner:
         fp = self.setup.fingerprint()
         row = self.store.get_study(self.study_name)
         if row is None:
-            s = self.setup
-            self.store.add_study(StudyRow(
-                name=self.study_name, model_name=s.model.name, model=dataclasses.asdict(s.model),
-                cluster=dataclasses.asdict(s.cluster), job=[list(kv) for kv in s.job.overrides],
-                job_source=s.job.source, space_name=s.space.name,
-                space_text=space_text if space_text is not None else Path(s.space.source).read_text(),
-                backend=self.runner.name, simulated=self.runner.simulated, fingerprint=fp,
-                measure_step=s.measure_step,
-            ))
-            return
+            try:
+                self._add_study(space_text, fp)
+                return
+            except StoreError:  # another worker created it at the same moment: compare with theirs
+                row = self.store.get_study(self.study_name)
+                if row is None:
+                    raise
         diffs = [f"{k}: study has {row.fingerprint.get(k)!r}, this run has {v!r}"
                  for k, v in fp.items() if row.fingerprint.get(k) != v]
         if row.backend != self.runner.name:
@@ -185,6 +190,17 @@ class Tuner:
                 + "\n  ".join(diffs)
                 + "\nUse another --study name to start a new study, or run with the study's own options to resume it."
             )
+
+    def _add_study(self, space_text: str | None, fp: dict[str, str]) -> None:
+        s = self.setup
+        self.store.add_study(StudyRow(
+            name=self.study_name, model_name=s.model.name, model=dataclasses.asdict(s.model),
+            cluster=dataclasses.asdict(s.cluster), job=[list(kv) for kv in s.job.overrides],
+            job_source=s.job.source, space_name=s.space.name,
+            space_text=space_text if space_text is not None else Path(s.space.source).read_text(),
+            backend=self.runner.name, simulated=self.runner.simulated, fingerprint=fp,
+            measure_step=s.measure_step,
+        ))
 
     def recover(self) -> list[int]:
         """Close trials left running by a tuner that died; re-queue them and interrupted ones. Returns numbers."""
