@@ -26,7 +26,7 @@ def cluster():
 
 def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_url, capsys):
     setup = make_setup(gpus=4)  # 4-GPU trials on 2 nodes x 8 GPUs: four fit at once
-    runner = SlowSimulate(2.0)  # long enough for the tuner to propose four (an ask costs ~0.3 s on 2 cores)
+    runner = SlowSimulate(4.0)  # long enough for the tuner to propose four (an ask costs ~0.3-1 s on 2 busy cores)
     ex = RayExecutor(parallel=4, address=cluster.address)
     try:
         tuner = Tuner(setup, runner, sqlite_url, "par", executor=ex)
