@@ -21,6 +21,7 @@ class LocalExecutor(Executor):
             raise ValueError("the local executor runs one trial at a time; use --executor ray for --parallel > 1")
         super().__init__(1)
         self._queued: tuple[TrialSpec, Runner] | None = None
+        self._t0 = 0.0
 
     def submit(self, spec: TrialSpec, runner: Runner) -> None:
         if self._queued is not None:
@@ -31,17 +32,17 @@ class LocalExecutor(Executor):
         if self._queued is None:
             return []
         spec, runner = self._queued
-        t0 = time.monotonic()
+        self._t0 = time.monotonic()
         result, fatal = run_trial(runner, spec)  # KeyboardInterrupt: the trial stays queued for stop_all
         self._queued = None
-        return [Finished(spec.number, result, time.monotonic() - t0, None, fatal)]
+        return [Finished(spec.number, result, time.monotonic() - self._t0, None, fatal)]
 
     def stop_all(self, reason: str) -> list[Finished]:
         if self._queued is None:
             return []
         spec, runner = self._queued
         self._queued = None  # the runner cleaned up on its way out (it saw the interrupt first)
-        return [Finished(spec.number, interrupted(runner, reason), 0.0)]
+        return [Finished(spec.number, interrupted(runner, reason), time.monotonic() - self._t0)]
 
     @property
     def running(self) -> int:
