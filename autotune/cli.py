@@ -22,6 +22,7 @@ from autotune.cluster import GPU_TYPES, ClusterError, make_cluster
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import at_step, prompt_lengths_from_data
 from autotune.estimate.throughput import error_band, step_time_label
+from autotune.executors import EXECUTORS, make_executor, placement_text
 from autotune.export import FORMATS, ExportInfo, export_text
 from autotune.job import Job, JobError
 from autotune.labels import Labeller, study_reference
@@ -92,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-seeds", type=int, default=4, help="best candidates by the model to try first")
     p.add_argument("--workdir", default="trials", help="per-trial folders go under WORKDIR/<study>/")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    g = p.add_argument_group("executor (where trials run)")
+    g.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="local: one trial at a time on this node (default); ray: up to --parallel trials at once on "
+                        "a Ray cluster, each holding its own nodes x GPUs (docs/executors.md)")
+    g.add_argument("--parallel", type=int, default=1, help="with --executor ray: trials at once (default 1)")
+    g.add_argument("--ray-address", help="with --executor ray: the cluster's head, HOST:6379 (default: the cluster "
+                                         "this host joined with `ray start`)")
     g = p.add_argument_group("verl backend")
     g.add_argument("--trial-timeout", type=float, help="seconds a trial may run in all (default 3600)")
     g.add_argument("--stall-timeout", type=float, help="seconds without a new training step (default 1200)")
@@ -175,12 +183,22 @@ def _terminate(signum: int, frame: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     if args.n_trials < 1:
         raise CLIError(f"--n-trials {args.n_trials}: it counts launched trials and must be at least 1")
+    executor = make_executor(args.executor, args.parallel, args.ray_address)
+    try:
+        return _run(args, executor)
+    finally:
+        executor.close()
+
+
+def _run(args: argparse.Namespace, executor: Any) -> int:
     if args.table or args.backend == "replay":
         setup, space_text, runner = _replay_setup(args)
     else:
         setup, space_text = make_setup(args)
         backend = args.backend if args.backend != "auto" else auto_backend()
-        runner = make_runner(backend, **_verl_options(args)) if backend == "verl" else make_runner(backend)
+        ray_address = getattr(executor, "gcs_address", None)  # verl's driver joins the executor's cluster
+        runner = make_runner(backend, **_verl_options(args), ray_address=ray_address) if backend == "verl" \
+            else make_runner(backend)
         if args.probe:
             from autotune.runners.probed import ProbedRunner
 
@@ -198,7 +216,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         say.print(f"autotune: backend {runner.describe()} on {setup.cluster.describe()}")
     tuner = Tuner(setup, runner, args.storage, args.study, seed=args.seed, n_model_seeds=args.model_seeds,
                   space_text=space_text, workdir=Path(args.workdir), prune_slower_than=args.prune_slower_than,
-                  prune_after=args.prune_after, measure_from=_window(args)[0])
+                  prune_after=args.prune_after, measure_from=_window(args)[0], executor=executor)
+    if executor.name != "local":
+        say.print(f"autotune: executor {executor.describe()}")
     say.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
               f"job {setup.job.source}, space {setup.space.name}")
     counts = {"pruned": 0}
@@ -228,7 +248,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if args.confirm and summary["confirm"].get("skipped"):
                 say.print(f"confirmation skipped: {summary['confirm']['skipped']}")
         except KeyboardInterrupt:
-            err.print("autotune: interrupted; the running trial is recorded as interrupted. "
+            err.print("autotune: interrupted; the running trials are recorded as interrupted. "
                       "Re-run the same command to resume the study.")
             runner.close()
             return 130
@@ -379,14 +399,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             "trials": [{**{k: getattr(r, k) for k in (
                 "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
                 "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": Candidate(**r.params).layout(),
-                "label": labels(r.params, r.candidate_key)} for r in shown],
+                "label": labels(r.params, r.candidate_key), "placement": r.placement} for r in shown],
         }, indent=2, default=str))
         return 0
     sim = " [SIMULATED]" if meta.simulated else ""
-    columns = ("#", "status", "origin", "configuration", "tokens/s/GPU", "predicted", "mem pred GiB", "mem meas GiB",
-               "reason")
+    placed = any(r.placement for r in shown)  # the placement column only where an executor placed trials
+    columns = ("#", "status", "origin", "configuration", *(("placement",) if placed else ()), "tokens/s/GPU",
+               "predicted", "mem pred GiB", "mem meas GiB", "reason")
     cells = [(
         str(r.number), r.status, r.origin, labels(r.params, r.candidate_key),
+        *((placement_text(r.placement) or "-",) if placed else ()),
         "-" if r.throughput is None else f"{r.throughput:.1f}{' (sim)' if r.simulated else ''}",
         "-" if r.predicted_throughput is None else f"{r.predicted_throughput:.1f}",
         "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}",

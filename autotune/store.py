@@ -101,6 +101,8 @@ class TrialRow(Base):
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
     log_excerpt: Mapped[str] = mapped_column(Text, default="")
     extra: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # Where an executor placed the trial: {"executor", "nodes": [...], "gpus_per_node", "gpus", "groups": [...]}
+    placement: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     note: Mapped[str] = mapped_column(Text, default="")
     worker: Mapped[str] = mapped_column(String(255), default="")
     started_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
@@ -137,6 +139,7 @@ class Store:
             kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
             self.engine = engine or create_engine(url, pool_pre_ping=True, **kwargs)
             retry_schema_race(lambda: Base.metadata.create_all(self.engine))
+            retry_schema_race(lambda: _add_new_columns(self.engine))
         except SQLAlchemyError as e:
             raise StoreError(unreachable_message(url, e)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
@@ -250,7 +253,7 @@ class Store:
         """The trials' small columns, in trial order (`autotune status`: no memory breakdown, logs or extras)."""
         t = TrialRow
         cols = (t.number, t.status, t.reason, t.origin, t.launched, t.simulated, t.candidate_key, t.params,
-                t.throughput, t.predicted_throughput, t.predicted_peak_gib, t.peak_memory_gib)
+                t.throughput, t.predicted_throughput, t.predicted_peak_gib, t.peak_memory_gib, t.placement)
         q = select(*cols).where(t.study == study)
         if launched_only:
             q = q.where(t.launched.is_(True))
@@ -329,6 +332,23 @@ def retry_schema_race(create: Any, attempts: int = 6) -> Any:
                 raise
             time.sleep(0.1 * (attempt + 1))
     return None
+
+
+# Columns added after a table's first release: databases made before get them on open (nullable, no default).
+_NEW_COLUMNS = {"autotune_trials": ("placement",)}
+
+
+def _add_new_columns(engine: Engine) -> None:
+    from sqlalchemy import inspect, text
+
+    insp = inspect(engine)
+    for table, names in _NEW_COLUMNS.items():
+        have = {c["name"] for c in insp.get_columns(table)}
+        for name in names:
+            if name not in have:
+                col = Base.metadata.tables[table].c[name]
+                with engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {col.type.compile(engine.dialect)}"))
 
 
 def safe_url(url: str) -> str:

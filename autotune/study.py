@@ -29,6 +29,8 @@ from autotune.candidate import STOCK, Candidate
 from autotune.cluster import Cluster, GPUType
 from autotune.estimate import Evaluation, evaluate, memory_record
 from autotune.estimate.lengths import Lengths, at_step
+from autotune.executors.base import Executor, Placement
+from autotune.executors.local import LocalExecutor
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.ranking import InfeasibleSpaceError, explain_infeasible, rank_candidates
@@ -51,6 +53,7 @@ from autotune.store import (
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HEARTBEAT_S = 30.0
+PLACEMENT_POLL_S = 0.5
 STALE_AFTER_S = 300.0
 MAX_IDLE_ASKS = 300  # asks in a row that launch nothing: the space holds nothing new that can run
 NOT_COUNTED = (TrialStatus.INTERRUPTED.value,)  # launched but re-queued: --n-trials counts its re-run instead
@@ -169,8 +172,10 @@ class Tuner:
         prune_slower_than: float | None = None,
         prune_after: int = 5,
         measure_from: int | None = None,
+        executor: Executor | None = None,
     ):
         self.setup = setup
+        self.executor = executor or LocalExecutor()
         self.prune_slower_than = prune_slower_than  # stop a trial below this fraction of the best at the same step
         self.prune_after = prune_after  # ... once this many trials completed
         self.measure_from = measure_from  # measured window: steps measure_from..measure_step
@@ -329,6 +334,15 @@ class Tuner:
         except optuna.exceptions.UpdateFinishedTrialError:
             pass  # told meanwhile by its own worker or another recovery
 
+    def reclaim(self, numbers: list[int]) -> list[str]:
+        """Ray: stop on the cluster what re-queued trials may still hold (a dead tuner's placement groups).
+
+        Ray already removes a dead tuner's groups with its job (they are not detached); this is the safety net
+        for a tuner that lost its connection but not its life. Returns the group names removed.
+        """
+        reclaim = getattr(self.executor, "reclaim", None)
+        return reclaim(self.study_name, numbers) if reclaim and numbers else []
+
     def _close_optuna(self, number: int, state: TrialState) -> None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if t.number == number:
@@ -391,56 +405,121 @@ class Tuner:
         timeout_s: float | None = None,
         on_trial: Callable[[TrialRow], None] | None = None,
     ) -> dict[str, Any]:
-        """Launch trials until the study holds n_trials launched ones, or time runs out, or the space is spent."""
+        """Launch trials until the study holds n_trials launched ones, or time runs out, or the space is spent.
+
+        Up to `executor.parallel` trials are in flight: each is proposed (asked, built, pruned or recorded RUNNING)
+        and submitted while slots are free, then finished (stored, told) as the executor returns it. Optuna's
+        constant liar treats the RUNNING ones as pending, so parallel proposals spread out.
+        """
+        ex = self.executor
+        ex.check(self.setup.cluster.nodes, self.setup.cluster.gpus_per_node)
         self.n_trials = n_trials
-        self.recover()
+        self.reclaim(self.recover())
         self.refresh_lengths()
         self.seed_study()
         start = time.monotonic()
         idle = 0
-        why_idle: dict[str, int] = {}  # prune reasons of the current run of asks that launched nothing
+        why_idle: dict[str, int] = {}  # prune kinds of the proposals since the last launch
         stop_reason = "reached --n-trials"
-        while True:
-            if self.launched_count() >= n_trials:
-                # Budget met. Trials left by dead workers are closed (which may re-open the budget), and queued
-                # ones are drained (recorded as not launched), so that no Optuna trial is left unfinished.
-                self.recover()
-                if self.launched_count() >= n_trials and not self._waiting():
+        inflight: dict[int, _Inflight] = {}
+        fatal: str | None = None
+        try:
+            while True:
+                proposing = fatal is None
+                while proposing and len(inflight) < ex.parallel:
+                    if self.launched_count() >= n_trials:
+                        stop_reason, proposing = "reached --n-trials", False
+                        if not inflight:
+                            # Budget met. Trials left by dead workers are closed (which may re-open the budget), and
+                            # queued ones drained (recorded as not launched): no Optuna trial is left unfinished.
+                            self.recover()
+                            proposing = self.launched_count() < n_trials or self._waiting()
+                    elif timeout_s is not None and time.monotonic() - start > timeout_s:
+                        stop_reason, proposing = "reached --timeout", False
+                    elif idle >= MAX_IDLE_ASKS:
+                        top = ", ".join(f"{k} x{n}" for k, n in sorted(why_idle.items(), key=lambda kv: -kv[1])[:4])
+                        stop_reason = (f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is "
+                                       f"exhausted ({top})")
+                        proposing = False
+                    if not proposing:
+                        break
+                    row, pending = self.propose(inflight)
+                    if pending is None:
+                        idle += 1
+                        kind = _reason_kind(row.reason or "")
+                        why_idle[kind] = why_idle.get(kind, 0) + 1
+                        if on_trial:
+                            on_trial(row)
+                        continue
+                    idle = 0
+                    why_idle.clear()
+                    inflight[row.number] = pending
+                    ex.submit(pending.spec, self.runner)
+                if not inflight:
                     break
-            if timeout_s is not None and time.monotonic() - start > timeout_s:
-                stop_reason = "reached --timeout"
-                break
-            if idle >= MAX_IDLE_ASKS:
-                top = ", ".join(f"{k} x{n}" for k, n in sorted(why_idle.items(), key=lambda kv: -kv[1])[:4])
-                stop_reason = (f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is exhausted "
-                               f"({top})")
-                break
-            row = self.step()
-            idle = 0 if row.launched else idle + 1
-            if row.status == TrialStatus.OK.value and not row.simulated:
-                self.refresh_lengths()
-            if row.launched:
-                why_idle.clear()
-            else:
-                kind = _reason_kind(row.reason or "")
-                why_idle[kind] = why_idle.get(kind, 0) + 1
-            if on_trial:
-                on_trial(row)
+                for fin in ex.wait():
+                    pending = inflight.pop(fin.number)
+                    self.finish(pending, fin.result, fin.duration_s, fin.placement)
+                    fatal = fatal or fin.fatal
+                    if pending.row.status == TrialStatus.OK.value and not pending.row.simulated:
+                        self.refresh_lengths()
+                    if on_trial:
+                        on_trial(pending.row)
+                if fatal is not None and not inflight:
+                    raise RunnerFatal(fatal)
+        except KeyboardInterrupt as e:
+            how = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
+            why = f"interrupted {how}; re-queued on resume"
+            for fin in ex.stop_all(why):
+                if fin.number in inflight:
+                    pending = inflight.pop(fin.number)
+                    self.finish(pending, fin.result, fin.duration_s, fin.placement)
+            for pending in inflight.values():  # not returned by the executor: still recorded, never left RUNNING
+                self.finish(pending, TrialResult(TrialStatus.INTERRUPTED, why, simulated=self.runner.simulated),
+                            0.0, None)
+            raise
         self.store.touch_study(self.study_name)
         return {"study": self.study_name, "launched": self.launched_count(), "stopped": stop_reason}
 
     def step(self) -> TrialRow:
-        """One Optuna trial: pruned before launch, or launched through the runner."""
+        """One Optuna trial, synchronously: pruned before launch, or launched through the runner in this thread."""
+        row, pending = self.propose({})
+        if pending is None:
+            return row
+        t0 = time.monotonic()
+        try:
+            result = self.runner.run(pending.spec)
+            faults.point("ran")
+        except KeyboardInterrupt as e:
+            how = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
+            self.finish(pending, TrialResult(TrialStatus.INTERRUPTED, f"interrupted {how}; re-queued on resume",
+                                             simulated=self.runner.simulated), time.monotonic() - t0)
+            raise
+        except RunnerFatal as e:  # the runner cannot go on: this trial is re-queued, the study stops
+            self.finish(pending, TrialResult(TrialStatus.INTERRUPTED, f"not run: {e}; re-queued on resume",
+                                             simulated=self.runner.simulated), time.monotonic() - t0)
+            raise
+        except Exception as e:  # a runner bug must not leave the trial running
+            result = TrialResult(TrialStatus.FAILED, f"runner error: {type(e).__name__}: {e}",
+                                 simulated=self.runner.simulated)
+        self.finish(pending, result, time.monotonic() - t0)
+        return pending.row
+
+    def propose(self, inflight: dict[int, _Inflight]) -> tuple[TrialRow, _Inflight | None]:
+        """Ask Optuna for one trial and build it: pruned before launch (recorded, told; no pending), or recorded
+        RUNNING and returned pending with its spec, for an executor to run. `inflight`: this tuner's running trials.
+        """
         trial = self.study.ask()
         faults.point("asked")
         try:
-            return self._record_and_run(trial)
+            return self._record(trial)
         except (TrialTaken, optuna.exceptions.UpdateFinishedTrialError):
             # A recovery (another worker starting while we were between ask and record) closed this trial.
             return self.store.trial(self.study_name, trial.number) or TrialRow(
-                study=self.study_name, number=trial.number, status=TrialStatus.INTERRUPTED.value, launched=False)
+                study=self.study_name, number=trial.number, status=TrialStatus.INTERRUPTED.value,
+                launched=False), None
 
-    def _record_and_run(self, trial: optuna.Trial) -> TrialRow:
+    def _record(self, trial: optuna.Trial) -> tuple[TrialRow, _Inflight | None]:
         attrs = trial.user_attrs
         s = self.setup
         try:
@@ -473,44 +552,45 @@ class Tuner:
             row.id = self.store.add_trial(row)
             faults.point("pruned-recorded")
             self._tell(trial, TrialStatus.PRUNED, None, reason, cand)
-            return row
-        refused = self._claim_launch(row)
+            return row, None
+        row.extra = {"executor": self.executor.name}
+        refused = self._claim_launch(row)  # this tuner's running trials are launched rows too: no duplicate
         faults.point("claimed")
         if refused is not None:
             self._tell(trial, TrialStatus.PRUNED, None, refused, cand)
-            return row
+            return row, None
         spec = TrialSpec(
             study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
             candidate=cand, memory=ev.memory, prediction=ev.throughput, measure_step=s.measure_step,
             workdir=self.workdir / self.study_name / f"trial_{trial.number:04d}",
             measure_from=self.measure_from, report=self._reporter(trial), progress=self.on_progress,
         )
-        t0 = time.monotonic()
-        beat = _Heartbeat(self.store, row.id)
-        try:
-            result = self.runner.run(spec)
-            faults.point("ran")
-        except KeyboardInterrupt as e:
-            how = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
-            result = TrialResult(TrialStatus.INTERRUPTED, f"interrupted {how}; re-queued on resume",
-                                 simulated=self.runner.simulated)
-            self._finish(row, result, time.monotonic() - t0)
-            self._tell(trial, result.status, None, result.reason, cand)
-            raise
-        except RunnerFatal as e:  # the runner cannot go on: this trial is re-queued, the study stops
-            result = TrialResult(TrialStatus.INTERRUPTED, f"not run: {e}; re-queued on resume",
-                                 simulated=self.runner.simulated)
-            self._finish(row, result, time.monotonic() - t0)
-            self._tell(trial, result.status, None, result.reason, cand)
-            raise
-        except Exception as e:  # a runner bug must not leave the trial running
-            result = TrialResult(TrialStatus.FAILED, f"runner error: {type(e).__name__}: {e}",
-                                 simulated=self.runner.simulated)
-        finally:
-            beat.stop()
-        self._finish(row, result, time.monotonic() - t0)
-        self._tell(trial, result.status, result.throughput, result.reason, cand)
-        return row
+        return row, _Inflight(row, trial, cand, spec, _Heartbeat(
+            self.store, row.id, self._placement_note(row) if self.executor.name != "local" else None))
+
+    def _placement_note(self, row: TrialRow) -> Callable[[], None]:
+        """Writes where a running trial was placed, once the executor knows (status and the dashboard show it)."""
+        done: list[bool] = []
+
+        def note() -> None:
+            if done:
+                return
+            placement = self.executor.placement_of(row.number)
+            if placement is not None:
+                self.store.update_trial(row.id, placement=placement.as_dict())
+                done.append(True)
+
+        return note
+
+    def finish(self, pending: _Inflight, result: TrialResult, duration: float, placement: Placement | None = None
+               ) -> None:
+        """Record a launched trial's result and tell Optuna."""
+        pending.beat.stop()
+        result = dataclasses.replace(result, extra={"executor": self.executor.name, **result.extra})
+        if placement is not None:
+            pending.row.placement = placement.as_dict()
+        self._finish(pending.row, result, duration)
+        self._tell(pending.trial, result.status, result.throughput, result.reason, pending.cand)
 
     def refresh_lengths(self) -> None:
         """Fold the measured sequence lengths of this study's trials (at the measured step) into the setup.
@@ -559,6 +639,8 @@ class Tuner:
             "log_excerpt": result.log_excerpt, "extra": result.extra or None, "simulated": result.simulated,
             "finished_at": utcnow(), "duration_s": duration, "launched": result.launched,
         }
+        if row.placement is not None:
+            values["placement"] = row.placement
         self.store.finish_trial(row.id, values, tuple(result.steps))
         faults.point("finished")
         for k, v in values.items():
@@ -587,18 +669,36 @@ def _reason_kind(reason: str) -> str:
     return reason.split(":", 1)[0][:40] if kind == "other" else kind
 
 
-class _Heartbeat:
-    """Marks a running trial alive every HEARTBEAT_S so that another tuner does not close it as stale."""
+@dataclass
+class _Inflight:
+    """A launched trial between propose and finish."""
 
-    def __init__(self, store: Store, trial_id: int):
+    row: TrialRow
+    trial: optuna.Trial
+    cand: Candidate
+    spec: TrialSpec
+    beat: _Heartbeat
+
+
+class _Heartbeat:
+    """Marks a running trial alive every HEARTBEAT_S so that another tuner does not close it as stale; `also` runs
+    every PLACEMENT_POLL_S (the placement note)."""
+
+    def __init__(self, store: Store, trial_id: int, also: Callable[[], None] | None = None):
         self._stop = threading.Event()
+        self._also = also
         self._thread = threading.Thread(target=self._loop, args=(store, trial_id), daemon=True)
         self._thread.start()
 
     def _loop(self, store: Store, trial_id: int) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
+        last = time.monotonic()
+        while not self._stop.wait(PLACEMENT_POLL_S if self._also else HEARTBEAT_S):
             try:
-                store.heartbeat(trial_id)
+                if self._also:
+                    self._also()
+                if time.monotonic() - last >= HEARTBEAT_S:
+                    store.heartbeat(trial_id)
+                    last = time.monotonic()
             except StoreError:
                 pass  # a missed beat only risks the trial being re-queued later
 

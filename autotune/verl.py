@@ -247,3 +247,15 @@ VERL_JOB_DEFAULTS: dict[str, Any] = {
     PPO_MINI_BATCH_SIZE: 256,
     ROLLOUT_N: 1,
 }
+# verl/single_controller/ray/base.py (0.9.1): ResourcePoolManager(max_colocate_count=3) makes one RayResourcePool
+# "global_pool" of [trainer.n_gpus_per_node] * trainer.nnodes; its get_placement_groups() creates one placement group
+# per node of n_gpus_per_node bundles {"CPU": max_colocate_count, "GPU": 1}, STRICT_PACK, and returns `self.pgs`
+# when already set; ResourcePoolManager._check_resource_available() compares the cluster's *available* GPUs with the
+# pool's. The Ray executor reserves exactly these groups and hands them to verl (autotune/executors/verl_hook.py).
+RAY_POOL_BUNDLE_CPU = 3
+RAY_POOL_STRATEGY = "STRICT_PACK"
+RAY_POOL_MODULE = "verl.single_controller.ray.base"
+# Ray runtime_env keys set through ray_kwargs.ray_init (Hydra '+' keys, as above).
+RAY_SETUP_HOOK_KEY = RAY_INIT_PREFIX + "runtime_env.worker_process_setup_hook"
+RAY_NAMESPACE_KEY = RAY_INIT_PREFIX + "namespace"
+RAY_ADDRESS_KEY = RAY_INIT_PREFIX + "address"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune import verl
 from autotune.candidate import Candidate
 from autotune.export import launch_argv
 from autotune.job import Job
@@ -142,3 +143,25 @@ def test_runner_records_config_error_before_launch(tmp_path: Path) -> None:
     assert launches(rec) == []
     good = fake_runner(env_for(rec, FAKE_VERL_MODE="ok")).run(make_spec(setup, tmp_path, number=1))
     assert good.status == TrialStatus.OK and good.extra["preflight"]["ok"]
+
+
+def test_ray_cluster_trial_and_multi_node_export_pass_verls_validation(tmp_path: Path) -> None:
+    """A trial placed by the Ray executor (joins the cluster, adopts its groups) and a 2-node export."""
+    import dataclasses
+
+    from autotune.candidate import STOCK
+    from autotune.runners.verl import VerlOptions
+
+    setup = make_setup(gpus=8, nodes=2)
+    runner = VerlRunner(VerlOptions(ray_address="10.0.0.1:6379"))
+    spec = dataclasses.replace(make_spec(setup, tmp_path, cand=STOCK),
+                               placement={"groups": ["autotune:s:t00001:n0", "autotune:s:t00001:n1"]})
+    ov = hydra_overrides(runner.argv(spec, runner.short_run_overrides(spec, tmp_path / "m.jsonl", "/tmp/x", 1)))
+    assert f"{verl.RAY_ADDRESS_KEY}=10.0.0.1:6379" in ov and f"{verl.NNODES}=2" in ov
+    assert any(o.startswith(verl.RAY_SETUP_HOOK_KEY + "=") for o in ov)
+    res = validate_overrides(ov)
+    assert res.ok, res.message
+    exported = hydra_overrides(launch_argv(setup.job, setup.cluster, STOCK))
+    assert f"{verl.NNODES}=2" in exported and f"{verl.N_GPUS_PER_NODE}=8" in exported
+    res = validate_overrides(exported)
+    assert res.ok, res.message

@@ -24,6 +24,7 @@ import pandas as pd
 from sqlalchemy import case, func, select
 
 from autotune.candidate import Candidate
+from autotune.executors import placement_text
 from autotune.labels import label, study_reference
 from autotune.store import Store, StudyRow, TrialRow
 
@@ -37,7 +38,7 @@ _TABLE_COLS = (
     TrialRow.id, TrialRow.number, TrialRow.status, TrialRow.reason, TrialRow.origin, TrialRow.launched,
     TrialRow.simulated, TrialRow.params, TrialRow.throughput, TrialRow.predicted_throughput,
     TrialRow.predicted_peak_gib, TrialRow.peak_memory_gib, TrialRow.phase_timings, TrialRow.started_at,
-    TrialRow.finished_at, TrialRow.duration_s, TrialRow.note,
+    TrialRow.finished_at, TrialRow.duration_s, TrialRow.note, TrialRow.placement,
 )
 
 
@@ -534,7 +535,7 @@ def _table_row(r: Any, lay: bool = True, ref: Candidate | None = None) -> dict[s
         "layout": layout(r.params or {}, ref) if lay else None, "throughput": _r(r.throughput) if ok else None,
         "predicted": _r(r.predicted_throughput), "pred_mem": _r(r.predicted_peak_gib), "mem": _r(r.peak_memory_gib),
         "duration": _r(r.duration_s, 1), "reason": reason, "note": "yes" if r.note else "",
-        "launched": bool(r.launched), "_params": r.params or {},
+        "launched": bool(r.launched), "_params": r.params or {}, "placement": placement_text(r.placement),
     }
     for k, v in (r.phase_timings or {}).items():
         row["ph:" + k] = _r(v)
@@ -600,6 +601,7 @@ def table_meta(store: Store, study: StudyRow, ver: str) -> dict[str, Any]:
         groups = s.execute(select(t.status, t.reason, t.origin, t.launched, has_note, func.count())
                            .where(t.study == study.name).group_by(t.status, t.reason, t.origin, t.launched,
                                                                   has_note)).all()
+        placed = s.scalar(select(t.id).where(t.study == study.name, t.placement.is_not(None)).limit(1)) is not None
     seen = _seen(store, study.name)
     total = sum(g[5] for g in groups)
     opts: dict[str, set[str]] = {
@@ -617,6 +619,8 @@ def table_meta(store: Store, study: StudyRow, ver: str) -> dict[str, Any]:
     cols: list[dict[str, Any]] = [{"key": "sel", "label": "", "nofilter": True, "nosort": True}]
     cols += [{"key": k, "label": label, "num": True} for k, label in _NUM_COLS[:1]]
     cols += [{"key": k, "label": k if k != "cls" else "class"} for k in ("status", "cls", "origin", "layout")]
+    if placed:  # only where an executor placed trials
+        cols += [{"key": "placement", "label": "placement"}]
     cols += [{"key": k, "label": label + (sim if k == "throughput" else ""), "num": True} for k, label in _NUM_COLS[1:]]
     cols += [{"key": "ph:" + p, "label": p + " s", "num": True} for p in phase_names]
     cols += [{"key": "p:" + p, "label": p, "param": True} for p in param_names]

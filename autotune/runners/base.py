@@ -6,6 +6,7 @@ One runner per backend (simulate, verl, mcore, replay); the study never knows wh
 from __future__ import annotations
 
 import enum
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,26 @@ from autotune.estimate.throughput import ThroughputEstimate
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.runners.progress import TrialProgress
+
+
+class StopSignal:
+    """Set by an executor to end a running trial early (its Ray node left, the tuner is stopping), with why."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+        self.status = "failed"
+
+    def set(self, reason: str, status: str = "failed") -> None:
+        if not self._event.is_set():
+            self.reason, self.status = reason, status
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
 
 
 class TrialStatus(enum.StrEnum):
@@ -56,6 +77,10 @@ class TrialSpec:
     report: Callable[[int, float], bool] | None = field(default=None, compare=False, repr=False)
     # Called by a runner, every fraction of a second while the trial runs, with where it is (the CLI's live line).
     progress: Callable[[TrialProgress], None] | None = field(default=None, compare=False, repr=False)
+    # Where an executor placed the trial (autotune.executors.Placement.as_dict()); None: the local node.
+    placement: dict[str, Any] | None = field(default=None, compare=False)
+    # Set by the executor to stop the trial early; runners that run for long poll it.
+    stop: StopSignal | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

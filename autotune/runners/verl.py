@@ -47,6 +47,7 @@ class VerlOptions:
     retries: int = 1  # extra attempts for a crash or NCCL error
     preflight: bool = True
     own_ray: bool = True  # a fresh local Ray per trial on a single node; several nodes use RAY_ADDRESS's cluster
+    ray_address: str | None = None  # the Ray executor's cluster: verl's driver joins it (never a private Ray)
     cleanup_timeout_s: float = 120.0  # for the GPUs to return to their memory before the trial
     gpu_tolerance_gib: float = 1.0
     poll_s: float = 0.2
@@ -109,8 +110,18 @@ class VerlRunner(Runner):
             verl.EXPERIMENT_NAME: name,
             verl.RAY_ENV_VAR_PREFIX + verl.FILE_LOGGER_ENV: str(log_jsonl),
         }
-        if self._own_ray(spec):
-            extra[verl.RAY_INIT_PREFIX + "address"] = "local"
+        if self.options.ray_address:
+            from autotune.executors import verl_hook
+            from autotune.executors.ray import NAMESPACE
+
+            extra[verl.RAY_ADDRESS_KEY] = self.options.ray_address
+            extra[verl.RAY_NAMESPACE_KEY] = NAMESPACE
+            groups = (spec.placement or {}).get("groups")
+            if groups:  # verl adopts the groups the executor reserved (executors/verl_hook.py)
+                extra[verl.RAY_SETUP_HOOK_KEY] = verl_hook.HOOK
+                extra[verl.RAY_ENV_VAR_PREFIX + verl_hook.ENV] = ",".join(groups)
+        elif self._own_ray(spec):
+            extra[verl.RAY_ADDRESS_KEY] = "local"
             extra[verl.RAY_INIT_PREFIX + "_temp_dir"] = ray_tmp
             extra[verl.RAY_INIT_PREFIX + "include_dashboard"] = False
         # verl runs in the trial's folder: paths the user gave relative to here must still point at the same files
@@ -226,6 +237,8 @@ class VerlRunner(Runner):
                 if status is None and self._window_done(log, first, spec.measure_step):
                     status = TrialStatus.OK
                     timings["measured_s"] = round(now - started, 3)
+                if status is None and spec.stop is not None and spec.stop.is_set():  # the executor stops it
+                    status, failure, reason = TrialStatus(spec.stop.status), "stopped", spec.stop.reason
                 if status is not None:
                     break
                 if rc is not None:
@@ -307,7 +320,7 @@ class VerlRunner(Runner):
 
     def _own_ray(self, spec: TrialSpec) -> bool:
         """A fresh local Ray per trial on one node; several nodes use the Ray cluster in RAY_ADDRESS."""
-        return self.options.own_ray and spec.cluster.nodes == 1
+        return self.options.own_ray and not self.options.ray_address and spec.cluster.nodes == 1
 
     def _env(self, jsonl: Path, ray_tmp: str, own_ray: bool) -> dict[str, str]:
         env = {**os.environ, **self.env}
@@ -320,6 +333,8 @@ class VerlRunner(Runner):
         return env
 
     def _gpu(self) -> GpuMonitor:
+        if self.options.ray_address:  # the GPUs are on the cluster's nodes; Ray's accounting frees them
+            return _RemoteGpus(interval_s=self.options.gpu_sample_s)
         if self._monitor is None:
             self._monitor = self._gpu_factory(interval_s=self.options.gpu_sample_s)
         return self._monitor
@@ -423,6 +438,15 @@ class VerlRunner(Runner):
 
     def close(self) -> None:
         self._monitor = None
+
+
+class _RemoteGpus(GpuMonitor):
+    """A trial on a Ray cluster: its GPUs are not this host's, so NVML here says nothing about them."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.nvml, self._handles = None, []
+        self.reason = "trial on a Ray cluster: GPU memory is not sampled from the tuner's host"
 
 
 _CLI_OPTIONS = {f for f in VerlOptions.__dataclass_fields__}

@@ -19,6 +19,14 @@ rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5).
 Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STARTUP_S (default 0.3),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
 FAKE_VERL_RECORD (append one JSON line: pid, children, mode).
+On a Ray cluster (`+ray_kwargs.ray_init.address=HOST:PORT`, as autotune's Ray executor passes it) it behaves as
+verl's driver does there (verl/trainer/main_ppo.py run_ppo, verl/single_controller/ray/base.py): it joins that
+cluster with `ray.init(**ray_kwargs.ray_init)` (namespace and runtime_env with env_vars and the setup hook; no
+private Ray), starts a TaskRunnerV1 actor that asks verl's *real* ResourcePoolManager for its "global_pool" of
+[trainer.n_gpus_per_node] * trainer.nnodes GPUs (one placement group per node), starts one worker actor per node in
+those groups, and prints its step lines from the TaskRunnerV1 actor (Ray forwards them to the driver with its
+"(TaskRunnerV1 pid=N, ip=...)" prefix); each step waits on every worker, so a worker lost with its node fails the run
+with Ray's ActorDiedError, as verl's would. The FAKE_VERL_* knobs reach the actor through the runtime_env.
 Never selectable by a user command: only tests pass it to VerlRunner(entry=...).
 """
 
@@ -118,6 +126,68 @@ def spawn_sleeper(new_session: bool = False, new_group: bool = False, ignore_ter
     return p.pid
 
 
+def unquote(value: str) -> str:
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == "'" else value
+
+
+def on_ray_cluster(argv: list[str], ov: dict[str, str], address: str) -> None:
+    """verl's run_ppo against an existing cluster: ray.init(address=...), TaskRunnerV1.run in an actor."""
+    import ray
+
+    prefix = "ray_kwargs.ray_init.runtime_env."
+    env_vars = {k[len(prefix + "env_vars."):]: unquote(v) for k, v in ov.items() if k.startswith(prefix + "env_vars.")}
+    env_vars.update({k: v for k, v in os.environ.items() if k.startswith("FAKE_VERL_")})  # the double's knobs
+    runtime_env: dict = {"env_vars": env_vars}
+    if ov.get(prefix + "worker_process_setup_hook"):
+        runtime_env["worker_process_setup_hook"] = unquote(ov[prefix + "worker_process_setup_hook"])
+    kwargs = {"address": address, "namespace": ov.get("ray_kwargs.ray_init.namespace"), "runtime_env": runtime_env}
+    out(f"ray init kwargs: {kwargs}")
+    ray.init(**kwargs)
+    runner = ray.remote(num_cpus=1)(TaskRunnerV1).remote()
+    try:
+        ray.get(runner.run.remote(argv))
+    except ray.exceptions.RayError as e:
+        out("Traceback (most recent call last):")
+        out('  File "/usr/lib/python3/site-packages/verl/trainer/main_ppo.py", line 93, in run_ppo')
+        out("    ray.get(runner.run.remote(config))")
+        for ln in str(e).splitlines()[:12]:
+            out(ln)
+        out(f"Error executing job with overrides: {argv!r}")
+        sys.exit(1)
+    sys.exit(0)
+
+
+class _Worker:
+    """One rank per node of the pool (verl starts one per GPU; one per node is enough to be lost with its node)."""
+
+    def step(self, n: int) -> int:
+        return n
+
+
+class TaskRunnerV1:
+    def run(self, argv: list[str]) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        from verl.single_controller.ray.base import ResourcePoolManager
+
+        ov = parse_overrides(argv)
+        gpn, nnodes = int(ov["trainer.n_gpus_per_node"]), int(ov.get("trainer.nnodes", "1"))
+        mgr = ResourcePoolManager(resource_pool_spec={"global_pool": [gpn] * nnodes}, mapping={})
+        mgr.create_resource_pool()  # verl's own check of the cluster's free GPUs runs here
+        pgs = mgr.resource_pool_dict["global_pool"].get_placement_groups()
+        workers = [ray.remote(num_cpus=1, num_gpus=1)(_Worker).options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=0)
+        ).remote() for pg in pgs]
+        out(f"resource pool global_pool: {nnodes} x {gpn} GPUs in placement groups "
+            f"{[pg.id.hex()[:12] for pg in pgs]}")
+        try:
+            train(argv, ov, choose_mode(ov), pre="", children=[],
+                  barrier=lambda step: ray.get([w.step.remote(step) for w in workers]))
+        except SystemExit as e:  # the local double's exits: 0 ends the run, anything else fails it as verl's would
+            if e.code not in (0, None):
+                raise RuntimeError(f"TaskRunnerV1.run failed (exit {e.code})") from None
+
+
 def main(argv: list[str]) -> None:
     t_main = time.time()
     ov = parse_overrides(argv)
@@ -130,9 +200,9 @@ def main(argv: list[str]) -> None:
                           f"logger path {ov.get(LOGGER_KEY)!r} vs env {env_path!r})"])
     if mode == "ignore_sigterm":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    total = int(ov["trainer.total_training_steps"])
-    step_s = float(os.environ.get("FAKE_VERL_STEP_S", "0.05"))
-    fail_step = int(os.environ.get("FAKE_VERL_FAIL_STEP", "2"))
+    address = ov.get("ray_kwargs.ray_init.address")
+    if address and address != "local":
+        on_ray_cluster(argv, ov, address)
     children = [spawn_sleeper(), spawn_sleeper()]  # "gcs_server", "raylet": same session, same group
     if mode == "leave_child":  # escapes the process group / the session, and ignores SIGTERM
         children += [spawn_sleeper(new_group=True, ignore_term=True), spawn_sleeper(new_session=True,
@@ -143,8 +213,21 @@ def main(argv: list[str]) -> None:
                                 "cwd": os.getcwd(), "argv": argv}) + "\n")
     task_pid = children[1]
     pre = f"\x1b[36m(TaskRunnerV1 pid={task_pid})\x1b[0m"  # Ray colours the actor prefix, also in a file
-    out(f"ray init kwargs: {ray_init_kwargs(ov)}")
-    out("2026-01-01 00:00:00,000\tINFO worker.py:2038 -- Started a local Ray instance.")
+    train(argv, ov, mode, pre, children, t_main=t_main)
+
+
+def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: list[int], t_main: float = 0.0,
+          barrier=None) -> None:
+    """The run after Ray is up: start-up noise, failures by mode, step lines, the JSONL file."""
+    env_path = os.environ.get("VERL_FILE_LOGGER_PATH")
+    total = int(ov["trainer.total_training_steps"])
+    step_s = float(os.environ.get("FAKE_VERL_STEP_S", "0.05"))
+    fail_step = int(os.environ.get("FAKE_VERL_FAIL_STEP", "2"))
+    t_main = t_main or time.time()
+    task_pid = children[1] if len(children) > 1 else os.getpid()
+    if barrier is None:  # verl's own local Ray (on a cluster, ray.init prints its own lines)
+        out(f"ray init kwargs: {ray_init_kwargs(ov)}")
+        out("2026-01-01 00:00:00,000\tINFO worker.py:2038 -- Started a local Ray instance.")
 
     if mode == "config_error":
         hydra_fail(argv, [
@@ -227,6 +310,8 @@ def main(argv: list[str]) -> None:
             out(f"{pre} Training Progress: 100%|##########| 1/1")
             sys.exit(0)
         time.sleep(step_s)
+        if barrier is not None:
+            barrier(step)  # every rank of the pool takes part in a step
         thr = step_throughput(ov, step, mode)
         t_step = 4096.0 / thr
         metrics = {

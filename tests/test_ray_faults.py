@@ -1,0 +1,118 @@
+"""Faults on a real local Ray cluster: Ctrl-C and kill -9 of a tuner with four trials running, and four concurrent
+`autotune run --executor ray` workers on one PostgreSQL study."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from autotune.store import Store
+from autotune.study import Tuner
+from tests.conftest import REPO, make_setup
+from tests.ray_cluster import NODE_GPUS, SlowSimulate, free_gpus, ray_cluster
+
+pytestmark = pytest.mark.slow
+ALL_GPUS = 2 * NODE_GPUS
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ray_cluster(2) as c:
+        yield c
+
+
+def start_tuner(cluster, storage: str, study: str, seconds: float = 60.0) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "tests.ray_cluster", cluster.address, storage, study, "4",
+                             str(seconds), "8", "4"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def wait_running(store: Store, study: str, n: int, proc: subprocess.Popen, timeout: float = 90.0) -> list:
+    """Until n trials are RUNNING with their placement recorded."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            rows = [r for r in store.running(study) if r.placement]
+        except Exception:  # the study's tables may not exist yet
+            rows = []
+        if len(rows) >= n:
+            return rows
+        time.sleep(0.3)
+    raise AssertionError(f"{n} trials never ran at once")
+
+
+def test_ctrl_c_stops_every_trial_on_the_cluster_and_records_it(cluster, sqlite_url):
+    proc = start_tuner(cluster, sqlite_url, "int")
+    store = Store(sqlite_url)
+    running = wait_running(store, "int", 4, proc)
+    assert free_gpus(cluster.address) == 0  # four 4-GPU trials hold all 16 GPUs
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 130
+    rows = {r.number: r for r in store.trials("int")}
+    for r in running:
+        assert rows[r.number].status == "interrupted" and "Ctrl-C" in rows[r.number].reason
+        assert rows[r.number].placement["gpus"] == 4
+    assert not store.running("int")
+    assert free_gpus(cluster.address, want=ALL_GPUS) == ALL_GPUS
+
+
+def test_kill_9_with_four_trials_running_frees_the_gpus_and_the_next_run_requeues(cluster, sqlite_url):
+    proc = start_tuner(cluster, sqlite_url, "k9")
+    store = Store(sqlite_url)
+    running = wait_running(store, "k9", 4, proc)
+    proc.kill()
+    proc.wait(10)
+    # The groups belonged to the dead tuner's Ray job: Ray removes them, the trials stop on the cluster.
+    assert free_gpus(cluster.address, want=ALL_GPUS, timeout=60) == ALL_GPUS
+    from autotune.executors.ray import RayExecutor
+
+    ex = RayExecutor(parallel=4, address=cluster.address)
+    try:
+        tuner = Tuner(make_setup(gpus=4), SlowSimulate(0.1), sqlite_url, "k9", executor=ex)
+        tuner.run(n_trials=8)
+    finally:
+        ex.close()
+    rows = store.trials("k9")
+    assert not store.running("k9")
+    by_number = {r.number: r for r in rows}
+    for r in running:
+        killed = by_number[r.number]
+        assert killed.status == "interrupted" and "stopped while this trial ran" in killed.reason
+    assert [r for r in rows if r.origin == "requeue"]
+    launched_keys = [r.candidate_key for r in rows if r.launched and r.status != "interrupted"]
+    assert len(launched_keys) == len(set(launched_keys))
+    assert {r.candidate_key for r in running} <= set(launched_keys)  # every killed configuration ran again
+
+
+def test_four_cli_workers_share_one_postgres_study(cluster, postgres_url):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "autotune", "run", "--model", "qwen2.5-7b", "--gpus", "4", "--backend", "simulate",
+           "--executor", "ray", "--ray-address", cluster.address, "--parallel", "2", "--n-trials", "12",
+           "--storage", postgres_url, "--study", "pg4", "--confirm", "0", "--json"]
+    procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (so, se) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, se[-2000:]
+        assert json.loads(so)["launched"] == 12
+    store = Store(postgres_url)
+    rows = store.trials("pg4")
+    launched = [r for r in rows if r.launched]
+    assert len(launched) == 12  # exactly --n-trials across all workers
+    assert not [k for k, n in Counter(r.candidate_key for r in launched).items() if n > 1]  # no duplicate
+    assert all(r.status not in ("running",) and r.finished_at for r in rows)  # no row left running
+    assert len({r.worker for r in launched}) >= 2  # the work was shared
+    import optuna
+
+    trials = optuna.load_study(study_name="pg4", storage=postgres_url).get_trials(deepcopy=False)
+    assert sorted(t.number for t in trials) == sorted(r.number for r in rows)  # no lost row: one per Optuna trial
+    assert all(t.state.is_finished() for t in trials)
