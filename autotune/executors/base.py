@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune import faults
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 
 
@@ -97,7 +98,9 @@ def run_trial(runner: Runner, spec: TrialSpec) -> tuple[TrialResult, str | None]
     KeyboardInterrupt propagates (the caller records the trial as interrupted).
     """
     try:
-        return runner.run(spec), None
+        result = runner.run(spec)
+        faults.point("ran")
+        return result, None
     except RunnerFatal as e:  # the runner cannot go on: this trial is re-queued, the study stops
         return TrialResult(TrialStatus.INTERRUPTED, f"not run: {e}; re-queued on resume",
                            simulated=runner.simulated), str(e)
