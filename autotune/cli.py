@@ -203,6 +203,8 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
             from autotune.runners.probed import ProbedRunner
 
             runner = ProbedRunner(make_runner("mcore"), runner)
+        if runner.objective != setup.objective:  # e.g. mcore probes measure (and are pruned for) training alone
+            setup = dataclasses.replace(setup, objective=runner.objective)
         _print_script_notes(setup)
     say = err if args.json else out  # with --json, standard output is the JSON document alone
     if runner.name == "replay":

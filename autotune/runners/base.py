@@ -109,6 +109,9 @@ class Runner(ABC):
 
     name: str = "runner"
     simulated: bool = False
+    # What a trial measures (estimate.OBJECTIVES): "step", a whole GRPO step, or "train", the training phase alone
+    # (the study predicts and prunes for the same thing).
+    objective: str = "step"
 
     @abstractmethod
     def run(self, spec: TrialSpec) -> TrialResult: ...

@@ -140,6 +140,7 @@ class McoreRunner(Runner):
     """Runs each candidate's training step with torchrun on this machine's GPUs."""
 
     name = "mcore"
+    objective = "train"  # the actor's training step alone, with Megatron's local layer spec
 
     def __init__(self, timeout_s: float = 900.0, steps: int = 3, local_gpus: int | None = None):
         self.timeout_s = timeout_s
