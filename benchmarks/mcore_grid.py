@@ -186,7 +186,7 @@ def smoke_grid() -> list[dict]:
 
 def validate_grid(specs: list[dict]) -> list[str]:
     """Problems found by the worker's validator (empty when all specs are runnable)."""
-    from autotune.runners.mcore_worker import SpecError, validate_spec
+    from autotune.runners.mcore_spec import SpecError, validate_spec
 
     problems = []
     ids = set()

@@ -5,7 +5,7 @@ import pytest
 from autotune.candidate import Candidate
 from autotune.runners.base import TrialStatus
 from autotune.runners.mcore import ProbeError, probe_layers, probe_spec, probe_world, result_from_probe
-from autotune.runners.mcore_worker import validate_spec
+from autotune.runners.mcore_spec import validate_spec
 from tests.conftest import make_setup
 
 DYN = {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 16384, "log_prob_max_token_len_per_gpu": 32768,

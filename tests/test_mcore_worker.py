@@ -18,13 +18,9 @@ from pathlib import Path
 import pytest
 
 from autotune.model import get_model
-from autotune.runners.mcore_worker import (
-    SpecError,
-    classify_error,
-    flops_per_token,
-    scale_result,
-    validate_spec,
-)
+from autotune.runners.mcore_results import classify_error, rank_results
+from autotune.runners.mcore_scaling import flops_per_token, scale_result
+from autotune.runners.mcore_spec import SpecError, validate_spec
 from benchmarks import mcore_grid
 from tests.conftest import free_port
 
@@ -103,6 +99,26 @@ def test_validate_moe():
 def test_classify_error():
     assert classify_error("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB") == "oom"
     assert classify_error("RuntimeError: shape mismatch") == "error"
+
+
+def test_rank_results_slowest_rank_and_failures():
+    spec = validate_spec(_spec(layout={"tp": 2}, measure_forward_only=True), 4)  # dp = 2
+    # per rank: step_s, peak_alloc, peak_reserved, nvml, fwd_s, fwd_alloc, fwd_reserved, status code
+    rows = [[2.0, 10.0, 12.0, 14.0, 0.5, 5.0, 6.0, 0.0], [4.0, 11.0, 13.0, 15.0, 1.0, 7.0, 8.0, 0.0]]
+    rows += [list(r) for r in rows]
+    res = {"id": "x", "status": "error", "error": None, "world_size": 4, "dp": 2}
+    ok = rank_results(res, spec, rows, [None] * 4, 0, 4)
+    assert res["status"] == "error" and "per_rank" not in res  # the row is a new dict
+    assert ok["status"] == "ok" and ok["step_time_s"] == 4.0 and ok["tokens_per_step"] == 4096 * 2 * 2
+    assert ok["throughput_train"] == pytest.approx(4096 * 2 * 2 / 4.0 / 4)
+    assert ok["throughput_fwd"] == pytest.approx(4096 * 2 * 2 / 1.0 / 4)
+    assert ok["peak_alloc_gib_max"] == 11.0 and ok["nvml_used_gib_max"] == 15.0 and ok["fwd_peak_alloc_gib_max"] == 7.0
+    assert ok["per_rank"]["step_time_s"] == [2.0, 4.0, 2.0, 4.0]
+    rows[1][7] = 2.0
+    errs = [None, "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", None, None]
+    oom = rank_results(res, spec, rows, errs, 2, 4)
+    assert oom["status"] == "oom" and "out of memory" in oom["error"] and oom["failed_ranks"] == [1]
+    assert "throughput_train" not in oom and oom["peak_alloc_gib_max"] == 11.0
 
 
 def test_scale_result_only_when_cut():
@@ -218,8 +234,11 @@ def test_csv_from_fake_results(tmp_path):
 
 
 def test_worker_imports_nothing_from_autotune():
-    src = (REPO / "autotune" / "runners" / "mcore_worker.py").read_text()
-    assert "from autotune" not in src and "import autotune" not in src
+    parts = sorted((REPO / "autotune" / "runners").glob("mcore_*.py"))  # the worker and the parts it imports
+    assert len(parts) >= 2
+    for part in parts:
+        src = part.read_text()
+        assert "from autotune" not in src and "import autotune" not in src, part.name
     # importing the module must not need torch or megatron
     code = "import sys; import autotune.runners.mcore_worker as w; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
@@ -233,7 +252,7 @@ def _cp_rank(rank, world, port, q, k, v, gout, result_q):
     import torch
     import torch.distributed as dist
 
-    from autotune.runners.mcore_worker import attention_functions
+    from autotune.runners.mcore_layers import attention_functions
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
