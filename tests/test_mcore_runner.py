@@ -76,3 +76,24 @@ def test_mcore_backend_without_gpus_is_a_clear_error():
         pytest.skip("this machine has GPUs")
     with pytest.raises(RunnerUnavailable, match="needs NVIDIA GPUs"):
         make_runner("mcore")
+
+
+def test_mcore_studies_predict_the_training_phase_the_probe_measures():
+    """Measured on an H100 (benchmarks/results/gpu_smoke.md): Qwen2.5-1.5B, TP1, no recompute, dynamic batching at
+    20k tokens went OOM in the probe. Judged as a whole GRPO step (TE widths, vLLM asleep) it fits; judged as what the
+    probe runs (the training step, Megatron's local spec) it does not: mcore studies use the latter."""
+    from autotune.candidate import Candidate
+    from autotune.cluster import make_cluster
+    from autotune.estimate import evaluate
+    from autotune.job import Job
+    from autotune.model import get_model
+    from autotune.runners.mcore import McoreRunner
+
+    cand = Candidate.from_params({"tp": 1, "rollout_tp": 1, "recompute": "none", "use_dynamic_bsz": True,
+                                  "ppo_max_token_len_per_gpu": 20480, "log_prob_max_token_len_per_gpu": 98304,
+                                  "gpu_memory_utilization": 0.6, "max_num_batched_tokens": 16384,
+                                  "use_fused_kernels": True})
+    model, cluster, job = get_model("qwen2.5-1.5b"), make_cluster(1, 1, "h100"), Job.default()
+    assert McoreRunner.objective == "train"
+    assert evaluate(model, cluster, job, cand, "step").feasible
+    assert not evaluate(model, cluster, job, cand, McoreRunner.objective).feasible
