@@ -226,15 +226,16 @@ def rich_status(url: str, study: str, all_rows: bool) -> str:
     """`autotune status` as rich alone lays the table out (every cell measured): the output to be identical to."""
     import autotune.cli as cli
     import autotune.tables as tables
+    from autotune.cli.options import out
 
     buf = io.StringIO()
     saved, tables.SMALL = tables.SMALL, 10**9
-    saved_file, cli.out.file = cli.out.file, buf
+    saved_file, out.file = out.file, buf
     try:
         with contextlib.redirect_stdout(buf):
             cli.main(["status", "--storage", url, "--study", study, *(["--all"] if all_rows else [])])
     finally:
-        tables.SMALL, cli.out.file = saved, saved_file
+        tables.SMALL, out.file = saved, saved_file
     return buf.getvalue()
 
 

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import autotune.cli as cli
+import autotune.cli.run as cli_run
 from tests.fake_verl import fake_runner
 
 
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> int:
         assert name == "verl", name
         return fake_runner(env=env, preflight=False)  # verl's own config check is tested elsewhere
 
-    cli.make_runner = make_runner
+    cli_run.make_runner = make_runner
     return cli.main(argv)
 
 

@@ -1,0 +1,146 @@
+"""The `autotune` command: run, status, best, export, estimate, probe, models, spaces, dashboard.
+
+This module holds the parser and main (dispatch, and the exit codes of user errors and interrupts); each
+command lives in a sibling module: run, results (status, best, export, dashboard), estimate (estimate,
+probe), catalog (models, spaces); options holds what they share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any
+
+from autotune import __version__
+from autotune.cli.catalog import cmd_models, cmd_spaces
+from autotune.cli.estimate import cmd_estimate, cmd_probe
+from autotune.cli.options import DEFAULT_STORAGE, CLIError, _setup_args, _storage_args, err
+from autotune.cli.results import cmd_best, cmd_dashboard, cmd_export, cmd_status
+from autotune.cli.run import cmd_run
+from autotune.cluster import ClusterError
+from autotune.executors import EXECUTORS
+from autotune.export import FORMATS
+from autotune.job import JobError
+from autotune.model import UnknownModelError
+from autotune.runners import BACKENDS, RunnerUnavailable
+from autotune.runners.base import RunnerFatal
+from autotune.space import SpaceError
+from autotune.store import StoreError
+from autotune.study import StudyMismatchError
+
+USER_ERRORS = (UnknownModelError, JobError, SpaceError, StoreError, StudyMismatchError, ClusterError,
+               RunnerUnavailable, RunnerFatal, ValueError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="autotune", description="Find the fastest verl Megatron GRPO configuration.")
+    ap.add_argument("--version", action="version", version=f"autotune {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run (or resume) a tuning study")
+    _setup_args(p, model_required=False)
+    _storage_args(p)
+    p.add_argument("--backend", choices=["auto", *BACKENDS], default="auto",
+                   help="auto: verl where GPUs and verl are present, else simulate")
+    p.add_argument("--table", help="with --backend replay: CSV of measured configurations; it gives the model, "
+                   "GPUs, job and search space (format: benchmarks/README.md)")
+    p.add_argument("--probe", action="store_true",
+                   help="probe each candidate's training step with Megatron-core on the local GPUs first; a probe "
+                   "OOM prunes it before the full trial (needs GPUs and megatron-core)")
+    p.add_argument("--n-trials", type=int, default=20, help="launched trials the study should hold (default 20)")
+    p.add_argument("--timeout", type=float, help="stop launching after this many seconds")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model-seeds", type=int, default=4, help="best candidates by the model to try first")
+    p.add_argument("--workdir", default="trials", help="per-trial folders go under WORKDIR/<study>/")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    g = p.add_argument_group("executor (where trials run)")
+    g.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="local: one trial at a time on this node (default); ray: up to --parallel trials at once on "
+                        "a Ray cluster, each holding its own nodes x GPUs (docs/executors.md)")
+    g.add_argument("--parallel", type=int, default=1, help="with --executor ray: trials at once (default 1)")
+    g.add_argument("--ray-address", help="with --executor ray: the cluster's head, HOST:6379 (default: the cluster "
+                                         "this host joined with `ray start`)")
+    g = p.add_argument_group("verl backend")
+    g.add_argument("--trial-timeout", type=float, help="seconds a trial may run in all (default 3600)")
+    g.add_argument("--stall-timeout", type=float, help="seconds without a new training step (default 1200)")
+    g.add_argument("--measure-steps", help="measured window FIRST-LAST, e.g. 3-5: the objective is its mean")
+    g.add_argument("--prune-slower-than", type=float, metavar="FRACTION",
+                   help="stop a trial whose early steps run below FRACTION of the best trial's (default: off)")
+    g.add_argument("--prune-after", type=int, default=5, help="completed trials before pruning starts (default 5)")
+    g.add_argument("--confirm", type=int, default=2, help="re-run the K best for more steps before declaring "
+                   "the best (default 2; 0: off; never for simulated results)")
+    g.add_argument("--confirm-steps", type=int, default=6, help="steps of a confirmation run (default 6)")
+
+    p = sub.add_parser("status", help="table of a study's trials")
+    _storage_args(p)
+    p.add_argument("--all", action="store_true", help="include trials pruned before launch")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("best", help="the best trial of a study")
+    _storage_args(p)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("export", help="write the best (or a chosen) trial as a verl job")
+    _storage_args(p)
+    p.add_argument("--format", choices=FORMATS, default="sh")
+    p.add_argument("--trial", type=int, help="trial number (default: the best)")
+    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.add_argument("--like", metavar="SCRIPT", help="with --format sh: your verl launch script, written back with "
+                   "only the tuned keys changed")
+
+    p = sub.add_parser("estimate", help="memory and throughput estimate of the job's own configuration")
+    _setup_args(p)
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="change a parameter (search-space names, e.g. tp=4, use_dynamic_bsz=true)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("probe", help="measure one candidate's training step with Megatron-core on the local GPUs")
+    _setup_args(p)
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="change a parameter of the job's configuration (search-space names)")
+    p.add_argument("--steps", type=int, default=3, help="timed training steps (after one warm-up)")
+    p.add_argument("--workdir", default="trials/probes", help="where the probe's spec, result and log go")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("models", help="list the model catalog")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("spaces", help="list the built-in search spaces")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("dashboard", help="web page over the study database (needs pip install -e '.[dashboard]')")
+    p.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL (default {DEFAULT_STORAGE})")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    return ap
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM (`kill`, a scheduler's stop) ends a run as Ctrl-C does: the running trial recorded, resumable."""
+    raise KeyboardInterrupt("SIGTERM")
+
+
+COMMANDS = {
+    "run": cmd_run, "status": cmd_status, "best": cmd_best, "export": cmd_export, "estimate": cmd_estimate,
+    "models": cmd_models, "spaces": cmd_spaces, "dashboard": cmd_dashboard, "probe": cmd_probe,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    prev_term = signal.signal(signal.SIGTERM, _terminate) if args.command == "run" else None
+    try:
+        return COMMANDS[args.command](args)
+    except (CLIError, *USER_ERRORS) as e:
+        err.print(f"autotune: error: {e}", markup=False)
+        return 2
+    except KeyboardInterrupt:
+        err.print("autotune: interrupted")
+        return 130
+    except BrokenPipeError:  # `autotune status | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        return 0
+    finally:
+        if prev_term is not None:
+            signal.signal(signal.SIGTERM, prev_term)

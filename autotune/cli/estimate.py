@@ -1,0 +1,155 @@
+"""One configuration looked at closely: `autotune estimate` (the model's memory and throughput estimate) and
+`autotune probe` (its training step measured with Megatron-core on the local GPUs); the configuration is the job's
+own, changed by `--set NAME=VALUE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.table import Table
+
+from autotune import verl
+from autotune.candidate import Candidate
+from autotune.cli.options import CLIError, make_setup, out
+from autotune.estimate import evaluate
+from autotune.estimate.throughput import error_band, step_time_label
+from autotune.space import builtin_spaces, load_space, value_error
+
+
+def _parse_sets(sets: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in sets:
+        if "=" not in item:
+            raise CLIError(f"--set {item!r}: expected NAME=VALUE, e.g. --set tp=4")
+        name, raw = item.split("=", 1)
+        name = name.strip()
+        if name not in Candidate.param_names():
+            param = verl.param_for_key(name)
+            hint = f" (that verl key is the parameter {param!r})" if param else ""
+            raise CLIError(f"--set {name}: unknown parameter{hint}; known: {', '.join(Candidate.param_names())}")
+        try:
+            params[name] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            params[name] = raw
+        why = value_error(name, params[name])
+        if why:
+            raise CLIError(f"--set {item}: {why}{_choices_hint(name)}")
+    return params
+
+
+def _choices_hint(name: str) -> str:
+    """The values the shipped spaces try for `name`, as an example of what it takes."""
+    seen: list[Any] = []
+    for path in builtin_spaces().values():
+        space = load_space(str(path))
+        if name in space.names:
+            seen += [c for c in space[name].choices if c not in seen]
+    shown = [str(c).lower() if isinstance(c, bool) else str(c) for c in seen]
+    return f" (e.g. {', '.join(shown)})" if seen and name not in ("recompute", "recompute_method") else ""
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    setup, _ = make_setup(args)
+    cand = Candidate.from_params(_parse_sets(args.set), setup.job.candidate(Candidate()))
+    ev = setup.evaluate(cand)
+    record = setup.memory_record(ev)
+    doc: dict[str, Any] = {
+        "model": setup.model.name, "cluster": setup.cluster.describe(), "job": setup.job.source,
+        "layout": cand.layout(), "params": cand.applied_params(),
+        "fits": ev.feasible,  # at the lengths of the measured step
+        "worst_case_fits": ev.worst_fits,  # at the longest sequences the job allows
+        "verdict": record["verdict"] if record else "breaks a constraint: " + ev.prune_reason(),
+        "moment_peaks_gib": record["moment_peaks_gib"] if record else None,
+        "worst_case_moment_peaks_gib": record["worst_case"]["moment_peaks_gib"] if record else None,
+        "lengths": {"at_step": record["lengths"], "worst_case": record["worst_case"]["lengths"]} if record else None,
+        "micro_batch_bound": record["micro_batch_bound"] if record else None,
+        "violations": [dataclasses.asdict(v) for v in ev.violations],
+        "memory": record,
+        "throughput": ev.throughput.as_dict() | error_band(ev.throughput.step_time, setup.model.is_moe)
+        if ev.throughput else None,
+        "estimate": "model estimate, not a measurement",
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    out.print(f"{setup.model.name} on {setup.cluster.describe()}, job {setup.job.source}: {cand.layout()}")
+    for v in ev.violations:
+        out.print(f"[red]breaks {v.rule}:[/] {v.message}")
+    if ev.memory:
+        mem = ev.memory
+        table = Table(title="predicted per-GPU memory (GiB)")
+        table.add_column("term")
+        for m in mem.moments:
+            table.add_column(m.name, justify="right")
+        terms = list(dict.fromkeys(k for m in mem.moments for k, _ in m.terms))
+        for term in terms:
+            table.add_row(term, *(f"{dict(m.terms)[term] / 2**30:.2f}" if term in dict(m.terms) else ""
+                                  for m in mem.moments))
+        table.add_row("[bold]peak", *(f"[bold]{m.peak / 2**30:.2f}" for m in mem.moments))
+        table.add_row("capacity", *(f"{m.capacity / 2**30:.2f}" for m in mem.moments))
+        table.add_row("fits", *("yes" if m.fits else "[red]NO" for m in mem.moments))
+        out.print(table)
+        out.print(f"vLLM KV cache: {mem.kv_cache_bytes / 2**30:.2f} GiB per GPU; one max_model_len request needs "
+                  f"{mem.kv_needed_bytes / 2**30:.2f} GiB")
+        for r in mem.reasons():
+            out.print(f"[red]OOM predicted:[/] {r}")
+        if record:
+            worst = record["worst_case"]["moment_peaks_gib"]
+            out.print("worst case (every sequence at the job's maximum), peak GiB: "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in worst.items()))
+            for src in (mem.lengths.sources if mem.lengths else ()):
+                out.print(f"lengths: {src}")
+            out.print(f"micro-batch: {mem.bound}")
+            colour = "green" if ev.worst_fits else ("yellow" if ev.feasible else "red")
+            out.print(f"[{colour}]memory: {record['verdict']}[/]")
+    if ev.throughput:
+        t = ev.throughput
+        phases = ", ".join(f"{k} {v:.1f}s" for k, v in t.phases)
+        step = step_time_label(t.step_time, setup.model.is_moe)
+        out.print(f"predicted {step} ({phases}); {t.throughput:.1f} tokens/s/GPU (estimate)")
+    out.print(f"fits: {'yes' if ev.feasible else 'no'} (at step {setup.measure_step}); at the worst case the job "
+              f"allows: {'yes' if ev.worst_fits else 'no'}")
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from autotune.runners.base import TrialSpec
+    from autotune.runners.mcore import McoreRunner, ProbeError
+
+    setup, _ = make_setup(args)
+    cand = Candidate.from_params(_parse_sets(args.set), setup.job.candidate(Candidate()))
+    ev = evaluate(setup.model, setup.cluster, setup.job, cand, "train")
+    try:
+        runner = McoreRunner(steps=args.steps)
+    except ProbeError as e:
+        raise CLIError(str(e)) from None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    spec = TrialSpec("probe", 0, setup.model, setup.cluster, setup.job, cand, ev.memory, ev.throughput,
+                     workdir=Path(args.workdir) / stamp) if ev.memory and ev.throughput else None
+    if spec is None:
+        raise CLIError("the candidate breaks a static constraint: " + ev.prune_reason())
+    result = runner.run(spec)
+    doc = {
+        "layout": cand.layout(), "status": result.status.value, "reason": result.reason,
+        "throughput_train": result.throughput, "peak_memory_gib": result.peak_memory_gib,
+        "torch_peak_allocated_gib": result.framework_memory_gib,
+        "predicted_update_peak_gib": round(ev.memory.moment("update").peak / 2**30, 3),
+        "predicted_throughput_train": round(ev.throughput.throughput, 1),
+        "log": result.log_path, "probe": result.extra.get("probe"),
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        out.print(f"{cand.layout()}: {result.status.value} {result.reason}")
+        pred = doc["predicted_throughput_train"]
+        out.print(f"  training tokens/s/GPU: measured {result.throughput}, predicted {pred}")
+        out.print(f"  peak GiB: measured {result.peak_memory_gib} (NVML), {result.framework_memory_gib} (torch), "
+                  f"predicted {doc['predicted_update_peak_gib']}")
+    return 0 if result.status.value == "ok" else 1

@@ -1,0 +1,83 @@
+"""What the commands share: the consoles they print on, CLIError for a bad option, and the options that
+describe a setup (model, cluster, job, space, measured step), which make_setup turns into a Setup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from autotune.cluster import GPU_TYPES, make_cluster
+from autotune.estimate.lengths import at_step, prompt_lengths_from_data
+from autotune.job import Job
+from autotune.model import get_model
+from autotune.runners.verl_preflight import unknown_keys
+from autotune.space import default_space_name, load_space
+from autotune.study import Setup
+
+DEFAULT_STORAGE = "sqlite:///trials/autotune.db"
+
+_WIDTH = None if sys.stdout.isatty() else 200  # pipes and files get whole rows, not 80 columns
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
+
+
+class CLIError(ValueError):
+    pass
+
+
+def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+    p.add_argument("--model", required=model_required,
+                   help="catalog name (see `autotune models`) or a Hugging Face model dir / config.json")
+    p.add_argument("--gpus", type=int, help="GPUs per node (default: the local GPUs, else 8)")
+    p.add_argument("--nodes", type=int, help="number of nodes (default 1)")
+    p.add_argument("--gpu-type", help=f"one of {', '.join(GPU_TYPES)} (default: detected, else h100)")
+    p.add_argument("--job", help="YAML mapping of verl override keys to values, or your verl launch script (bash "
+                   "running verl.trainer.main_ppo with overrides) (default: a typical GRPO job)")
+    p.add_argument("--space", help="built-in space name (dense, moe) or a YAML file (default: by model type)")
+    p.add_argument("--measure-step", type=int, default=3, help="the step whose throughput is the objective")
+    p.add_argument("--response-length", type=float, metavar="TOKENS",
+                   help="expected mean response length at the measured step; the step's memory verdict uses it "
+                   "(measured lengths of earlier trials take over; default: the job's maximum)")
+
+
+def _storage_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL (default {DEFAULT_STORAGE})")
+    p.add_argument("--study", help="study name (default: derived from model, cluster and job)")
+
+
+def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
+    if not args.model:
+        raise CLIError("--model is required (or --backend replay --table FILE.csv, whose table names the model)")
+    model = get_model(args.model)
+    cluster = make_cluster(args.gpus, args.nodes, args.gpu_type)
+    job = Job.from_file(args.job) if args.job else Job.default()
+    unknown = unknown_keys(job.mapping) if args.job else []
+    if unknown:
+        more = f" (and {len(unknown) - 1} more unknown key(s))" if len(unknown) > 1 else ""
+        raise CLIError(f"{args.job}: {unknown[0]}{more}")
+    space_ref = getattr(args, "space", None) or default_space_name(model.is_moe)
+    space = load_space(space_ref)
+    if args.measure_step < 1:
+        raise CLIError("--measure-step must be at least 1")
+    if args.response_length is not None:
+        at_step(job, response_length=args.response_length)  # a clear error for an impossible estimate
+    return Setup(model, cluster, job, space, _window(args)[1], response_length=args.response_length,
+                 prompt_lengths=prompt_lengths_from_data(job)), Path(space.source).read_text()
+
+
+def _window(args: argparse.Namespace) -> tuple[int | None, int]:
+    """--measure-steps FIRST-LAST (or N) -> (FIRST or None, LAST); else (None, --measure-step)."""
+    if not getattr(args, "measure_steps", None):
+        return None, args.measure_step
+    first, _, last = args.measure_steps.partition("-")
+    try:
+        lo, hi = int(first), int(last or first)
+    except ValueError:
+        raise CLIError(f"--measure-steps {args.measure_steps!r}: expected FIRST-LAST, e.g. 3-5") from None
+    if not 1 <= lo <= hi:
+        raise CLIError(f"--measure-steps {args.measure_steps!r}: need 1 <= FIRST <= LAST")
+    return (lo if lo < hi else None), hi

@@ -1,0 +1,162 @@
+"""Views of a recorded study: `autotune status` (its trials), `best`, `export` (a trial as a verl job) and
+`dashboard` (the web page over the study database).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from autotune import verl
+from autotune.candidate import Candidate
+from autotune.cli.options import CLIError, err, out
+from autotune.executors import placement_text
+from autotune.export import ExportInfo, export_text
+from autotune.labels import Labeller, study_reference
+from autotune.launch_script import read_script
+from autotune.store import Store, TrialRow
+from autotune.study import open_storage, setup_from_row
+from autotune.tables import print_table
+
+
+def _speed(row: TrialRow) -> str:
+    if row.throughput is None:
+        return "-"
+    how = " [SIMULATED]" if row.simulated else (" replayed" if row.backend == "replay" else " measured")
+    return f"{row.throughput:.1f} tokens/s/GPU{how}"
+
+
+def _layout(row: TrialRow) -> str:
+    return Candidate(**row.params).layout()
+
+
+def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
+    # Store gives the clear error for an unreachable database (Optuna's storage would take a second more to open)
+    store = Store(args.storage)
+    names = [s.name for s in store.list_studies()]
+    if args.study:
+        if args.study not in names:
+            raise CLIError(f"no study {args.study!r} in {args.storage}; studies there: {', '.join(names) or 'none'}")
+        return store, args.study
+    if not names:
+        raise CLIError(f"no study in {args.storage}; start one with `autotune run --model ...`")
+    if len(names) > 1:
+        raise CLIError(f"{args.storage} holds several studies; choose one with --study: {', '.join(names)}")
+    return store, names[0]
+
+
+def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
+    return {
+        "study": study,
+        "trial": row.number,
+        "throughput": row.throughput,
+        "simulated": row.simulated,
+        "measured": not row.simulated,
+        "layout": _layout(row),
+        "params": row.params,
+        "verl_overrides": row.verl_overrides,
+        "predicted_throughput": row.predicted_throughput,
+        "predicted_peak_gib": row.predicted_peak_gib,
+        "peak_memory_gib": row.peak_memory_gib,
+        "memory_verdict": (row.predicted_memory or {}).get("verdict"),
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    store, name = _open_study(args)
+    meta = store.get_study(name)
+    shown = store.trial_summaries(name, launched_only=not args.all)
+    counts = store.status_counts(name)
+    labels = Labeller(study_reference(meta))
+    if args.json:
+        print(json.dumps({
+            "study": name, "backend": meta.backend, "simulated": meta.simulated,
+            "counts": counts,
+            "trials": [{**{k: getattr(r, k) for k in (
+                "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
+                "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": Candidate(**r.params).layout(),
+                "label": labels(r.params, r.candidate_key), "placement": r.placement} for r in shown],
+        }, indent=2, default=str))
+        return 0
+    sim = " [SIMULATED]" if meta.simulated else ""
+    placed = any(r.placement for r in shown)  # the placement column only where an executor placed trials
+    columns = ("#", "status", "origin", "configuration", *(("placement",) if placed else ()), "tokens/s/GPU",
+               "predicted", "mem pred GiB", "mem meas GiB", "reason")
+    cells = [(
+        str(r.number), r.status, r.origin, labels(r.params, r.candidate_key),
+        *((placement_text(r.placement) or "-",) if placed else ()),
+        "-" if r.throughput is None else f"{r.throughput:.1f}{' (sim)' if r.simulated else ''}",
+        "-" if r.predicted_throughput is None else f"{r.predicted_throughput:.1f}",
+        "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}",
+        "-" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.1f}",
+        "" if r.status == "ok" else r.reason[:70],
+    ) for r in shown]
+    print_table(out, f"study {name}: {meta.model_name}, backend {meta.backend}{sim}", columns, cells)
+    out.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    store, name = _open_study(args)
+    best = store.best(name)
+    if best is None:
+        raise CLIError(f"study {name!r} has no trial that ran to its measured step yet")
+    best_label = Labeller(study_reference(store.get_study(name)))(best.params)
+    if args.json:
+        print(json.dumps({**_best_dict(best, name), "label": best_label}, indent=2, default=str))
+        return 0
+    out.print(f"study {name}: best trial {best.number}, {_speed(best)}")
+    out.print(f"layout: {_layout(best)}")
+    out.print(f"label: {best_label}")
+    for k, v in best.params.items():
+        out.print(f"  {k:34} {v!r:>10}   {', '.join(verl.keys_for(k))}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    store, name = _open_study(args)
+    row = store.trial(name, args.trial) if args.trial is not None else store.best(name)
+    if row is None:
+        raise CLIError(f"study {name!r}: no trial {args.trial}" if args.trial is not None
+                       else f"study {name!r} has no trial that ran to its measured step yet")
+    text = export_text(store, name, row, args.format)
+    if args.like:
+        if args.format != "sh":
+            raise CLIError("--like SCRIPT writes a bash script: use it with --format sh")
+        setup = setup_from_row(store.get_study(name))
+        info = ExportInfo(name, row.number, row.throughput, row.simulated, _layout(row), setup.model.name,
+                          memory_verdict=(row.predicted_memory or {}).get("verdict", ""),
+                          label=Labeller(setup.stock)(row.params))
+        text = read_script(args.like).render_like(Candidate(**row.params), header=f"# {info.headline()}\n"
+                                                  "# autotune changed only the tuned keys of this script")
+    if args.output:
+        Path(args.output).write_text(text)
+        if args.format in ("sh", "ray"):
+            Path(args.output).chmod(0o755)
+        err.print(f"wrote {args.output} (trial {row.number}{', SIMULATED' if row.simulated else ''})")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Imported lazily: the core CLI works without the dashboard's dependencies."""
+    from autotune.dashboard import missing_dependencies, serve
+
+    missing = missing_dependencies()
+    if missing:
+        raise CLIError(f"the dashboard needs {', '.join(missing)}: pip install -e '.[dashboard]'")
+    if args.storage.startswith("sqlite:///") and not Path(args.storage.removeprefix("sqlite:///")).expanduser().exists():
+        raise CLIError(f"no study database at {args.storage}; start a study with `autotune run --storage "
+                       f"{args.storage} ...` or pass the --storage that `autotune run` used")
+    open_storage(args.storage)  # a clear error for an unreachable database
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(f"autotune: the dashboard has no login; anyone who can reach {args.host}:{args.port} can read "
+                  "the studies and edit notes.")
+    out.print(f"autotune dashboard: http://{'localhost' if args.host in ('127.0.0.1', '::1') else args.host}:"
+              f"{args.port}/ over {args.storage} (Ctrl-C to stop)")
+    serve(args.storage, args.host, args.port)
+    return 0
