@@ -9,7 +9,7 @@ db="sqlite:///$OUT/study.db"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c 'import torch, megatron.core as m; print("torch", torch.__version__, "megatron-core", m.__version__)' \
     | tee -a "$OUT/gpu.txt"
-python3 -m autotune.cli run --model qwen2.5-1.5b --gpus 1 --gpu-type h100 --backend mcore --n-trials 4 \
+python3 -m autotune.cli run --model qwen2.5-1.5b --gpus 1 --gpu-type h100 --backend mcore --n-trials 3 \
     --storage "$db" --study smoke-mcore --json > "$OUT/run.json" 2> "$OUT/run.err"; echo "run exit $?"
 python3 -m autotune.cli status --storage "$db" --study smoke-mcore --all > "$OUT/status.txt" 2>&1
 python3 -m autotune.cli status --storage "$db" --study smoke-mcore --json > "$OUT/status.json" 2>&1

@@ -97,3 +97,24 @@ def test_mcore_studies_predict_the_training_phase_the_probe_measures():
     assert McoreRunner.objective == "train"
     assert evaluate(model, cluster, job, cand, "step").feasible
     assert not evaluate(model, cluster, job, cand, McoreRunner.objective).feasible
+
+
+def test_probe_memory_counts_full_logits_even_with_fused_kernels():
+    """The H100 smoke's ok probes (benchmarks/results/gpu_smoke_h100/run2_status.json): Qwen2.5-1.5B, TP1, one
+    10k-token micro-batch, use_fused_kernels on (verl's flag; the probe never fuses logits): NVML peak 71.5 GiB."""
+    import json
+    from pathlib import Path
+
+    from autotune.candidate import Candidate
+    from autotune.cluster import make_cluster
+    from autotune.estimate import evaluate
+    from autotune.job import Job
+    from autotune.model import get_model
+
+    rows = json.loads((Path(__file__).parent.parent / "benchmarks/results/gpu_smoke_h100/run2_status.json").read_text())
+    model, cluster, job = get_model("qwen2.5-1.5b"), make_cluster(1, 1, "h100"), Job.default()
+    measured = [t for t in rows["trials"] if t["status"] == "ok"]
+    assert measured and all(t["params"]["use_fused_kernels"] for t in measured)
+    for t in measured:
+        predicted = evaluate(model, cluster, job, Candidate(**t["params"]), "train").memory.peak / 2**30
+        assert abs(predicted - t["peak_memory_gib"]) / t["peak_memory_gib"] < 0.10

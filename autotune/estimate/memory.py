@@ -37,6 +37,7 @@ class Calibration:
     logits_bytes: float = 6.0  # unfused logits per [token, vocab/TP] element: bf16 logits + saved fp32 softmax
     logprob_logits_bytes: float = 10.0  # forward-only logits: bf16 + fp32 + log-softmax (not measured yet)
     fused_logits_bytes_per_h: float = 8.0  # fused kernels: O(T*h)
+    fused_logits: bool = True  # verl's use_fused_kernels avoids full logits; the probes never fuse them
     cuda_context: float = 1.5 * GIB  # per process (the actor and the vLLM server each hold one), cuBLAS workspace
     nccl: float = 1.2 * GIB  # communicator buffers of the actor's process groups
     cudagraph_pool: float = 1.0 * GIB  # vLLM CUDA graphs (outside its memory budget; none with enforce_eager)
@@ -49,7 +50,7 @@ class Calibration:
 DEFAULT_CALIBRATION = Calibration()
 DEFAULT_BUCKET_MB = 2048  # verl's update_weights_bucket_megabytes default
 # Megatron-core's local layer spec (unfused norm, SwiGLU, RoPE), as the mcore probes run it; fitted on them.
-PROBE_CALIBRATION = Calibration(act_h=12.0, act_q=8.0, act_kv=4.0, act_f=8.0)
+PROBE_CALIBRATION = Calibration(act_h=12.0, act_q=8.0, act_kv=4.0, act_f=8.0, fused_logits=False)
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,7 @@ def stage_activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, ca
 
 
 def logits_bytes(m: ModelArch, c: Candidate, tokens: float, per_element: float, cal: Calibration) -> float:
-    if c.use_fused_kernels:
+    if c.use_fused_kernels and cal.fused_logits:
         return tokens * m.hidden_size * cal.fused_logits_bytes_per_h
     return tokens * m.vocab_size / c.tp * per_element
 
