@@ -34,9 +34,10 @@ from autotune.runners import BACKENDS, RunnerUnavailable, auto_backend, make_run
 from autotune.runners.base import RunnerFatal
 from autotune.runners.confirm import confirm_top
 from autotune.runners.verl_preflight import unknown_keys
+from autotune.setup import Setup, StudyMismatchError, setup_from_row
 from autotune.space import SpaceError, builtin_spaces, default_space_name, load_space, value_error
 from autotune.store import Store, StoreError, TrialRow
-from autotune.study import Setup, StudyMismatchError, Tuner, open_storage, setup_from_row
+from autotune.study import Tuner, open_storage
 from autotune.tables import print_table
 
 DEFAULT_STORAGE = "sqlite:///trials/autotune.db"
