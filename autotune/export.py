@@ -19,8 +19,8 @@ from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.job import Job
 from autotune.labels import label
+from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow
-from autotune.study import setup_from_row
 
 FORMATS = ("sh", "yaml", "json", "ray")
 

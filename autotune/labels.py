@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from autotune.candidate import Candidate
+from autotune.setup import Setup, setup_from_row
 from autotune.store import StudyRow
-from autotune.study import Setup, setup_from_row
 
 
 def _k(n: int | None) -> str:

@@ -3,15 +3,13 @@
 Flow of one trial: ask Optuna -> parameters -> candidate -> constraints -> memory model (pruned before launch
 when either says no) -> runner -> result -> our tables + tell Optuna. Optuna's state mirrors ours: ok is
 COMPLETE (value = tokens/s/GPU), oom / config_error / pruned are PRUNED (the sampler learns that region is bad),
-timeout / failed / interrupted are FAIL.
+timeout / failed / interrupted are FAIL (recovery.OPTUNA_STATE). What a study is for lives in autotune/setup.py;
+closing what dead tuners left, in autotune/recovery.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import hashlib
-import json
 import threading
 import time
 import warnings
@@ -25,19 +23,15 @@ from optuna.trial import TrialState
 from sqlalchemy.exc import IntegrityError
 
 from autotune import faults, verl
-from autotune.candidate import STOCK, Candidate
-from autotune.cluster import Cluster, GPUType
-from autotune.estimate import Evaluation, evaluate, memory_record
-from autotune.estimate.lengths import Lengths, at_step
+from autotune.candidate import Candidate
 from autotune.executors.base import Executor, Placement
 from autotune.executors.local import LocalExecutor
-from autotune.job import Job
-from autotune.model import ModelArch
 from autotune.ranking import InfeasibleSpaceError, explain_infeasible, rank_candidates
+from autotune.recovery import OPTUNA_STATE, Recovery
 from autotune.report import prune_kind
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.progress import TrialProgress
-from autotune.space import SearchSpace, parse_space, space_context
+from autotune.setup import Setup, StudyMismatchError
 from autotune.store import (
     Store,
     StoreError,
@@ -54,96 +48,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HEARTBEAT_S = 30.0
 PLACEMENT_POLL_S = 0.5
-STALE_AFTER_S = 300.0
 MAX_IDLE_ASKS = 300  # asks in a row that launch nothing: the space holds nothing new that can run
 NOT_COUNTED = (TrialStatus.INTERRUPTED.value,)  # launched but re-queued: --n-trials counts its re-run instead
-
-_OPTUNA_STATE = {
-    TrialStatus.OK: TrialState.COMPLETE,
-    TrialStatus.OOM: TrialState.PRUNED,
-    TrialStatus.CONFIG_ERROR: TrialState.PRUNED,
-    TrialStatus.PRUNED: TrialState.PRUNED,
-    TrialStatus.TIMEOUT: TrialState.FAIL,
-    TrialStatus.FAILED: TrialState.FAIL,
-    TrialStatus.INTERRUPTED: TrialState.FAIL,
-}
-
-
-class StudyMismatchError(ValueError):
-    """A study name reused for a different model, cluster, job or space."""
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What a study is for. Two runs with equal setups share a study; unequal ones are refused."""
-
-    model: ModelArch
-    cluster: Cluster
-    job: Job
-    space: SearchSpace
-    measure_step: int = 3
-    objective: str = "step"  # "step": a whole GRPO step; "train": the training phase only (estimate.OBJECTIVES)
-    # What is known of the sequence lengths at the measured step (none: the worst case the job allows).
-    response_length: float | None = None  # --response-length: the user's estimate of the mean response
-    prompt_lengths: tuple[float, float, str] | None = None  # (mean, max, source) from the job's data
-    measured_lengths: tuple[tuple[tuple[str, float], ...], ...] = ()  # earlier trials' length metrics
-
-    @property
-    def lengths(self) -> Lengths | None:
-        """The lengths a verdict at the measured step assumes; None: the worst case the job allows."""
-        if self.response_length is None and self.prompt_lengths is None and not self.measured_lengths:
-            return None
-        return at_step(self.job, self.response_length, self.prompt_lengths, [dict(m) for m in self.measured_lengths])
-
-    @property
-    def context(self) -> dict[str, Any]:
-        return space_context(self.model.is_moe, self.cluster.world_size, self.cluster.gpus_per_node,
-                             self.job.has_ref_model)
-
-    @property
-    def base(self) -> Candidate:
-        """What an untuned dimension is: the job's own setting, else verl's default."""
-        return self.job.candidate(Candidate())
-
-    @property
-    def stock(self) -> Candidate:
-        """verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them."""
-        stock = {k: v for k, v in STOCK.params().items() if k in self.space.names}
-        return Candidate.from_params({**self.base.params(), **stock})
-
-    def fingerprint(self) -> dict[str, str]:
-        def h(obj: Any) -> str:
-            return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-        fp = {
-            "model": f"{self.model.name}:{h(dataclasses.asdict(self.model))}",
-            "cluster": f"{self.cluster.describe()}:{h(dataclasses.asdict(self.cluster.gpu))}",
-            "job": self.job.fingerprint(),
-            "space": f"{self.space.name}:{self.space.text_hash}",
-            "measure_step": str(self.measure_step),
-        }
-        if self.objective != "step":  # studies of whole steps keep the fingerprint they always had
-            fp["objective"] = self.objective
-        return fp
-
-    def default_study_name(self) -> str:
-        return f"{self.model.name}-{self.cluster.describe()}-{self.job.fingerprint()}"
-
-    def evaluate(self, cand: Candidate) -> Evaluation:
-        return evaluate(self.model, self.cluster, self.job, cand, self.objective, self.lengths)
-
-    def memory_record(self, ev: Evaluation) -> dict[str, Any] | None:
-        """What a trial row keeps of the memory estimate: per-moment breakdown, both verdicts, lengths, in words."""
-        return memory_record(self.model, self.cluster, self.job, ev, self.measure_step, self.lengths)
-
-
-def setup_from_row(row: StudyRow) -> Setup:
-    """Rebuild a study's setup from the database alone (export and dashboard need nothing else)."""
-    cl = dict(row.cluster)
-    cluster = Cluster(GPUType(**cl.pop("gpu")), **cl)
-    job = Job(tuple((k, v) for k, v in row.job), row.job_source)
-    return Setup(ModelArch(**row.model), cluster, job, parse_space(row.space_text, row.space_name), row.measure_step,
-                 objective=(row.fingerprint or {}).get("objective", "step"))
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
@@ -202,6 +108,8 @@ class Tuner:
             study_name=self.study_name, storage=self.storage, sampler=sampler, direction="maximize",
             load_if_exists=True,
         )
+        self.recovery = Recovery(self.study, self.storage, self.store, self.study_name, runner, self.executor,
+                                 setup.base, self._enqueue)
 
     # Set-up and resume
     def _check_or_create(self, space_text: str | None) -> None:
@@ -239,117 +147,11 @@ class Tuner:
 
     def recover(self) -> list[int]:
         """Close trials left running by a tuner that died; re-queue them and interrupted ones. Returns numbers."""
-        requeued = self._close_dead_rows()
-        self._reconcile_optuna()
-        for row in self.store.trials(self.study_name, TrialStatus.INTERRUPTED.value):
-            if (row.extra or {}).get("requeued"):
-                continue
-            self._enqueue(row.params, origin="requeue", requeue_of=row.number)
-            faults.point("requeue-enqueued")
-            self.store.update_trial(row.id, extra={**(row.extra or {}), "requeued": True})
-            if row.number not in requeued:
-                requeued.append(row.number)
-        return requeued
-
-    def _close_dead_rows(self) -> list[int]:
-        """Our rows left running by a tuner that is gone: interrupted (their Optuna trial FAIL)."""
-        closed = []
-        now = utcnow()
-        me = worker_id()
-        for row in self.store.running(self.study_name):
-            host_pid = row.worker.rsplit(":", 1)
-            alive = row.worker == me or (
-                (now - row.heartbeat_at).total_seconds() < STALE_AFTER_S and not _dead_local(host_pid)
-            )
-            if alive:
-                continue
-            self.store.update_trial(
-                row.id, status=TrialStatus.INTERRUPTED.value, finished_at=now,
-                reason=f"the tuner ({row.worker}) stopped while this trial ran; re-queued",
-            )
-            faults.point("recover-row-closed")
-            self._close_optuna(row.number, TrialState.FAIL)
-            closed.append(row.number)
-        return closed
-
-    def _reconcile_optuna(self) -> None:
-        """Optuna trials RUNNING that no live tuner will finish: told from our row, or closed as orphans.
-
-        A tuner killed after recording a result but before telling Optuna leaves our row final and Optuna's
-        RUNNING (told now, from the row); one killed between `ask` and its first write leaves an Optuna trial
-        with no row (recorded as interrupted, never launched; re-queued when it was a queued configuration).
-        """
-        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if not running:
-            return
-        rows = {r.number: r for r in self.store.trials(self.study_name) if r.number >= running[0].number}
-        now = utcnow()
-        others = {w for w in self.store.recent_workers(self.study_name, now - dt.timedelta(seconds=STALE_AFTER_S))
-                  if w != worker_id() and not _dead_local(w.rsplit(":", 1))}
-        for t in running:
-            row = rows.get(t.number)
-            if row is None:
-                # Optuna stamps trials in local time
-                age = (dt.datetime.now() - t.datetime_start).total_seconds() if t.datetime_start else 0.0
-                if not (others and age < STALE_AFTER_S):  # a live worker may be between its ask and its first write
-                    self._close_orphan(t)
-            elif row.status != TrialStatus.RUNNING.value and row.worker not in others:
-                self._tell_from_row(t, row)  # (a live worker is telling it itself, now)
-
-    def _close_orphan(self, t: optuna.trial.FrozenTrial) -> None:
-        attrs = t.user_attrs
-        queued = t.system_attrs.get("fixed_params")
-        params = attrs.get("candidate") or queued or t.params
-        try:
-            key = Candidate.from_params(dict(params), None if attrs.get("candidate") else self.setup.base).key()
-        except (TypeError, ValueError):
-            key = ""
-        reason = "the tuner stopped between Optuna's ask and recording this trial; never launched"
-        row = TrialRow(
-            study=self.study_name, number=t.number, status=TrialStatus.INTERRUPTED.value,
-            origin=attrs.get("origin", "sampler"), backend=self.runner.name, simulated=self.runner.simulated,
-            candidate_key=key, params=dict(params), verl_overrides={}, worker=worker_id(), reason=reason,
-            finished_at=utcnow(), duration_s=0.0,
-            # a queued configuration (seed, reference, re-queue) is queued again; a sampled one need not be
-            extra=None if queued or attrs.get("candidate") else {"requeued": True, "never_launched": True},
-        )
-        try:
-            self.store.add_trial(row)
-        except TrialTaken:  # its worker (or another recovery) recorded it meanwhile
-            return
-        faults.point("recover-orphan-recorded")
-        self._tell_from_row(t, row)
-
-    def _tell_from_row(self, t: optuna.trial.FrozenTrial, row: TrialRow) -> None:
-        """Finish an Optuna trial as our row says (its tuner died before telling Optuna)."""
-        status = TrialStatus(row.status)
-        state = _OPTUNA_STATE[status]
-        value = row.throughput if state == TrialState.COMPLETE else None
-        if state == TrialState.COMPLETE and value is None:
-            state = TrialState.FAIL
-        try:
-            for k, v in (("status", status.value), ("reason", row.reason[:2000]), ("simulated", row.simulated)):
-                self.storage.set_trial_user_attr(t._trial_id, k, v)
-            self.storage.set_trial_state_values(t._trial_id, state=state, values=None if value is None else [value])
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass  # told meanwhile by its own worker or another recovery
+        return self.recovery.recover()
 
     def reclaim(self, numbers: list[int]) -> list[str]:
-        """Ray: stop on the cluster what re-queued trials may still hold (a dead tuner's placement groups).
-
-        Ray already removes a dead tuner's groups with its job (they are not detached); this is the safety net
-        for a tuner that lost its connection but not its life. Returns the group names removed.
-        """
-        reclaim = getattr(self.executor, "reclaim", None)
-        return reclaim(self.study_name, numbers) if reclaim and numbers else []
-
-    def _close_optuna(self, number: int, state: TrialState) -> None:
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t.number == number:
-                try:
-                    self.storage.set_trial_state_values(t._trial_id, state=state)
-                except optuna.exceptions.UpdateFinishedTrialError:
-                    pass
+        """Ray: stop on the cluster what re-queued trials may still hold (a dead tuner's placement groups)."""
+        return self.recovery.reclaim(numbers)
 
     def _enqueue(self, params: dict[str, Any], origin: str, **attrs: Any) -> None:
         ctx = self.setup.context
@@ -653,7 +455,7 @@ class Tuner:
         trial.set_user_attr("simulated", self.runner.simulated)
         trial.set_user_attr("layout", cand.layout())
         faults.point("telling")
-        state = _OPTUNA_STATE[status]
+        state = OPTUNA_STATE[status]
         if state == TrialState.COMPLETE and value is None:
             state = TrialState.FAIL
         self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state, skip_if_finished=True)
@@ -704,19 +506,3 @@ class _Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
-
-
-def _dead_local(host_pid: list[str]) -> bool:
-    """True when the worker ran on this host and its process is gone."""
-    import os
-    import socket
-
-    if len(host_pid) != 2 or host_pid[0] != socket.gethostname():
-        return False
-    try:
-        os.kill(int(host_pid[1]), 0)
-    except (ProcessLookupError, ValueError):
-        return True
-    except PermissionError:
-        return False
-    return False

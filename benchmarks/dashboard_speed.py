@@ -38,9 +38,10 @@ from autotune.cluster import Cluster, get_gpu_type
 from autotune.job import Job
 from autotune.model import get_model
 from autotune.runners.simulate import SimulateRunner
+from autotune.setup import Setup
 from autotune.space import load_space
 from autotune.store import TrialRow, utcnow
-from autotune.study import Setup, Tuner
+from autotune.study import Tuner
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -56,8 +56,8 @@ def make_setup():
     from autotune.cluster import Cluster, get_gpu_type
     from autotune.job import Job
     from autotune.model import get_model
+    from autotune.setup import Setup
     from autotune.space import load_space
-    from autotune.study import Setup
 
     return Setup(get_model("qwen2.5-7b"), Cluster(get_gpu_type("h100"), 8), Job.default(), load_space("dense"))
 

@@ -15,8 +15,8 @@ import pytest
 from autotune.cluster import Cluster, get_gpu_type
 from autotune.job import Job
 from autotune.model import get_model
+from autotune.setup import Setup
 from autotune.space import load_space
-from autotune.study import Setup
 
 REPO = Path(__file__).resolve().parent.parent
 

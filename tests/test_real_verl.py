@@ -27,9 +27,9 @@ from autotune.job import Job
 from autotune.model import get_model
 from autotune.runners.base import TrialStatus
 from autotune.runners.verl_log import LineTail, RunLog, classify, parse_step_line
+from autotune.setup import Setup
 from autotune.space import load_space
 from autotune.store import Store
-from autotune.study import Setup
 from tests.fake_verl import env_for, fake_runner, leftovers, make_spec, pid_alive
 from tests.real_verl import tiny_job, write_gsm8k_parquet, write_model
 

@@ -8,8 +8,9 @@ from optuna.trial import TrialState
 from autotune.job import Job
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.simulate import SimulateRunner
+from autotune.setup import StudyMismatchError
 from autotune.store import Store, StoreError, TrialRow, utcnow
-from autotune.study import StudyMismatchError, Tuner, open_storage
+from autotune.study import Tuner, open_storage
 from tests.conftest import make_setup
 
 

@@ -25,9 +25,9 @@ from autotune.job import JobError
 from autotune.model import UnknownModelError
 from autotune.runners import BACKENDS, RunnerUnavailable
 from autotune.runners.base import RunnerFatal
+from autotune.setup import StudyMismatchError
 from autotune.space import SpaceError
 from autotune.store import StoreError
-from autotune.study import StudyMismatchError
 
 USER_ERRORS = (UnknownModelError, JobError, SpaceError, StoreError, StudyMismatchError, ClusterError,
                RunnerUnavailable, RunnerFatal, ValueError)

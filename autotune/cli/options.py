@@ -15,8 +15,8 @@ from autotune.estimate.lengths import at_step, prompt_lengths_from_data
 from autotune.job import Job
 from autotune.model import get_model
 from autotune.runners.verl_preflight import unknown_keys
+from autotune.setup import Setup
 from autotune.space import default_space_name, load_space
-from autotune.study import Setup
 
 DEFAULT_STORAGE = "sqlite:///trials/autotune.db"
 

@@ -17,8 +17,9 @@ from autotune.executors import placement_text
 from autotune.export import ExportInfo, export_text
 from autotune.labels import Labeller, study_reference
 from autotune.launch_script import read_script
+from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow
-from autotune.study import open_storage, setup_from_row
+from autotune.study import open_storage
 from autotune.tables import print_table
 
 

@@ -22,8 +22,9 @@ from autotune.live import RunProgress, progress_view
 from autotune.report import StudyReport, report_lines, study_report
 from autotune.runners import auto_backend, make_runner
 from autotune.runners.confirm import confirm_top
+from autotune.setup import Setup
 from autotune.store import TrialRow
-from autotune.study import Setup, Tuner
+from autotune.study import Tuner
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -1,0 +1,178 @@
+"""Recovery of what dead tuners left: trials they left running, Optuna trials they never told, re-queues.
+
+A tuner can die anywhere on the trial write path. The next one to start (and one whose budget is met) closes the
+rows of workers that are gone (stale heartbeat, or a dead process on this host) as interrupted, tells Optuna what
+our rows already say, records Optuna trials that have no row, and re-queues interrupted configurations.
+OPTUNA_STATE, how our statuses map to Optuna's states, is shared with the Tuner's own tell.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import faults
+from autotune.candidate import Candidate
+from autotune.executors.base import Executor
+from autotune.runners.base import Runner, TrialStatus
+from autotune.store import Store, TrialRow, TrialTaken, utcnow, worker_id
+
+STALE_AFTER_S = 300.0
+
+OPTUNA_STATE = {
+    TrialStatus.OK: TrialState.COMPLETE,
+    TrialStatus.OOM: TrialState.PRUNED,
+    TrialStatus.CONFIG_ERROR: TrialState.PRUNED,
+    TrialStatus.PRUNED: TrialState.PRUNED,
+    TrialStatus.TIMEOUT: TrialState.FAIL,
+    TrialStatus.FAILED: TrialState.FAIL,
+    TrialStatus.INTERRUPTED: TrialState.FAIL,
+}
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """Closes and re-queues what dead tuners left in one study: the Tuner owns one, made with its study."""
+
+    study: optuna.Study
+    storage: optuna.storages.RDBStorage
+    store: Store
+    study_name: str
+    runner: Runner  # the study's backend (name, simulated) for rows recorded here
+    executor: Executor
+    base: Candidate  # the setup's base: what an untuned dimension is
+    enqueue: Callable[..., None]  # Tuner._enqueue: queue a configuration again
+
+    def recover(self) -> list[int]:
+        """Close trials left running by a tuner that died; re-queue them and interrupted ones. Returns numbers."""
+        requeued = self._close_dead_rows()
+        self._reconcile_optuna()
+        for row in self.store.trials(self.study_name, TrialStatus.INTERRUPTED.value):
+            if (row.extra or {}).get("requeued"):
+                continue
+            self.enqueue(row.params, origin="requeue", requeue_of=row.number)
+            faults.point("requeue-enqueued")
+            self.store.update_trial(row.id, extra={**(row.extra or {}), "requeued": True})
+            if row.number not in requeued:
+                requeued.append(row.number)
+        return requeued
+
+    def _close_dead_rows(self) -> list[int]:
+        """Our rows left running by a tuner that is gone: interrupted (their Optuna trial FAIL)."""
+        closed = []
+        now = utcnow()
+        me = worker_id()
+        for row in self.store.running(self.study_name):
+            host_pid = row.worker.rsplit(":", 1)
+            alive = row.worker == me or (
+                (now - row.heartbeat_at).total_seconds() < STALE_AFTER_S and not _dead_local(host_pid)
+            )
+            if alive:
+                continue
+            self.store.update_trial(
+                row.id, status=TrialStatus.INTERRUPTED.value, finished_at=now,
+                reason=f"the tuner ({row.worker}) stopped while this trial ran; re-queued",
+            )
+            faults.point("recover-row-closed")
+            self._close_optuna(row.number, TrialState.FAIL)
+            closed.append(row.number)
+        return closed
+
+    def _reconcile_optuna(self) -> None:
+        """Optuna trials RUNNING that no live tuner will finish: told from our row, or closed as orphans.
+
+        A tuner killed after recording a result but before telling Optuna leaves our row final and Optuna's
+        RUNNING (told now, from the row); one killed between `ask` and its first write leaves an Optuna trial
+        with no row (recorded as interrupted, never launched; re-queued when it was a queued configuration).
+        """
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:
+            return
+        rows = {r.number: r for r in self.store.trials(self.study_name) if r.number >= running[0].number}
+        now = utcnow()
+        others = {w for w in self.store.recent_workers(self.study_name, now - dt.timedelta(seconds=STALE_AFTER_S))
+                  if w != worker_id() and not _dead_local(w.rsplit(":", 1))}
+        for t in running:
+            row = rows.get(t.number)
+            if row is None:
+                # Optuna stamps trials in local time
+                age = (dt.datetime.now() - t.datetime_start).total_seconds() if t.datetime_start else 0.0
+                if not (others and age < STALE_AFTER_S):  # a live worker may be between its ask and its first write
+                    self._close_orphan(t)
+            elif row.status != TrialStatus.RUNNING.value and row.worker not in others:
+                self._tell_from_row(t, row)  # (a live worker is telling it itself, now)
+
+    def _close_orphan(self, t: optuna.trial.FrozenTrial) -> None:
+        attrs = t.user_attrs
+        queued = t.system_attrs.get("fixed_params")
+        params = attrs.get("candidate") or queued or t.params
+        try:
+            key = Candidate.from_params(dict(params), None if attrs.get("candidate") else self.base).key()
+        except (TypeError, ValueError):
+            key = ""
+        reason = "the tuner stopped between Optuna's ask and recording this trial; never launched"
+        row = TrialRow(
+            study=self.study_name, number=t.number, status=TrialStatus.INTERRUPTED.value,
+            origin=attrs.get("origin", "sampler"), backend=self.runner.name, simulated=self.runner.simulated,
+            candidate_key=key, params=dict(params), verl_overrides={}, worker=worker_id(), reason=reason,
+            finished_at=utcnow(), duration_s=0.0,
+            # a queued configuration (seed, reference, re-queue) is queued again; a sampled one need not be
+            extra=None if queued or attrs.get("candidate") else {"requeued": True, "never_launched": True},
+        )
+        try:
+            self.store.add_trial(row)
+        except TrialTaken:  # its worker (or another recovery) recorded it meanwhile
+            return
+        faults.point("recover-orphan-recorded")
+        self._tell_from_row(t, row)
+
+    def _tell_from_row(self, t: optuna.trial.FrozenTrial, row: TrialRow) -> None:
+        """Finish an Optuna trial as our row says (its tuner died before telling Optuna)."""
+        status = TrialStatus(row.status)
+        state = OPTUNA_STATE[status]
+        value = row.throughput if state == TrialState.COMPLETE else None
+        if state == TrialState.COMPLETE and value is None:
+            state = TrialState.FAIL
+        try:
+            for k, v in (("status", status.value), ("reason", row.reason[:2000]), ("simulated", row.simulated)):
+                self.storage.set_trial_user_attr(t._trial_id, k, v)
+            self.storage.set_trial_state_values(t._trial_id, state=state, values=None if value is None else [value])
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # told meanwhile by its own worker or another recovery
+
+    def reclaim(self, numbers: list[int]) -> list[str]:
+        """Ray: stop on the cluster what re-queued trials may still hold (a dead tuner's placement groups).
+
+        Ray already removes a dead tuner's groups with its job (they are not detached); this is the safety net
+        for a tuner that lost its connection but not its life. Returns the group names removed.
+        """
+        reclaim = getattr(self.executor, "reclaim", None)
+        return reclaim(self.study_name, numbers) if reclaim and numbers else []
+
+    def _close_optuna(self, number: int, state: TrialState) -> None:
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.number == number:
+                try:
+                    self.storage.set_trial_state_values(t._trial_id, state=state)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass
+
+
+def _dead_local(host_pid: list[str]) -> bool:
+    """True when the worker ran on this host and its process is gone."""
+    import os
+    import socket
+
+    if len(host_pid) != 2 or host_pid[0] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(host_pid[1]), 0)
+    except (ProcessLookupError, ValueError):
+        return True
+    except PermissionError:
+        return False
+    return False
