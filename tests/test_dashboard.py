@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from autotune.cli import main  # noqa: E402
-from autotune.dashboard import data  # noqa: E402
+from autotune.dashboard import data, history, table  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.estimate.step_error import STEP_TIME_ERROR  # noqa: E402
 from autotune.export import export_text  # noqa: E402
@@ -331,12 +331,12 @@ def test_trials_table_is_paged_sorted_and_filtered_on_the_server(client, study):
 
 
 def test_filter_matches_the_pages_syntax():
-    m = data.matcher
+    m = table.matcher
     assert m(">3000")(3000.5) and not m(">3000")(None) and not m(">3000")(2999)
     assert m("<=4")(4) and m("!=ok")("oom") and not m("!=ok")("OK")
     assert m("=2")(2) and m("=2")(2.0) and not m("=2")(20) and m("=true")(True) and m("=null")(None)
     assert m("tp2")("tp2pp4") and m("2")(2) and not m("2")(12) and m("")("anything")
-    assert data.js_str(2.0) == "2" and data.js_str(["a", "b"]) == "a,b" and data.js_str(False) == "false"
+    assert table.js_str(2.0) == "2" and table.js_str(["a", "b"]) == "a,b" and table.js_str(False) == "false"
 
 
 def test_long_history_is_sampled_with_the_best_line_and_failures_exact(study, monkeypatch):
@@ -346,8 +346,8 @@ def test_long_history_is_sampled_with_the_best_line_and_failures_exact(study, mo
     c = TestClient(create_app(url))
     h = c.get(f"/api/study/{STUDY}/history").json()
     assert not h["sampled"] and h["ok"]["x"] == [r.number for r in ok]
-    monkeypatch.setattr(data, "HISTORY_POINTS", 3)
-    monkeypatch.setattr(data, "HISTORY_BUCKETS", 2)
+    monkeypatch.setattr(history, "HISTORY_POINTS", 3)
+    monkeypatch.setattr(history, "HISTORY_BUCKETS", 2)
     data.forget(tuner.store, STUDY)
     h = c.get(f"/api/study/{STUDY}/history").json()
     assert h["sampled"] and len(h["ok"]["x"]) < len(ok)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from autotune import cli
-from autotune.dashboard import data
+from autotune.dashboard import data, table
 from autotune.executors import make_executor
 from autotune.executors.ray import ExecutorError, RayExecutor
 from autotune.runners.simulate import SimulateRunner
@@ -54,9 +54,9 @@ def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_
     assert cli.main(["status", "--storage", sqlite_url, "--study", "par"]) == 0
     assert "placement" in capsys.readouterr().out
     store = tuner.store
-    meta = data.table_meta(store, store.get_study("par"), data.version(store, "par"))
+    meta = table.table_meta(store, store.get_study("par"), data.version(store, "par"))
     assert "placement" in [c["key"] for c in meta["columns"]]
-    row = data._table_row(next(r for r in store.trials("par") if r.launched))
+    row = table._table_row(next(r for r in store.trials("par") if r.launched))
     assert row["placement"].endswith("(4 GPUs)")
 
 

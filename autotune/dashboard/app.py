@@ -27,7 +27,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autotune import verl
-from autotune.dashboard import data
+from autotune.dashboard import data, failures, history, importance, plots, studies, table
 from autotune.estimate.throughput import step_error_percent
 from autotune.export import FORMATS
 from autotune.store import Store, StoreError, StudyRow, TrialRow
@@ -183,25 +183,25 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
 
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request) -> HTMLResponse:
-        return page(request, "index.html", studies=data.studies_overview(store))
+        return page(request, "index.html", studies=studies.studies_overview(store))
 
     @app.get("/fragment/studies", response_class=HTMLResponse)
     def studies_fragment(request: Request) -> HTMLResponse:
-        return page(request, "_studies.html", studies=data.studies_overview(store))
+        return page(request, "_studies.html", studies=studies.studies_overview(store))
 
     @app.get("/api/studies")
     def api_studies() -> list[dict[str, Any]]:
-        return data.studies_overview(store)
+        return studies.studies_overview(store)
 
     @app.get("/study/{name:path}/fragment/summary", response_class=HTMLResponse)
     def summary_fragment(request: Request, name: str) -> HTMLResponse:
         st = get_study(name)
-        return page(request, "_summary.html", study=st, s=data.summary(store, st), formats=FORMATS)
+        return page(request, "_summary.html", study=st, s=studies.summary(store, st), formats=FORMATS)
 
     @app.get("/study/{name:path}/fragment/failures", response_class=HTMLResponse)
     def failures_fragment(request: Request, name: str) -> HTMLResponse:
         st = get_study(name)
-        return page(request, "_failures.html", study=st, f=data.failures(store, name))
+        return page(request, "_failures.html", study=st, f=failures.failures(store, name))
 
     @app.get("/api/study/{name:path}/version")
     def api_version(name: str) -> dict[str, str]:
@@ -210,31 +210,31 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
 
     @app.get("/api/study/{name:path}/data")
     def api_data(name: str) -> Response:
-        return JSONResponse(data.study_data(store, get_study(name)))
+        return JSONResponse(plots.study_data(store, get_study(name)))
 
     @app.get("/api/study/{name:path}/history")
     def api_history(name: str) -> Response:
-        return JSONResponse(data.history(store, get_study(name)))
+        return JSONResponse(history.history(store, get_study(name)))
 
     @app.get("/api/study/{name:path}/trials")
     def api_trials(request: Request, name: str, sort: str = "number", desc: bool = False, page: int = 0,
-                   size: int = data.TABLE_PAGE, search: str = "", launched: bool = False) -> Response:
+                   size: int = table.TABLE_PAGE, search: str = "", launched: bool = False) -> Response:
         """A page of the trials table: sorted, filtered (`f.<column>=<filter>`) and searched on the server."""
         filters = {k[2:]: v for k, v in request.query_params.items() if k.startswith("f.")}
-        return JSONResponse(data.table_page(store, get_study(name), sort, desc, page, size, filters, search,
-                                            launched))
+        return JSONResponse(table.table_page(store, get_study(name), sort, desc, page, size, filters, search,
+                                             launched))
 
     @app.get("/api/study/{name:path}/importance")
     def api_importance(name: str, evaluator: str = "default") -> dict[str, Any]:
         get_study(name)
-        return data.importance(storage_url, name, evaluator, data.n_ok(store, name))
+        return importance.importance(storage_url, name, evaluator, importance.n_ok(store, name))
 
     @app.get("/study/{name:path}/trial/{number}", response_class=HTMLResponse)
     def trial_page(request: Request, name: str, number: int) -> HTMLResponse:
         st = get_study(name)
         row = get_trial(name, number)
         steps = store.steps(row.id)
-        log, log_source = data.log_tail(row)
+        log, log_source = failures.log_tail(row)
         return page(request, "trial.html", study=st, t=row, formats=FORMATS,
                     layout=data.layout(row.params, data.reference(store, st)),
                     cls=data.failure_class(row.status, row.reason or ""), steps=steps,
@@ -320,7 +320,7 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
     @app.get("/study/{name:path}", response_class=HTMLResponse)
     def study_page(request: Request, name: str) -> HTMLResponse:
         st = get_study(name)
-        return page(request, "study.html", study=st, s=data.summary(store, st), formats=FORMATS)
+        return page(request, "study.html", study=st, s=studies.summary(store, st), formats=FORMATS)
 
     return app
 
