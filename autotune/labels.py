@@ -33,7 +33,8 @@ def parallel(c: Candidate) -> str:
 
 def _recompute(c: Candidate) -> str:
     if c.recompute == "selective":
-        return "rc:sel" if c.recompute_modules == "core_attn" else f"rc:sel:{c.recompute_modules.replace(' ', '')}"
+        modules = c.recompute_modules or "core_attn"  # verl's default modules
+        return "rc:sel" if modules == "core_attn" else f"rc:sel:{modules.replace(' ', '')}"
     if c.recompute == "full":
         return f"rc:full:{(c.recompute_method or 'uniform')[0]}{c.recompute_num_layers or 1}"
     return "rc:none"

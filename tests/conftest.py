@@ -26,6 +26,20 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'study.db'}"
 
 
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'a.db'}"
+
+
+def cli_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """`autotune ARGV` in this process: (exit code, stdout, stderr)."""
+    from autotune.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def make_setup(model: str = "qwen2.5-7b", gpus: int = 8, gpu: str = "h100", job: Job | None = None,
                space: str | None = None, nodes: int = 1) -> Setup:
     m = get_model(model)

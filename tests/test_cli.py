@@ -4,19 +4,8 @@ import sys
 
 import pytest
 
-from autotune.cli import main
 from autotune.estimate.step_error import STEP_TIME_ERROR
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def db(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'a.db'}"
+from tests.conftest import cli_run as run
 
 
 def test_dry_run_first_line_says_simulated(db, tmp_path):

@@ -10,24 +10,13 @@ import yaml
 
 from autotune import verl
 from autotune.candidate import STOCK, Candidate
-from autotune.cli import main
 from autotune.labels import label
 from autotune.report import PRUNE_KINDS, prune_kind, report_lines, study_report
 from autotune.runners.probed import ProbedRunner
 from autotune.runners.replay import ReplayRunner
 from autotune.store import TrialRow
+from tests.conftest import cli_run as run
 from tests.conftest import make_setup
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def db(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'a.db'}"
 
 
 @pytest.fixture
