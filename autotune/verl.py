@@ -195,6 +195,17 @@ NUMPY_SCALAR_RE = r"^np\.(?:float|int|uint)\d*\((?P<value>[^()]*)\)$"
 # Training steps are numbered from 1 (step 0 carries validation metrics only).
 FIRST_STEP = 1
 
+# Start-up milestones of a run, in the order they happen: the runner notes when each first shows in the console
+# (seconds after launch; the trial's timings), which is what start-up time (and its budget) is made of.
+STARTUP_MILESTONES: dict[str, str] = {
+    "ray_up": r"Started a local Ray instance|Connected to Ray cluster",
+    "config": r"\{'actor_rollout_ref': \{",
+    "validated": r"\[validate_config\] All configuration checks passed",
+    "vllm_kv_cache": r"GPU KV cache size: [\d,]+ tokens",
+    "vllm_graphs": r"Graph capturing finished in",
+    "first_step": r"(?:^|\s)step:1 - ",
+}
+
 # Failure classes, most specific first; each: (class, autotune status, regexes over the log). The first class with
 # a match wins, so an OOM on one rank followed by NCCL errors on the others reads as the OOM.
 FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from autotune import verl
 
@@ -21,6 +23,7 @@ _FAILURES = tuple(
     (cls, status, tuple(re.compile(p) for p in pats)) for cls, status, pats in verl.FAILURE_PATTERNS
 )
 _VLLM_START = tuple(re.compile(p) for p in verl.VLLM_START_MARKERS)
+_MILESTONES = tuple((name, re.compile(p)) for name, p in verl.STARTUP_MILESTONES.items())
 _ERROR_LINE = re.compile(
     r"^\s*(?:\([^)]*\)\s*)?(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)(?:\([\w.]*\))?:|SIG[A-Z]+ received"
 )
@@ -121,18 +124,26 @@ class RunLog:
     console: LineTail
     jsonl: LineTail
     tail_lines: int = 200
+    stamps: Path | None = None  # a copy of the console, each line prefixed by the seconds since `started`
+    started: float | None = None  # time.monotonic() at launch
 
     def __post_init__(self) -> None:
         self.steps: dict[int, dict[str, float]] = {}
         self.last: deque[str] = deque(maxlen=self.tail_lines)
         self.lines_seen = 0
+        self.milestones: dict[str, float] = {}  # start-up milestone -> seconds after launch it was first seen
+        self._stamps: IO[str] | None = None
 
     def poll(self, final: bool = False) -> list[int]:
         """Read what is new; returns the step numbers that appeared for the first time."""
         new: list[int] = []
+        t = time.monotonic() - self.started if self.started is not None else None
         for line in self.console.flush() if final else self.console.read():
             self.lines_seen += 1
-            self.last.append(_ANSI_RE.sub("", line))
+            plain = _ANSI_RE.sub("", line)
+            self.last.append(plain)
+            if t is not None:
+                self._stamp(t, plain)
             parsed = parse_step_line(line)
             if parsed:
                 self._merge(parsed, new, prefer=False)
@@ -141,6 +152,21 @@ class RunLog:
             if parsed:
                 self._merge(parsed, new, prefer=True)
         return new
+
+    def _stamp(self, t: float, line: str) -> None:
+        for name, pattern in _MILESTONES:
+            if name not in self.milestones and pattern.search(line):
+                self.milestones[name] = round(t, 2)
+        if self.stamps is not None:
+            if self._stamps is None:
+                self._stamps = self.stamps.open("a", encoding="utf-8", errors="replace")
+            self._stamps.write(f"[{t:8.2f}] {line}\n")
+            self._stamps.flush()
+
+    def close(self) -> None:
+        if self._stamps is not None:
+            self._stamps.close()
+            self._stamps = None
 
     def _merge(self, parsed: tuple[int, dict[str, float]], new: list[int], prefer: bool) -> None:
         step, metrics = parsed
