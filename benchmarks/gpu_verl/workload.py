@@ -1,6 +1,6 @@
 """The GPU smoke's workload, written on the device (nothing comes from a hub): a Hugging Face model directory with
 the architecture of a catalog model (default Qwen2.5-0.5B, full depth) and random weights, a byte-level BPE tokenizer
-of the model's real vocabulary size with Qwen's chat tokens at Qwen's ids, and a GSM8K-shaped parquet in verl's gsm8k
+as large as the model's embedding (every id decodes) with Qwen's chat tokens, and a GSM8K-shaped parquet in verl's gsm8k
 schema whose prompts have realistic lengths (40-200 words of context before the question).
 
 Why a full-size vocabulary: the logits (tokens x 151,936) are what decides the update's memory on a small model, and
@@ -28,7 +28,7 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-# Qwen2.5's special tokens follow its 151,643 regular ones; the embedding is padded to vocab_size.
+# Qwen's chat tokens, after the regular ones (Qwen's own tokenizer has 151,643 regular, 22 special).
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
 WORDS = ("Natalia sold clips in April and May How many did she sell altogether the of a to is was for on that with "
@@ -52,7 +52,7 @@ def hf_config(arch: ModelArch, vocab_size: int, eos: int, pad: int) -> Any:
 
 def write_tokenizer(path: Path, n_regular: int) -> Any:
     """A byte-level BPE tokenizer as Qwen2's (its pre-tokenizer and decoder): merges learnt on the prompts' words,
-    the vocabulary filled to n_regular decodable tokens, then Qwen's special tokens at Qwen's own ids.
+    the vocabulary filled to n_regular decodable tokens, then Qwen's special tokens.
 
     transformers 5 loads any tokenizer of a `qwen2` model as Qwen2Tokenizer (byte-level BPE from the file's vocab and
     merges), so a tokenizer of another kind would be rebuilt into nonsense; this one reads back as it was written.
@@ -80,7 +80,7 @@ def write_tokenizer(path: Path, n_regular: int) -> Any:
     for i in range(len(vocab), n_regular):  # decodable fillers ("\u0120" is byte-level for a space)
         vocab[f"\u0120w{i}"] = i
     tok = byte_level(vocab, merges)
-    tok.add_special_tokens(SPECIALS)  # ids n_regular, +1, +2: Qwen's 151643 (endoftext), 151644, 151645
+    tok.add_special_tokens(SPECIALS)  # ids n_regular, +1, +2
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token=None, unk_token=None)
     fast.chat_template = CHAT_TEMPLATE
@@ -120,12 +120,13 @@ def write_parquet(path: Path, n: int, split: str = "train") -> Path:
     return path
 
 
-def write_model(out: Path, arch: ModelArch, n_regular: int = 151_643) -> Path:
+def write_model(out: Path, arch: ModelArch, n_regular: int | None = None) -> Path:
     import torch
     from transformers import Qwen2ForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
-    tok = write_tokenizer(out, min(n_regular, arch.vocab_size - len(SPECIALS)))
+    # Random weights sample every row of the embedding, padding rows too: each id must decode (vLLM detokenizes).
+    tok = write_tokenizer(out, min(n_regular or arch.vocab_size, arch.vocab_size) - len(SPECIALS))
     assert len(tok) <= arch.vocab_size, (len(tok), arch.vocab_size)
     cfg = hf_config(arch, arch.vocab_size, tok.convert_tokens_to_ids("<|im_end|>"),
                     tok.convert_tokens_to_ids("<|endoftext|>"))
@@ -141,12 +142,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--model", default="qwen2.5-0.5b", help="catalog name (a Qwen2-architecture model)")
     ap.add_argument("--rows", type=int, default=512, help="prompts in the parquet (>= batch x steps)")
-    ap.add_argument("--vocab-words", type=int, default=151_643, help="regular tokens of the tokenizer")
+    ap.add_argument("--vocab", type=int, help="tokens of the tokenizer (default: the model's vocab_size)")
     args = ap.parse_args(argv)
     arch = get_model(args.model)
     if arch.hf_architecture != "Qwen2ForCausalLM":
         ap.error(f"{args.model}: only Qwen2-architecture models are written here")
-    model_dir = write_model(args.out / "model", arch, args.vocab_words)
+    model_dir = write_model(args.out / "model", arch, args.vocab)
     data = write_parquet(args.out / "data" / "train.parquet", args.rows)
     print(f"workload: {arch.name} ({arch.num_layers} layers, vocab {arch.vocab_size}) random weights in {model_dir}; "
           f"{args.rows} prompts in {data}")
