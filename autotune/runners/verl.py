@@ -32,8 +32,12 @@ from autotune.runners.verl_log import LineTail, RunLog, classify
 from autotune.runners.verl_preflight import check_data, hydra_overrides, validate_overrides
 
 _LOOP_RE = re.compile(verl.ROLLOUT_FAILURE_LOOP_RE)
-RETRYABLE = ("crash", "nccl_error")  # failures not caused by the configuration: tried once more
-FATAL = ("gpus_unavailable",)  # failures every later candidate would repeat: the study stops before the next launch
+# Failures not caused by the configuration and not deterministic: tried once more. Every other class (OOMs, config
+# errors, import/attention/tokenizer errors: the same again on a retry) is recorded at once.
+RETRYABLE = ("crash", "nccl_error")
+# Failures every later candidate would repeat (the node's GPUs, its software stack, the model's tokenizer): the study
+# stops before the next launch, saying what to fix.
+FATAL = ("gpus_unavailable", "import_error", "tokenizer_error")
 
 
 @dataclass(frozen=True)
@@ -177,10 +181,14 @@ class VerlRunner(Runner):
             if not (att.status == TrialStatus.FAILED and att.failure in RETRYABLE):
                 break
         assert att is not None
-        if att.failure in FATAL:
+        if att.failure == "gpus_unavailable":
             self._fatal = (f"trial {spec.number} found {att.reason[:300]}; every candidate asks for the same "
                            f"{spec.cluster.world_size} GPUs. Check --gpus/--nodes, CUDA_VISIBLE_DEVICES and the GPUs "
                            "Ray sees (`ray status`), then re-run the same command to resume the study")
+        elif att.failure in FATAL:
+            self._fatal = (f"trial {spec.number} failed: {att.reason[:300]}; every other candidate would fail the "
+                           "same way. Fix it (`autotune doctor` checks the node's stack; the trial's log: "
+                           f"{att.log_path}), then re-run the same command to resume the study")
         return self._result(spec, att, first, extra_info)
 
     def _attempt(self, spec: TrialSpec, trial_dir: Path, attempt: int, first: int, reported: set[int]) -> _Attempt:
