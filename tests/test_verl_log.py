@@ -177,14 +177,14 @@ def test_two_vllm_prefixes_are_read_as_a_vllm_process() -> None:
     assert "KeyError: 'layers.0'" in f.message  # the last error line is found behind two prefixes
 
 
-EARLY_STEP1_OOM = """(TaskRunnerV1 pid=3000) Training Progress:   0%|          | 0/3 [00:00<?, ?it/s]
-{v} INFO 11-23 20:06:10 [block_pool.py:321] Successfully reset prefix cache
-{v} INFO 11-23 20:06:12 [gpu_model_runner.py:2810] sleep mode freed 60.20 GiB memory
+EARLY_STEP1_OOM = f"""(TaskRunnerV1 pid=3000) Training Progress:   0%|          | 0/3 [00:00<?, ?it/s]
+{VLLM} INFO 11-23 20:06:10 [block_pool.py:321] Successfully reset prefix cache
+{VLLM} INFO 11-23 20:06:12 [gpu_model_runner.py:2810] sleep mode freed 60.20 GiB memory
 Traceback (most recent call last):
 ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_compute_log_prob() (pid=3500)
 torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 23.19 GiB. GPU 0 has a total capacity of 79.19 GiB
-{v} INFO 11-23 20:06:13 [core.py:1000] shutting down
-""".format(v=VLLM)
+{VLLM} INFO 11-23 20:06:13 [core.py:1000] shutting down
+"""
 
 
 def test_an_oom_early_in_step_one_is_trainings_though_vllm_lines_are_near() -> None:
