@@ -59,6 +59,32 @@ PARAM_KEYS: dict[str, tuple[str, ...]] = {
     "use_fused_kernels": ("actor_rollout_ref.model.use_fused_kernels",),
 }
 
+# Keys autotune sets for the node's software when the job does not (runners/verl.py, from `autotune doctor`):
+# verl 0.9.1 builds Megatron models with Megatron-Bridge unless vanilla_mbridge (the legacy mbridge package), and
+# its Megatron attention backend defaults to `flash` (megatron.yaml), which needs the flash-attn package.
+VANILLA_MBRIDGE = f"{_MEGATRON}.vanilla_mbridge"
+ATTENTION_BACKEND = f"{_TRANSFORMER}.attention_backend"
+ATTENTION_BACKEND_DEFAULT = "flash"
+# The GPU-node stack the verl runner was run with (distribution -> version; the whole set, with why, is
+# constraints/gpu-node-torch2.11.txt, and pyproject's `gpu` extra installs it). `autotune doctor` checks these.
+GPU_STACK: dict[str, str] = {
+    "verl": VERL_VERSION,
+    "torch": "2.11.0",
+    "vllm": "0.24.0",
+    "megatron-core": "0.19.2",
+    "mbridge": "0.15.1",
+    "transformer-engine": "2.12.0",
+    "transformer-engine-torch": "2.12.0",
+    "transformers": "5.9.0",
+    "tokenizers": "0.22.2",
+    "transferqueue": "0.1.10",
+}
+# verl 0.9.1's own requirement on transformers (its wheel's metadata): outside it verl does not work.
+TRANSFORMERS_RANGE = ("5.5.3", "5.11")  # >= first, < second
+# Transformer Engine from this version on needs cublasLtGroupedMatrixLayoutInit_internal, absent from torch 2.11's
+# cuBLAS (nvidia-cublas 13.1.0.3): it does not load.
+TE_TOO_NEW_FOR_TORCH_2_11 = "2.13"
+
 # Keys of the job that autotune reads (never tunes: they change the training itself).
 TRAIN_BATCH_SIZE = "data.train_batch_size"
 MAX_PROMPT_LENGTH = "data.max_prompt_length"

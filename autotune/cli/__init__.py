@@ -1,4 +1,4 @@
-"""The `autotune` command: run, status, best, export, estimate, probe, models, spaces, dashboard.
+"""The `autotune` command: run, status, best, export, estimate, probe, models, spaces, dashboard, doctor, import.
 
 This module holds the parser and main (dispatch, and the exit codes of user errors and interrupts); each
 command lives in a sibling module: run, results (status, best, export, dashboard), estimate (estimate,
@@ -14,6 +14,7 @@ from typing import Any
 
 from autotune import __version__
 from autotune.cli.catalog import cmd_models, cmd_spaces
+from autotune.cli.doctor import cmd_doctor
 from autotune.cli.estimate import cmd_estimate, cmd_probe
 from autotune.cli.options import DEFAULT_STORAGE, CLIError, _setup_args, _storage_args, err
 from autotune.cli.results import cmd_best, cmd_dashboard, cmd_export, cmd_status
@@ -71,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--confirm", type=int, default=2, help="re-run the K best for more steps before declaring "
                    "the best (default 2; 0: off; never for simulated results)")
     g.add_argument("--confirm-steps", type=int, default=6, help="steps of a confirmation run (default 6)")
+    g.add_argument("--skip-doctor", action="store_true", help="launch without `autotune doctor`'s checks of the "
+                   "node's stack (they run before the first trial and refuse a node that cannot run verl)")
 
     p = sub.add_parser("status", help="table of a study's trials")
     _storage_args(p)
@@ -103,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="trials/probes", help="where the probe's spec, result and log go")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("doctor", help="check that this node can run a verl trial (versions, GPUs, Transformer "
+                       "Engine, attention backends, vLLM, verl); exit code 1 when it cannot")
+    p.add_argument("--model", help="the model whose head size the attention check uses (default: 128)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds for the heavy imports (default 300)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("models", help="list the model catalog")
     p.add_argument("--json", action="store_true")
 
@@ -124,6 +133,7 @@ def _terminate(signum: int, frame: Any) -> None:
 COMMANDS = {
     "run": cmd_run, "status": cmd_status, "best": cmd_best, "export": cmd_export, "estimate": cmd_estimate,
     "models": cmd_models, "spaces": cmd_spaces, "dashboard": cmd_dashboard, "probe": cmd_probe,
+    "doctor": cmd_doctor,
 }
 
 
