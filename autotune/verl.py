@@ -129,6 +129,14 @@ TRAINING_SEMANTICS: dict[str, str] = {
     "adv_estimator": "algorithm.adv_estimator",
 }
 TRAINING_SEMANTIC_PREFIXES = (f"{_ACTOR}.optim.", "algorithm.", "data.", "reward")
+# What an imported run's job is (`autotune import`, verl_runs.py): its workload and training, read from verl's
+# printed config; a run whose values differ from the study's job is refused. Paths are kept, never compared.
+IMPORT_PATH_KEYS = (MODEL_PATH, TRAIN_FILES, VAL_FILES)
+IMPORT_JOB_KEYS: tuple[str, ...] = tuple(dict.fromkeys((
+    *IMPORT_PATH_KEYS, TRAIN_BATCH_SIZE, MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH, ROLLOUT_N, PPO_MINI_BATCH_SIZE,
+    PPO_EPOCHS, USE_KL_LOSS, USE_KL_IN_REWARD, MAX_MODEL_LEN, MAX_NUM_SEQS, ENFORCE_EAGER, FREE_CACHE_ENGINE,
+    ROPE_FUSION, *TRAINING_SEMANTICS.values(),
+)))
 
 # Metrics (verl/trainer/ppo/metric_utils.py), one step's dict as the console and file loggers print it.
 M_THROUGHPUT = "perf/throughput"

@@ -185,3 +185,52 @@ def test_the_job_defaults_pass_verls_own_config_checks(tmp_path: Path) -> None:
     assert f"{verl.ATTENTION_BACKEND}=fused" in ov and f"{verl.VANILLA_MBRIDGE}=true" in ov
     res = validate_overrides(ov)
     assert res.ok, res.message
+
+
+@pytest.mark.slow
+def test_the_shim_reaches_verls_ray_workers_through_the_setup_hook(tmp_path: Path) -> None:
+    """In a real local Ray started as verl's driver starts it (runtime_env with the runner's setup hook), a worker
+    that imports mbridge 0.15.1's use of the removed ModelType name works; without the hook it fails."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from autotune import verl_shims
+    from tests.stub_stack import ENUMS, MBRIDGE_UTIL, ROOT
+
+    root = tmp_path / "pkgs"
+    for rel, src in {"megatron/__init__.py": "", "megatron/core/__init__.py": "", "megatron/core/enums.py": ENUMS,
+                     "mbridge/__init__.py": "", "mbridge/core/__init__.py": "", "mbridge/core/util.py": MBRIDGE_UTIL
+                     }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(src)
+    script = f"""
+import ray, sys
+hook = sys.argv[1] or None
+env = {{"env_vars": {{"PYTHONPATH": {str(root) + os.pathsep + str(ROOT)!r}}}}}
+if hook:
+    env["worker_process_setup_hook"] = hook
+ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=env,
+         _temp_dir=sys.argv[2])
+@ray.remote
+def build():
+    try:
+        import mbridge.core.util as u
+        return repr(u.IS_ENC_DEC)
+    except AttributeError as e:
+        return "AttributeError: " + str(e)
+print("RESULT", ray.get(build.remote()), flush=True)
+ray.shutdown()
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    for hook, want in ((verl_shims.SETUP_HOOK, "RESULT False"), ("", "RESULT AttributeError: encoder_and_decoder")):
+        ray_tmp = tempfile.mkdtemp(prefix="at-ray-", dir="/tmp")  # Ray's socket paths must stay short
+        try:
+            proc = subprocess.run([sys.executable, "-c", script, hook, ray_tmp], env=env, capture_output=True,
+                                  text=True, timeout=300)
+        finally:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+        assert want in proc.stdout, proc.stdout + proc.stderr[-2000:]

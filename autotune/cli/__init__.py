@@ -16,6 +16,7 @@ from autotune import __version__
 from autotune.cli.catalog import cmd_models, cmd_spaces
 from autotune.cli.doctor import cmd_doctor
 from autotune.cli.estimate import cmd_estimate, cmd_probe
+from autotune.cli.imports import cmd_import
 from autotune.cli.options import DEFAULT_STORAGE, CLIError, _setup_args, _storage_args, err
 from autotune.cli.results import cmd_best, cmd_dashboard, cmd_export, cmd_status
 from autotune.cli.run import cmd_run
@@ -112,6 +113,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds for the heavy imports (default 300)")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("import", help="record verl runs made by hand (console logs or metrics JSONL) as measured "
+                       "trials of a study")
+    p.add_argument("files", nargs="+", metavar="LOG_OR_JSONL", help="verl console logs (what main_ppo printed) or "
+                   "metrics JSONL files (verl's file logger)")
+    p.add_argument("--model", help="catalog name or Hugging Face model dir (needed for a new study)")
+    p.add_argument("--gpus", type=int, help="GPUs per node (default: the runs' trainer.n_gpus_per_node)")
+    p.add_argument("--nodes", type=int, help="nodes (default: the runs' trainer.nnodes)")
+    p.add_argument("--gpu-type", help="GPU type of the runs (default: detected, else h100)")
+    p.add_argument("--job", help="the runs' verl overrides (YAML or launch script); needed for a JSONL with no "
+                   "console log beside it (default: the workload verl printed)")
+    p.add_argument("--space", help="search space of a new study (default: by model type)")
+    p.add_argument("--measure-step", type=int, help="the step whose throughput is the objective (default: the "
+                   "study's, else 3)")
+    _storage_args(p)
+
     p = sub.add_parser("models", help="list the model catalog")
     p.add_argument("--json", action="store_true")
 
@@ -133,7 +149,7 @@ def _terminate(signum: int, frame: Any) -> None:
 COMMANDS = {
     "run": cmd_run, "status": cmd_status, "best": cmd_best, "export": cmd_export, "estimate": cmd_estimate,
     "models": cmd_models, "spaces": cmd_spaces, "dashboard": cmd_dashboard, "probe": cmd_probe,
-    "doctor": cmd_doctor,
+    "doctor": cmd_doctor, "import": cmd_import,
 }
 
 
