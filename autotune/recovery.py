@@ -19,7 +19,7 @@ from autotune import faults
 from autotune.candidate import Candidate
 from autotune.executors.base import Executor
 from autotune.runners.base import Runner, TrialStatus
-from autotune.store import Store, TrialRow, TrialTaken, utcnow, worker_id
+from autotune.store import REQUESTED, Store, TrialRow, TrialTaken, utcnow, worker_id
 
 STALE_AFTER_S = 300.0
 
@@ -54,7 +54,7 @@ class Recovery:
         for row in self.store.trials(self.study_name, TrialStatus.INTERRUPTED.value):
             if (row.extra or {}).get("requeued"):
                 continue
-            self.enqueue(row.params, origin="requeue", requeue_of=row.number)
+            self.enqueue(row.params, origin="requeue", requeue_of=row.number, requested=row.origin == REQUESTED)
             faults.point("requeue-enqueued")
             self.store.update_trial(row.id, extra={**(row.extra or {}), "requeued": True})
             if row.number not in requeued:

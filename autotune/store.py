@@ -47,6 +47,9 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
+REQUESTED = "user"  # origin of a configuration the user asked to launch (`run --enqueue`)
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -80,7 +83,7 @@ class TrialRow(Base):
     number: Mapped[int] = mapped_column(Integer)  # Optuna's trial number in the study
     status: Mapped[str] = mapped_column(String(32), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
-    # sampler | model-seed | stock | baseline | requeue
+    # sampler | model-seed | stock | baseline | requeue | user (REQUESTED)
     origin: Mapped[str] = mapped_column(String(64), default="sampler")
     launched: Mapped[bool] = mapped_column(Boolean, default=False)
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -33,6 +33,7 @@ from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, T
 from autotune.runners.progress import TrialProgress
 from autotune.setup import Setup, StudyMismatchError
 from autotune.store import (
+    REQUESTED,
     Store,
     StoreError,
     StudyRow,
@@ -79,8 +80,12 @@ class Tuner:
         prune_after: int = 5,
         measure_from: int | None = None,
         executor: Executor | None = None,
+        requested: list[dict[str, Any]] | None = None,
     ):
         self.setup = setup
+        # Configurations the user asked to launch first (--enqueue), full parameter sets: launched even when the
+        # memory model predicts OOM (the way to check a verdict), never when a static rule or the runner refuses.
+        self.requested = list(requested or [])
         self.executor = executor or LocalExecutor()
         self.prune_slower_than = prune_slower_than  # stop a trial below this fraction of the best at the same step
         self.prune_after = prune_after  # ... once this many trials completed
@@ -164,9 +169,25 @@ class Tuner:
             user_attrs={"origin": origin, "candidate": params if not in_space else None, **attrs},
         )
 
+    def enqueue_requested(self) -> list[dict[str, Any]]:
+        """Queue the --enqueue configurations this study has not launched or queued yet; returns those queued."""
+        if not self.requested:
+            return []
+        known = {r.candidate_key for r in self.store.trials(self.study_name) if r.launched}
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            if t.user_attrs.get("origin") == REQUESTED:
+                known.add(Candidate.from_params(t.user_attrs["candidate"]).key())
+        queued = []
+        for params in self.requested:
+            if Candidate.from_params(params).key() not in known:
+                self.study.enqueue_trial({}, user_attrs={"origin": REQUESTED, "candidate": params})
+                known.add(Candidate.from_params(params).key())
+                queued.append(params)
+        return queued
+
     def seed_study(self) -> None:
         """First run of a study: the reference configurations, then the model's best candidates."""
-        if self.study.get_trials(deepcopy=False):
+        if any(t.user_attrs.get("origin") != REQUESTED for t in self.study.get_trials(deepcopy=False)):
             return
         s = self.setup
         ranked = self._seeds if self._seeds is not None else self._rank()
@@ -218,6 +239,7 @@ class Tuner:
         self.n_trials = n_trials
         self.reclaim(self.recover())
         self.refresh_lengths()
+        self.enqueue_requested()
         self.seed_study()
         start = time.monotonic()
         idle = 0
@@ -348,7 +370,9 @@ class Tuner:
         )
         refusal = self.runner.refuse(cand, s.job)
         faults.point("evaluated")
-        if refusal or not ev.feasible:
+        requested = origin == REQUESTED or bool(attrs.get("requested"))
+        forced = requested and not ev.violations and ev.memory is not None and not ev.feasible
+        if refusal or not (ev.feasible or forced):
             reason = refusal or ev.prune_reason()
             row.status, row.reason, row.finished_at, row.duration_s = TrialStatus.PRUNED.value, reason, utcnow(), 0.0
             row.id = self.store.add_trial(row)
@@ -356,6 +380,8 @@ class Tuner:
             self._tell(trial, TrialStatus.PRUNED, None, reason, cand)
             return row, None
         row.extra = {"executor": self.executor.name}
+        if forced:
+            row.extra["requested"] = f"launched on request (--enqueue) although {ev.prune_reason()}"
         refused = self._claim_launch(row)  # this tuner's running trials are launched rows too: no duplicate
         faults.point("claimed")
         if refused is not None:
@@ -388,7 +414,8 @@ class Tuner:
                ) -> None:
         """Record a launched trial's result and tell Optuna."""
         pending.beat.stop()
-        result = dataclasses.replace(result, extra={"executor": self.executor.name, **result.extra})
+        result = dataclasses.replace(result, extra={**(pending.row.extra or {}), "executor": self.executor.name,
+                                                    **result.extra})
         if placement is not None:
             pending.row.placement = placement.as_dict()
         self._finish(pending.row, result, duration)

@@ -234,6 +234,17 @@ NUMPY_SCALAR_RE = r"^np\.(?:float|int|uint)\d*\((?P<value>[^()]*)\)$"
 # Training steps are numbered from 1 (step 0 carries validation metrics only).
 FIRST_STEP = 1
 
+# Start-up milestones of a run, in the order they happen: the runner notes when each first shows in the console
+# (seconds after launch; the trial's timings), which is what start-up time (and its budget) is made of.
+STARTUP_MILESTONES: dict[str, str] = {
+    "ray_up": r"Started a local Ray instance|Connected to Ray cluster",
+    "config": r"\{'actor_rollout_ref': \{",
+    "validated": r"\[validate_config\] All configuration checks passed",
+    "vllm_kv_cache": r"GPU KV cache size: [\d,]+ tokens",
+    "vllm_graphs": r"Graph capturing finished in",
+    "first_step": r"(?:^|\s)step:1 - ",
+}
+
 # Failure classes, most specific first; each: (class, autotune status, regexes over the log). The first class with
 # a match wins, so an OOM on one rank followed by NCCL errors on the others reads as the OOM.
 FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -300,6 +311,9 @@ VLLM_PROCESS_RE = r"\((?:vLLMHttpServer|EngineCore(?:_DP\d+)?|AsyncLLM|LLMEngine
 # The trainer's loop has begun (verl/trainer/ppo/v1/trainer_base.py fit(): its tqdm bar is made after every worker
 # and the rollout servers started), or a training step was logged: vLLM's start is over.
 TRAINING_STARTED_RE = r"Training Progress:|(?:^|\) )step:\d+ - "
+# vLLM reported its engine ready (its KV cache sized, CUDA graphs captured): a torch OOM after this, outside vLLM's
+# own processes, is not vLLM's start.
+VLLM_READY_RE = r"Graph capturing finished in|init engine \(profile, create kv cache, warmup model\) took"
 # Frames of the training side (the actor's/ref's Megatron passes): a torch OOM under one is the trainer's.
 TRAINING_FRAMES_RE = (
     r"update_actor|train_batch|compute_log_prob|compute_ref_log_prob|forward_backward|update_policy|"

@@ -109,3 +109,27 @@ def test_models_and_spaces(capsys):
     assert code == 0 and json.loads(out)["qwen2.5-7b"]["params_b"] == 7.62
     code, out, _ = run(capsys, "spaces")
     assert code == 0 and "dense" in out and "moe" in out and "when pp gt 1" in out
+
+
+def test_enqueue_launches_a_predicted_oom_first_once(capsys, db):
+    """--enqueue checks a verdict: launched first although the model predicts OOM, never twice on resume."""
+    forced = "tp=1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=65536"
+    argv = ("run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "2", "--confirm", "0", "--json",
+            "--enqueue", forced)
+    code, _, _ = run(capsys, *argv)
+    assert code == 0
+    code, out, _ = run(capsys, "status", "--storage", db, "--json")
+    first = json.loads(out)["trials"][0]
+    assert first["number"] == 0 and first["origin"] == "user" and first["status"] == "oom"  # simulated OOM
+    assert first["params"]["tp"] == 1 and first["params"]["ppo_max_token_len_per_gpu"] == 65536
+    code, _, _ = run(capsys, *argv[:6], "4", *argv[7:])  # the same study, a larger budget
+    assert code == 0
+    code, out, _ = run(capsys, "status", "--storage", db, "--json")
+    assert [t["origin"] for t in json.loads(out)["trials"]].count("user") == 1
+
+
+def test_enqueue_that_breaks_a_static_rule_is_refused(capsys, db, tmp_path):
+    code, _, err = run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--enqueue", "tp=3")
+    assert code == 2 and "--enqueue tp=3: cannot run:" in err and "heads_per_tp" in err
+    code, _, err = run(capsys, "status", "--storage", db)
+    assert code == 2 and "no study" in err  # refused before anything was written

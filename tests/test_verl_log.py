@@ -233,3 +233,11 @@ def test_the_real_cpu_log_reads_as_gpus_unavailable_not_an_import_error() -> Non
     text = (Path(__file__).parent / "data" / "real_verl_cpu.log").read_text()
     f = classify(text, 1)
     assert f.kind == "gpus_unavailable"
+
+
+def test_an_oom_after_vllm_reported_ready_is_not_vllms_start() -> None:
+    ready = f"{VLLM} INFO 11-23 20:05:40 [gpu_model_runner.py:4100] Graph capturing finished in 12 secs, took 0.9 GiB\n"
+    oom = ("(WorkerDict pid=3500) EngineCore pid=1 left a note\n"
+           "(WorkerDict pid=3500) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    assert classify(oom, 1).kind == "vllm_start_oom"  # vLLM's engine near, never ready: its start
+    assert classify(ready + oom, 1).kind == "gpu_oom"

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="stop launching after this many seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-seeds", type=int, default=4, help="best candidates by the model to try first")
+    p.add_argument("--enqueue", action="append", default=[], metavar="NAME=VALUE,...",
+                   help="launch this configuration first (the job's own, changed by these parameters), even when "
+                   "the memory model predicts OOM: to check a verdict (static rules still apply); repeatable")
     p.add_argument("--workdir", default="trials", help="per-trial folders go under WORKDIR/<study>/")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     g = p.add_argument_group("executor (where trials run)")
@@ -65,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                                          "this host joined with `ray start`)")
     g = p.add_argument_group("verl backend")
     g.add_argument("--trial-timeout", type=float, help="seconds a trial may run in all (default 3600)")
-    g.add_argument("--stall-timeout", type=float, help="seconds without a new training step (default 1200)")
+    g.add_argument("--stall-timeout", type=float, help="seconds without a new training step once the first is in "
+                   "(default 1200)")
+    g.add_argument("--startup-timeout", type=float, help="seconds from launch to the first training step: Ray, "
+                   "model build, vLLM start and step 1 (default 1800)")
     g.add_argument("--measure-steps", help="measured window FIRST-LAST, e.g. 3-5: the objective is its mean")
     g.add_argument("--prune-slower-than", type=float, metavar="FRACTION",
                    help="stop a trial whose early steps run below FRACTION of the best trial's (default: off)")

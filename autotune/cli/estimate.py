@@ -12,52 +12,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.table import Table
 
-from autotune import verl
 from autotune.candidate import Candidate
-from autotune.cli.options import CLIError, make_setup, out
+from autotune.cli.options import CLIError, make_setup, out, parse_params
 from autotune.estimate import evaluate
 from autotune.estimate.throughput import error_band, step_time_label
-from autotune.space import builtin_spaces, load_space, value_error
-
-
-def _parse_sets(sets: list[str]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for item in sets:
-        if "=" not in item:
-            raise CLIError(f"--set {item!r}: expected NAME=VALUE, e.g. --set tp=4")
-        name, raw = item.split("=", 1)
-        name = name.strip()
-        if name not in Candidate.param_names():
-            param = verl.param_for_key(name)
-            hint = f" (that verl key is the parameter {param!r})" if param else ""
-            raise CLIError(f"--set {name}: unknown parameter{hint}; known: {', '.join(Candidate.param_names())}")
-        try:
-            params[name] = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            params[name] = raw
-        why = value_error(name, params[name])
-        if why:
-            raise CLIError(f"--set {item}: {why}{_choices_hint(name)}")
-    return params
-
-
-def _choices_hint(name: str) -> str:
-    """The values the shipped spaces try for `name`, as an example of what it takes."""
-    seen: list[Any] = []
-    for path in builtin_spaces().values():
-        space = load_space(str(path))
-        if name in space.names:
-            seen += [c for c in space[name].choices if c not in seen]
-    shown = [str(c).lower() if isinstance(c, bool) else str(c) for c in seen]
-    return f" (e.g. {', '.join(shown)})" if seen and name not in ("recompute", "recompute_method") else ""
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     setup, _ = make_setup(args)
-    cand = Candidate.from_params(_parse_sets(args.set), setup.job.candidate(Candidate()))
+    cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
     ev = setup.evaluate(cand)
     record = setup.memory_record(ev)
     doc: dict[str, Any] = {
@@ -124,7 +89,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from autotune.runners.mcore import McoreRunner, ProbeError
 
     setup, _ = make_setup(args)
-    cand = Candidate.from_params(_parse_sets(args.set), setup.job.candidate(Candidate()))
+    cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
     ev = evaluate(setup.model, setup.cluster, setup.job, cand, "train")
     try:
         runner = McoreRunner(steps=args.steps)

@@ -7,16 +7,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
+import yaml
 from rich.console import Console
 
+from autotune import verl
+from autotune.candidate import Candidate
 from autotune.cluster import GPU_TYPES, make_cluster
 from autotune.estimate.lengths import at_step, prompt_lengths_from_data
 from autotune.job import Job
 from autotune.model import get_model
 from autotune.runners.verl_preflight import unknown_keys
 from autotune.setup import Setup
-from autotune.space import default_space_name, load_space
+from autotune.space import builtin_spaces, default_space_name, load_space, value_error
 
 DEFAULT_STORAGE = "sqlite:///trials/autotune.db"
 
@@ -81,3 +85,36 @@ def _window(args: argparse.Namespace) -> tuple[int | None, int]:
     if not 1 <= lo <= hi:
         raise CLIError(f"--measure-steps {args.measure_steps!r}: need 1 <= FIRST <= LAST")
     return (lo if lo < hi else None), hi
+
+
+def parse_params(sets: list[str], flag: str = "--set") -> dict[str, Any]:
+    """NAME=VALUE items (YAML values) -> candidate parameters; a CLIError names the bad item and what it takes."""
+    params: dict[str, Any] = {}
+    for item in sets:
+        if "=" not in item:
+            raise CLIError(f"{flag} {item!r}: expected NAME=VALUE, e.g. --set tp=4")
+        name, raw = item.split("=", 1)
+        name = name.strip()
+        if name not in Candidate.param_names():
+            param = verl.param_for_key(name)
+            hint = f" (that verl key is the parameter {param!r})" if param else ""
+            raise CLIError(f"{flag} {name}: unknown parameter{hint}; known: {', '.join(Candidate.param_names())}")
+        try:
+            params[name] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            params[name] = raw
+        why = value_error(name, params[name])
+        if why:
+            raise CLIError(f"{flag} {item}: {why}{_choices_hint(name)}")
+    return params
+
+
+def _choices_hint(name: str) -> str:
+    """The values the shipped spaces try for `name`, as an example of what it takes."""
+    seen: list[Any] = []
+    for path in builtin_spaces().values():
+        space = load_space(str(path))
+        if name in space.names:
+            seen += [c for c in space[name].choices if c not in seen]
+    shown = [str(c).lower() if isinstance(c, bool) else str(c) for c in seen]
+    return f" (e.g. {', '.join(shown)})" if seen and name not in ("recompute", "recompute_method") else ""

@@ -13,7 +13,8 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from autotune.cli.options import CLIError, _window, err, make_setup, out
+from autotune.candidate import Candidate
+from autotune.cli.options import CLIError, _window, err, make_setup, out, parse_params
 from autotune.cli.results import _best_dict, _speed
 from autotune.executors import make_executor
 from autotune.labels import Labeller
@@ -35,6 +36,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run(args, executor)
     finally:
         executor.close()
+
+
+def _split_items(text: str) -> list[str]:
+    """'tp=2,recompute_modules=[core_attn,mlp]' -> ['tp=2', 'recompute_modules=[core_attn,mlp]']."""
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [i.strip() for i in [*items, cur] if i.strip()]
+
+
+def _requested(setup: Setup, runner: Any, text: str) -> dict[str, Any]:
+    """One --enqueue configuration as full parameters; a static rule or the runner refusing it is a CLIError."""
+    cand = Candidate.from_params(parse_params(_split_items(text), "--enqueue"), setup.base)
+    ev = setup.evaluate(cand)
+    why = "; ".join(str(v) for v in ev.violations) or runner.refuse(cand, setup.job)
+    if why:
+        raise CLIError(f"--enqueue {text}: cannot run: {why}")
+    return cand.params()
 
 
 def _run(args: argparse.Namespace, executor: Any) -> int:
@@ -63,9 +87,11 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
                   "(a model estimate, not a measurement).[/]")
     else:
         say.print(f"autotune: backend {runner.describe()} on {setup.cluster.describe()}")
+    requested = [_requested(setup, runner, e) for e in args.enqueue]
     tuner = Tuner(setup, runner, args.storage, args.study, seed=args.seed, n_model_seeds=args.model_seeds,
                   space_text=space_text, workdir=Path(args.workdir), prune_slower_than=args.prune_slower_than,
-                  prune_after=args.prune_after, measure_from=_window(args)[0], executor=executor)
+                  prune_after=args.prune_after, measure_from=_window(args)[0], executor=executor,
+                  requested=requested)
     if executor.name != "local":
         say.print(f"autotune: executor {executor.describe()}")
     say.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
@@ -165,6 +191,7 @@ def _replay_setup(args: argparse.Namespace) -> tuple[Setup, str, Any]:
 
 def _verl_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"trial_timeout_s": args.trial_timeout, "stall_timeout_s": args.stall_timeout,
+            "startup_timeout_s": args.startup_timeout,
             "doctor": False if getattr(args, "skip_doctor", False) else None}
 
 

@@ -46,7 +46,8 @@ class VerlOptions:
     """Watchdogs and clean-up of the verl runner (the CLI's --trial-timeout, --stall-timeout, --measure-steps)."""
 
     trial_timeout_s: float = 3600.0  # whole trial, launch to measured step
-    stall_timeout_s: float = 1200.0  # without a new training step (the first counts from launch)
+    stall_timeout_s: float = 1200.0  # without a new training step, once the first step is in
+    startup_timeout_s: float = 1800.0  # launch to the first training step (Ray, model build, vLLM start, step 1)
     grace_s: float = 30.0  # SIGTERM -> SIGKILL
     measure_from: int | None = None  # first step of the measured window (default: the measured step alone)
     retries: int = 1  # extra attempts for a crash or NCCL error
@@ -240,8 +241,8 @@ class VerlRunner(Runner):
 
         monitor = self._gpu()
         monitor.start()
-        log = RunLog(LineTail(log_path), LineTail(jsonl))
         started = time.monotonic()
+        log = RunLog(LineTail(log_path), LineTail(jsonl), stamps=trial_dir / f"verl{sfx}.ts.log", started=started)
         proc = spawn(argv, trial_dir, env, log_path)
         tracker = ProcessTracker(proc)
         write_record(trial_dir / RECORD, tracker)
@@ -287,14 +288,15 @@ class VerlRunner(Runner):
                     reason = (f"trial time limit: no measured step {spec.measure_step} after {opts.trial_timeout_s:g}"
                               f" s (--trial-timeout); {len(log.steps)} steps done")
                     break
-                if now - last_progress > opts.stall_timeout_s:
+                limit = opts.stall_timeout_s if log.steps else opts.startup_timeout_s
+                if now - last_progress > limit:
                     status, failure = TrialStatus.TIMEOUT, "stall"
                     what = f"after step {max(log.steps)}" if log.steps else "since launch, before the first step"
+                    flag = "--stall-timeout" if log.steps else "--startup-timeout"
                     looping = [ln for ln in log.last if _LOOP_RE.search(ln)]
                     why = (f"the rollout keeps failing: {looping[-1].strip()[:200]!r}" if looping else
                            "a placement group never ready, an NCCL hang, or a rollout failing in a loop")
-                    reason = f"no progress: no new training step for {opts.stall_timeout_s:g} s {what} " \
-                             f"(--stall-timeout); {why}"
+                    reason = f"no progress: no new training step for {limit:g} s {what} ({flag}); {why}"
 
                     break
                 if now - last_scan > 0.5:
@@ -302,6 +304,7 @@ class VerlRunner(Runner):
                     last_scan = now
                 time.sleep(opts.poll_s)
         except BaseException:  # Ctrl-C, or a bug here: nothing of the trial may outlive this call
+            log.close()
             self._stop_and_clean(tracker, monitor, log, trial_dir)
             monitor.stop()
             if not any(Path(ray_tmp).iterdir()):
@@ -313,7 +316,9 @@ class VerlRunner(Runner):
         gpu = monitor.stop()
         rc = proc.returncode
         log.poll(final=True)
+        log.close()
         timings["wall_s"] = round(time.monotonic() - started, 3)
+        timings.update({f"{k}_s": v for k, v in log.milestones.items() if f"{k}_s" not in timings})
         if status is None:  # the process ended by itself before its measured step
             if rc == 0:
                 status, failure = TrialStatus.FAILED, "early_exit"

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from autotune import verl
 
@@ -24,7 +26,9 @@ _VLLM_START = tuple(re.compile(p) for p in verl.VLLM_START_MARKERS)
 _VLLM_PROCESS = re.compile(verl.VLLM_PROCESS_RE)
 _TRAINING_STARTED = re.compile(verl.TRAINING_STARTED_RE)
 _TRAINING_FRAMES = re.compile(verl.TRAINING_FRAMES_RE)
+_VLLM_READY = re.compile(verl.VLLM_READY_RE)
 _BENIGN = tuple(re.compile(p) for p in verl.BENIGN_AFTER_FINISH)
+_MILESTONES = tuple((name, re.compile(p)) for name, p in verl.STARTUP_MILESTONES.items())
 _ERROR_LINE = re.compile(
     r"^\s*(?:\([^)]*\)\s*)*(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)(?:\([\w.]*\))?:|SIG[A-Z]+ received"
 )
@@ -127,18 +131,26 @@ class RunLog:
     console: LineTail
     jsonl: LineTail
     tail_lines: int = 200
+    stamps: Path | None = None  # a copy of the console, each line prefixed by the seconds since `started`
+    started: float | None = None  # time.monotonic() at launch
 
     def __post_init__(self) -> None:
         self.steps: dict[int, dict[str, float]] = {}
         self.last: deque[str] = deque(maxlen=self.tail_lines)
         self.lines_seen = 0
+        self.milestones: dict[str, float] = {}  # start-up milestone -> seconds after launch it was first seen
+        self._stamps: IO[str] | None = None
 
     def poll(self, final: bool = False) -> list[int]:
         """Read what is new; returns the step numbers that appeared for the first time."""
         new: list[int] = []
+        t = time.monotonic() - self.started if self.started is not None else None
         for line in self.console.flush() if final else self.console.read():
             self.lines_seen += 1
-            self.last.append(_ANSI_RE.sub("", line))
+            plain = _ANSI_RE.sub("", line)
+            self.last.append(plain)
+            if t is not None:
+                self._stamp(t, plain)
             parsed = parse_step_line(line)
             if parsed:
                 self._merge(parsed, new, prefer=False)
@@ -147,6 +159,21 @@ class RunLog:
             if parsed:
                 self._merge(parsed, new, prefer=True)
         return new
+
+    def _stamp(self, t: float, line: str) -> None:
+        for name, pattern in _MILESTONES:
+            if name not in self.milestones and pattern.search(line):
+                self.milestones[name] = round(t, 2)
+        if self.stamps is not None:
+            if self._stamps is None:
+                self._stamps = self.stamps.open("a", encoding="utf-8", errors="replace")
+            self._stamps.write(f"[{t:8.2f}] {line}\n")
+            self._stamps.flush()
+
+    def close(self) -> None:
+        if self._stamps is not None:
+            self._stamps.close()
+            self._stamps = None
 
     def _merge(self, parsed: tuple[int, dict[str, float]], new: list[int], prefer: bool) -> None:
         step, metrics = parsed
@@ -211,9 +238,10 @@ def _oom_phase(lines: list[str], i: int) -> str:
     block = lines[max(0, i - 40): i + 3]
     if any(_TRAINING_FRAMES.search(ln) for ln in block):
         return "gpu_oom"
+    in_vllm = bool(_VLLM_PROCESS.search(lines[i]))
     if any(_TRAINING_STARTED.search(ln) for ln in lines[:i]):
-        return "rollout_oom" if _VLLM_PROCESS.search(lines[i]) else "gpu_oom"
-    if _VLLM_PROCESS.search(lines[i]) or _near(lines, i, _VLLM_START):
+        return "rollout_oom" if in_vllm else "gpu_oom"
+    if in_vllm or (_near(lines, i, _VLLM_START) and not any(_VLLM_READY.search(ln) for ln in lines[:i])):
         return "vllm_start_oom"
     return "gpu_oom"
 
