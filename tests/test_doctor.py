@@ -168,6 +168,7 @@ def test_the_runner_adds_the_doctors_defaults_the_job_leaves_open(tmp_path: Path
     assert f"{verl.VANILLA_MBRIDGE}=true" in argv
     assert f"{verl.ATTENTION_BACKEND}=unfused" in argv and f"{verl.ATTENTION_BACKEND}=fused" not in argv
     assert f"{verl.RAY_SETUP_HOOK_KEY}=autotune.verl_shims.install" in argv
+    assert res.extra["job_defaults"] == {verl.VANILLA_MBRIDGE: True}
     assert leftovers(rec) == []
 
 
@@ -189,15 +190,15 @@ def test_the_job_defaults_pass_verls_own_config_checks(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_shim_reaches_verls_ray_workers_through_the_setup_hook(tmp_path: Path) -> None:
-    """In a real local Ray started as verl's driver starts it (runtime_env with the runner's setup hook), a worker
-    that imports mbridge 0.15.1's use of the removed ModelType name works; without the hook it fails."""
+    """In a real local Ray cluster, a driver that joins with the runner's setup hook in its runtime_env (as verl's
+    driver does with ray_kwargs.ray_init) gets workers in which mbridge 0.15.1's use of the removed ModelType name
+    works; without the hook it fails."""
     import os
-    import shutil
     import subprocess
     import sys
-    import tempfile
 
     from autotune import verl_shims
+    from tests.ray_cluster import ray_cluster
     from tests.stub_stack import ENUMS, MBRIDGE_UTIL, ROOT
 
     root = tmp_path / "pkgs"
@@ -212,8 +213,7 @@ hook = sys.argv[1] or None
 env = {{"env_vars": {{"PYTHONPATH": {str(root) + os.pathsep + str(ROOT)!r}}}}}
 if hook:
     env["worker_process_setup_hook"] = hook
-ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=env,
-         _temp_dir=sys.argv[2])
+ray.init(address=sys.argv[2], log_to_driver=False, runtime_env=env)
 @ray.remote
 def build():
     try:
@@ -226,11 +226,9 @@ ray.shutdown()
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
-    for hook, want in ((verl_shims.SETUP_HOOK, "RESULT False"), ("", "RESULT AttributeError: encoder_and_decoder")):
-        ray_tmp = tempfile.mkdtemp(prefix="at-ray-", dir="/tmp")  # Ray's socket paths must stay short
-        try:
-            proc = subprocess.run([sys.executable, "-c", script, hook, ray_tmp], env=env, capture_output=True,
-                                  text=True, timeout=300)
-        finally:
-            shutil.rmtree(ray_tmp, ignore_errors=True)
-        assert want in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    with ray_cluster(nodes=1) as cluster:
+        for hook, want in ((verl_shims.SETUP_HOOK, "RESULT False"),
+                           ("", "RESULT AttributeError: encoder_and_decoder")):
+            proc = subprocess.run([sys.executable, "-c", script, hook, cluster.address], env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert want in proc.stdout, proc.stdout + proc.stderr[-2000:]

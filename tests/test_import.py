@@ -240,3 +240,21 @@ def test_into_a_simulated_study_is_refused(tmp_path: Path, sqlite_url: str, caps
     code, _, err = cli_run(capsys, "import", str(verl_log(tmp_path / "verl.log")), "--storage", sqlite_url,
                            "--study", "sim")
     assert code == 2 and "'simulate' study" in err and dump(sqlite_url) == before
+
+
+def test_the_dashboard_shows_imported_trials(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from autotune.dashboard.app import create_app
+
+    log = verl_log(tmp_path / "verl.log")
+    oom = verl_log(tmp_path / "b" / "verl.log", tail="oom", knobs={verl.PARAM_KEYS["gpu_memory_utilization"][0]: 0.8})
+    oom.write_text("\n".join(ln for ln in oom.read_text().split("\n") if "step:3 " not in ln))
+    assert cli_run(capsys, "import", str(log), str(oom), *ARGS, "--storage", sqlite_url, "--study", "s")[0] == 0
+    client = TestClient(create_app(sqlite_url), base_url="http://127.0.0.1:8080")
+    assert client.get("/study/s").status_code == 200
+    page = client.get("/study/s/trial/0")
+    assert page.status_code == 200 and "903.0" in page.text
+    data = client.get("/api/study/s/trials").json()
+    assert "import" in json.dumps(data) and "Tried to allocate 4.64 GiB" in json.dumps(data)

@@ -191,6 +191,8 @@ class VerlRunner(Runner):
         if not verl.FIRST_STEP <= first <= spec.measure_step:
             raise ValueError(f"measured window {first}-{spec.measure_step} is empty")
         extra_info: dict[str, Any] = {"measured_steps": [first, spec.measure_step], "attempts": []}
+        if self.job_defaults(spec):  # what the node needed beyond the job (the doctor's findings)
+            extra_info["job_defaults"] = self.job_defaults(spec)
 
         t0 = time.monotonic()
         if self.options.preflight:
