@@ -59,7 +59,8 @@ class VerlOptions:
     poll_s: float = 0.2
     gpu_sample_s: float = 0.5
     keep_ray_tmp: bool = False  # Ray's session dir (worker logs) is kept after failures regardless
-    # `autotune doctor`'s checks before the first trial (None: on for real verl, off for a test entry point)
+    # `autotune doctor`'s checks before the first trial (None: on for real verl on this node; off for a test entry
+    # point, and on a Ray cluster, whose trials run on other nodes: run `autotune doctor` there)
     doctor: bool | None = None
     doctor_timeout_s: float = 300.0
 
@@ -156,8 +157,8 @@ class VerlRunner(Runner):
     def _check_node(self, spec: TrialSpec) -> None:
         """`autotune doctor` once, before the first launch: a node that cannot run verl is refused in a minute,
         with what to fix, instead of after a 5-minute launch."""
-        if self.diagnosis is not None or not (self.options.doctor if self.options.doctor is not None
-                                               else self.entry is None):
+        auto = self.entry is None and not self.options.ray_address  # on a Ray cluster the trials run elsewhere
+        if self.diagnosis is not None or not (self.options.doctor if self.options.doctor is not None else auto):
             return
         diagnosis = run_doctor(spec.model.head_dim, sys.executable, {**os.environ, **self.env},
                                self.options.doctor_timeout_s)
