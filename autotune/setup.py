@@ -79,6 +79,15 @@ class Setup:
             fp["objective"] = self.objective
         return fp
 
+    def study_row(self, name: str, backend: str, simulated: bool, space_text: str) -> StudyRow:
+        """The study's row in autotune's table (what export and the dashboard rebuild the setup from)."""
+        return StudyRow(
+            name=name, model_name=self.model.name, model=dataclasses.asdict(self.model),
+            cluster=dataclasses.asdict(self.cluster), job=[list(kv) for kv in self.job.overrides],
+            job_source=self.job.source, space_name=self.space.name, space_text=space_text, backend=backend,
+            simulated=simulated, fingerprint=self.fingerprint(), measure_step=self.measure_step,
+        )
+
     def default_study_name(self) -> str:
         return f"{self.model.name}-{self.cluster.describe()}-{self.job.fingerprint()}"
 

@@ -190,6 +190,21 @@ class Store:
                 raise TrialTaken(f"trial {row.number} of {row.study} is already recorded") from None
             raise
 
+    def add_finished_trial(self, row: TrialRow, steps: tuple[dict[str, Any], ...] = ()) -> int:
+        """A trial recorded final with its steps, in one transaction (`autotune import`)."""
+        try:
+            with self.session() as s:
+                s.add(row)
+                s.flush()
+                for st in steps:
+                    s.add(StepRow(trial_id=row.id, step=int(st["step"]),
+                                  metrics={k: v for k, v in st.items() if k != "step"}))
+                return row.id
+        except StoreError as e:
+            if isinstance(e.__cause__, IntegrityError):
+                raise TrialTaken(f"trial {row.number} of {row.study} is already recorded") from None
+            raise
+
     def claim_launch(self, row: TrialRow, limit: int | None, exclude: tuple[str, ...]) -> str | None:
         """Record `row` as launched, atomically: None when it may launch, else why not (row recorded as pruned).
 

@@ -59,6 +59,32 @@ PARAM_KEYS: dict[str, tuple[str, ...]] = {
     "use_fused_kernels": ("actor_rollout_ref.model.use_fused_kernels",),
 }
 
+# Keys autotune sets for the node's software when the job does not (runners/verl.py, from `autotune doctor`):
+# verl 0.9.1 builds Megatron models with Megatron-Bridge unless vanilla_mbridge (the legacy mbridge package), and
+# its Megatron attention backend defaults to `flash` (megatron.yaml), which needs the flash-attn package.
+VANILLA_MBRIDGE = f"{_MEGATRON}.vanilla_mbridge"
+ATTENTION_BACKEND = f"{_TRANSFORMER}.attention_backend"
+ATTENTION_BACKEND_DEFAULT = "flash"
+# The GPU-node stack the verl runner was run with (distribution -> version; the whole set, with why, is
+# constraints/gpu-node-torch2.11.txt, and pyproject's `gpu` extra installs it). `autotune doctor` checks these.
+GPU_STACK: dict[str, str] = {
+    "verl": VERL_VERSION,
+    "torch": "2.11.0",
+    "vllm": "0.24.0",
+    "megatron-core": "0.19.2",
+    "mbridge": "0.15.1",
+    "transformer-engine": "2.12.0",
+    "transformer-engine-torch": "2.12.0",
+    "transformers": "5.9.0",
+    "tokenizers": "0.22.2",
+    "transferqueue": "0.1.10",
+}
+# verl 0.9.1's own requirement on transformers (its wheel's metadata): outside it verl does not work.
+TRANSFORMERS_RANGE = ("5.5.3", "5.11")  # >= first, < second
+# Transformer Engine from this version on needs cublasLtGroupedMatrixLayoutInit_internal, absent from torch 2.11's
+# cuBLAS (nvidia-cublas 13.1.0.3): it does not load.
+TE_TOO_NEW_FOR_TORCH_2_11 = "2.13"
+
 # Keys of the job that autotune reads (never tunes: they change the training itself).
 TRAIN_BATCH_SIZE = "data.train_batch_size"
 MAX_PROMPT_LENGTH = "data.max_prompt_length"
@@ -103,6 +129,14 @@ TRAINING_SEMANTICS: dict[str, str] = {
     "adv_estimator": "algorithm.adv_estimator",
 }
 TRAINING_SEMANTIC_PREFIXES = (f"{_ACTOR}.optim.", "algorithm.", "data.", "reward")
+# What an imported run's job is (`autotune import`, verl_runs.py): its workload and training, read from verl's
+# printed config; a run whose values differ from the study's job is refused. Paths are kept, never compared.
+IMPORT_PATH_KEYS = (MODEL_PATH, TRAIN_FILES, VAL_FILES)
+IMPORT_JOB_KEYS: tuple[str, ...] = tuple(dict.fromkeys((
+    *IMPORT_PATH_KEYS, TRAIN_BATCH_SIZE, MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH, ROLLOUT_N, PPO_MINI_BATCH_SIZE,
+    PPO_EPOCHS, USE_KL_LOSS, USE_KL_IN_REWARD, MAX_MODEL_LEN, MAX_NUM_SEQS, ENFORCE_EAGER, FREE_CACHE_ENGINE,
+    ROPE_FUSION, *TRAINING_SEMANTICS.values(),
+)))
 
 # Metrics (verl/trainer/ppo/metric_utils.py), one step's dict as the console and file loggers print it.
 M_THROUGHPUT = "perf/throughput"
@@ -187,10 +221,15 @@ RAY_ENV_VAR_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."
 # numbers only; printed inside the TaskRunnerV1 Ray actor, so the driver's stdout shows Ray's prefix
 # "(TaskRunnerV1 pid=123)" (", ip=..." on other nodes; ANSI-coloured, also into a file) and numpy scalars print as
 # np.float64(x). Ray's log deduplication may append " [repeated 2x across cluster]".
+# The suffix is dimmed (ANSI) like the prefix is coloured: the parser strips ANSI codes before matching. Several
+# prefixes may stand in front of a line (vLLM's engine inside verl's server actor prints
+# "(vLLMHttpServer pid=N) (EngineCore pid=M) ..."); a step line has one.
 STEP_LINE_RE = (
-    r"^(?:\x1b\[[0-9;]*m)*(?:\((?P<actor>[A-Za-z_][\w.]*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)(?:\x1b\[[0-9;]*m)*\s+)?"
+    r"^(?:\((?P<actor>[A-Za-z_][\w.]*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s+)*"
     r"step:(?P<step>\d+)(?P<rest>(?: - \S+)*)\s*(?:\[repeated \d+x across cluster\])?\s*$"
 )
+# Ray's prefix of a line another process printed: "(Name pid=N)" or "(Name pid=N, ip=...)", maybe several.
+RAY_PREFIX_RE = r"\((?P<actor>[A-Za-z_][\w.]*) pid=\d+(?:, ip=[^)]*)?\)"
 NUMPY_SCALAR_RE = r"^np\.(?:float|int|uint)\d*\((?P<value>[^()]*)\)$"
 # Training steps are numbered from 1 (step 0 carries validation metrics only).
 FIRST_STEP = 1
@@ -239,14 +278,52 @@ FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         r"ray\.exceptions\.OutOfMemoryError", r"Task was killed due to the node running low on memory",
         r"killed by SIGKILL by OOM killer", r"Memory on the node .* was \d+(?:\.\d+)?GB / \d+(?:\.\d+)?GB",
     )),
+    # Deterministic failures of the environment, the model or its tokenizer: never retried (runners/verl.py
+    # RETRYABLE); read from the end of the log only (libraries print caught import errors as warnings at start).
+    # Transformer Engine's attention: verl's default backend `flash` needs the flash-attn package
+    # (transformer_engine/pytorch/attention/dot_product_attention/dot_product_attention.py).
+    ("attention_backend_unavailable", "failed", (r"No dot product attention backend is available",)),
+    # verl/utils/tokenizer/continuous_token.py (0.9.1): chat-template checks on the model's tokenizer.
+    ("tokenizer_error", "failed", (
+        r"Expected \w+ newline to tokenize to one token", r"Tokenizer does not define required token",
+        r"Tokenizer returned (?:multiple|invalid) ids? for required token", r"to tokenize to at least one token",
+        r"Can't load tokenizer for",
+    )),
+    ("import_error", "failed", (
+        r"^(?:\([^)]*\)\s*)*(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError): ",
+        r"RayTaskError\((?:ModuleNotFoundError|ImportError)\)",
+        r"undefined symbol: \w+",
+    )),
     ("nccl_error", "failed", (
         r"NCCL error", r"ncclInternalError", r"ncclSystemError", r"ncclUnhandledCudaError",
         r"Watchdog caught collective operation timeout", r"NCCL communicator was aborted",
         r"ProcessGroupNCCL.*(?:timeout|Timeout|abort)",
     )),
 )
+# Classes matched only in the last lines of a log (the final exception), not in warnings printed at start.
+FINAL_ERROR_CLASSES = ("attention_backend_unavailable", "tokenizer_error", "import_error")
+FINAL_ERROR_LINES = 300
 # A vLLM engine that died while starting: a torch OOM under it is the rollout's, not the trainer's.
 VLLM_START_MARKERS = (r"Engine core initialization failed", r"EngineCore", r"EngineDeadError", r"vllm/v1/engine")
+# Lines printed by vLLM's own processes (Ray prefixes; vLLM 0.24 under verl 0.9.1 prints two, the server actor's and
+# the engine core's: "(vLLMHttpServer pid=N) (EngineCore pid=M)"; older vLLM "(EngineCore_DP0 pid=M)").
+VLLM_PROCESS_RE = r"\((?:vLLMHttpServer|EngineCore(?:_DP\d+)?|AsyncLLM|LLMEngine|APIServer)\w* pid=\d+"
+# The trainer's loop has begun (verl/trainer/ppo/v1/trainer_base.py fit(): its tqdm bar is made after every worker
+# and the rollout servers started), or a training step was logged: vLLM's start is over.
+TRAINING_STARTED_RE = r"Training Progress:|(?:^|\) )step:\d+ - "
+# vLLM reported its engine ready (its KV cache sized, CUDA graphs captured): a torch OOM after this, outside vLLM's
+# own processes, is not vLLM's start.
+VLLM_READY_RE = r"Graph capturing finished in|init engine \(profile, create kv cache, warmup model\) took"
+# Frames of the training side (the actor's/ref's Megatron passes): a torch OOM under one is the trainer's.
+TRAINING_FRAMES_RE = (
+    r"update_actor|train_batch|compute_log_prob|compute_ref_log_prob|forward_backward|update_policy|"
+    r"megatron/core/pipeline_parallel|engine/megatron/transformer_impl"
+)
+# Printed after the last step of a run that finished (exit code 0): torch's DataLoader workers are killed as Ray
+# shuts the trainer's actor down. Not a failure, and never the reason of one.
+BENIGN_AFTER_FINISH = (
+    r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) (?:is killed by signal|exited unexpectedly)",
+)
 # The rollout keeps retrying failed requests and prints this forever: only the stall watchdog ends it.
 ROLLOUT_FAILURE_LOOP_RE = r"pending: \d+, failure: \d+"
 # verl's own values (_generated_ppo_megatron_trainer.yaml) of the job-shape keys, for a launch script that leaves

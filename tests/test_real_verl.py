@@ -207,7 +207,7 @@ def test_real_verl_dies_without_gpus_is_classified_and_leaves_nothing(tmp_path: 
     proc = subprocess.run(
         [sys.executable, "-m", "autotune", "run", "--model", str(model), "--gpus", "1", "--gpu-type", "h100",
          "--backend", "verl", "--job", "job.yaml", "--n-trials", "3", "--measure-step", "1", "--storage", url,
-         "--trial-timeout", "420", "--stall-timeout", "420"],
+         "--trial-timeout", "420", "--stall-timeout", "420", "--skip-doctor"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     wall = time.monotonic() - t0
     store = Store(url)

@@ -146,3 +146,98 @@ def test_sigkill_from_outside_reads_as_host_oom_but_ours_does_not() -> None:
 def test_crash_reason_names_the_last_exception_not_hydras_wrapper() -> None:
     f = classify("KeyError: 'x'\nError executing job with overrides: ['a=1']\n", 1)
     assert f.kind == "crash" and "KeyError: 'x'" in f.message and "overrides" not in f.message
+
+
+# --- Real-log shapes (issue 15: what a real verl 0.9.1 + vLLM 0.24 run on an H100 printed) --------------------------
+VLLM = "(vLLMHttpServer pid=4101) (EngineCore pid=4388)"
+STEP1 = "(TaskRunnerV1 pid=3000) step:1 - actor/pg_loss:-0.0123 - perf/throughput:310.5 - timing_s/adv:0.0123"
+DATALOADER_TAIL = """(TaskRunnerV1 pid=3000) Training Progress: 100%|##########| 3/3 [00:15<00:00,  4.1s/it]
+Traceback (most recent call last):
+  File "/usr/lib/python3.12/site-packages/torch/utils/data/_utils/signal_handling.py", line 73, in handler
+    _error_if_any_worker_fails()
+RuntimeError: DataLoader worker (pid 51234) is killed by signal: Terminated.
+"""
+
+
+def test_a_clean_finish_with_a_dataloader_traceback_is_not_a_crash() -> None:
+    text = STEP1 + "\n" + STEP1.replace("step:1", "step:3") + "\n" + DATALOADER_TAIL
+    f = classify(text, 0)
+    assert f.kind == "early_exit" and f.kind != "crash"
+    # the same teardown noise under a real crash is never given as its reason
+    f = classify("KeyError: 'x'\n" + DATALOADER_TAIL, 1)
+    assert f.kind == "crash" and "KeyError: 'x'" in f.message and "DataLoader" not in f.message
+
+
+def test_two_vllm_prefixes_are_read_as_a_vllm_process() -> None:
+    text = (f"{VLLM} INFO 11-23 20:05:01 [gpu_worker.py:300] Available KV cache memory: 20.5 GiB\n"
+            f"{VLLM} ERROR 11-23 20:05:02 [core.py:708] EngineCore failed to start.\n"
+            f"{VLLM} torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB.\n")
+    assert classify(text, 1).kind == "vllm_start_oom"
+    f = classify(f"{VLLM} KeyError: 'layers.0'\nsome line\n", 1)
+    assert "KeyError: 'layers.0'" in f.message  # the last error line is found behind two prefixes
+
+
+EARLY_STEP1_OOM = f"""(TaskRunnerV1 pid=3000) Training Progress:   0%|          | 0/3 [00:00<?, ?it/s]
+{VLLM} INFO 11-23 20:06:10 [block_pool.py:321] Successfully reset prefix cache
+{VLLM} INFO 11-23 20:06:12 [gpu_model_runner.py:2810] sleep mode freed 60.20 GiB memory
+Traceback (most recent call last):
+ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_compute_log_prob() (pid=3500)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 23.19 GiB. GPU 0 has a total capacity of 79.19 GiB
+{VLLM} INFO 11-23 20:06:13 [core.py:1000] shutting down
+"""
+
+
+def test_an_oom_early_in_step_one_is_trainings_though_vllm_lines_are_near() -> None:
+    f = classify(EARLY_STEP1_OOM, 1)
+    assert (f.kind, f.status) == ("gpu_oom", "oom")
+    # no training frame in the traceback: the trainer's loop had begun, so vLLM's start was over
+    f = classify(EARLY_STEP1_OOM.replace("actor_rollout_compute_log_prob", "run"), 1)
+    assert f.kind == "gpu_oom"
+    # the same OOM printed by vLLM's own engine once training began: the rollout's
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 23.19 GiB."
+    text = EARLY_STEP1_OOM.replace(oom, f"{VLLM} {oom}").replace("actor_rollout_compute_log_prob", "generate")
+    assert classify(text, 1).kind == "rollout_oom"
+
+
+def test_coloured_repeated_suffix_is_accepted() -> None:
+    line = ("\x1b[36m(TaskRunnerV1 pid=99)\x1b[0m step:2 - perf/throughput:10.0"
+            "\x1b[2m [repeated 2x across cluster]\x1b[0m")
+    assert parse_step_line(line) == (2, {"perf/throughput": 10.0})
+
+
+@pytest.mark.parametrize("tail,kind", [
+    ("ModuleNotFoundError: No module named 'flash_attn'", "import_error"),
+    ("(WorkerDict pid=5) ImportError: cannot import name 'ModelType' from 'megatron.core.enums'", "import_error"),
+    ("OSError: /x/libtransformer_engine.so: undefined symbol: cublasLtGroupedMatrixLayoutInit_internal",
+     "import_error"),
+    ("(WorkerDict pid=5) ValueError: No dot product attention backend is available for the provided inputs. "
+     "Please run with NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backends.",
+     "attention_backend_unavailable"),
+    ("ValueError: Expected Qwen newline to tokenize to one token, got [5, 6]", "tokenizer_error"),
+])
+def test_deterministic_environment_failures_have_their_own_class(tail: str, kind: str) -> None:
+    warnings_at_start = ("(TaskRunnerV1 pid=1) UserWarning: megatron engine is not available: "
+                         "ModuleNotFoundError(\"No module named 'megatron'\")\n")
+    f = classify(warnings_at_start + "Traceback (most recent call last):\n" + tail + "\n", 1)
+    assert (f.kind, f.status) == (kind, "failed")
+    assert f.message and tail.split(": ")[-1][:20] in f.message
+
+
+def test_import_warnings_at_start_do_not_make_a_crash_an_import_error() -> None:
+    text = ("ModuleNotFoundError: No module named 'torchtitan'\n" + "(TaskRunnerV1 pid=1) noise\n" * 400
+            + "*** SIGSEGV received at time=1 on cpu 3 ***\n")
+    assert classify(text, 1).kind == "crash"
+
+
+def test_the_real_cpu_log_reads_as_gpus_unavailable_not_an_import_error() -> None:
+    text = (Path(__file__).parent / "data" / "real_verl_cpu.log").read_text()
+    f = classify(text, 1)
+    assert f.kind == "gpus_unavailable"
+
+
+def test_an_oom_after_vllm_reported_ready_is_not_vllms_start() -> None:
+    ready = f"{VLLM} INFO 11-23 20:05:40 [gpu_model_runner.py:4100] Graph capturing finished in 12 secs, took 0.9 GiB\n"
+    oom = ("(WorkerDict pid=3500) EngineCore pid=1 left a note\n"
+           "(WorkerDict pid=3500) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    assert classify(oom, 1).kind == "vllm_start_oom"  # vLLM's engine near, never ready: its start
+    assert classify(ready + oom, 1).kind == "gpu_oom"

@@ -106,6 +106,9 @@ def test_measured_window_is_averaged(tmp_path: Path) -> None:
     ("crash", "failed", "crash", "ActorDiedError"),
     ("no_gpus", "failed", "gpus_unavailable", "Total available GPUs 0 is less than total desired GPUs 8"),
     ("early_exit", "failed", "early_exit", "without reaching measured step 3"),
+    ("import_error", "failed", "import_error", "No module named 'transformer_engine'"),
+    ("attention_backend", "failed", "attention_backend_unavailable", "No dot product attention backend"),
+    ("tokenizer_error", "failed", "tokenizer_error", "newline to tokenize to one token"),
 ])
 def test_failure_classes(tmp_path: Path, mode: str, status: str, kind: str, words: str) -> None:
     res, _, rec, _ = run_mode(tmp_path, mode)
@@ -321,5 +324,18 @@ def test_no_gpus_for_the_job_stops_before_the_next_launch(tmp_path: Path) -> Non
     assert res.status == TrialStatus.FAILED and res.extra["failure"] == "gpus_unavailable"
     assert "Total available GPUs 0 is less than total desired GPUs 8" in res.reason
     with pytest.raises(RunnerFatal, match=r"trial 0 found .*same 8 GPUs.*--gpus/--nodes"):
+        runner.run(make_spec(setup, tmp_path, number=1))
+    assert len(launches(rec)) == 1 and leftovers(rec) == []
+
+
+@pytest.mark.parametrize("mode,kind", [("import_error", "import_error"), ("tokenizer_error", "tokenizer_error")])
+def test_a_broken_stack_or_tokenizer_stops_the_study_after_one_launch(tmp_path: Path, mode: str, kind: str) -> None:
+    """Every candidate would fail the same way: one launch, no retry, then the runner refuses the next trial."""
+    rec = tmp_path / "rec.jsonl"
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE=mode), preflight=False)
+    setup = make_setup()
+    res = runner.run(make_spec(setup, tmp_path, number=0))
+    assert res.extra["failure"] == kind and len(res.extra["attempts"]) == 1
+    with pytest.raises(RunnerFatal, match=r"trial 0 failed: .*every other candidate would fail.*autotune doctor"):
         runner.run(make_spec(setup, tmp_path, number=1))
     assert len(launches(rec)) == 1 and leftovers(rec) == []

@@ -1,4 +1,4 @@
-"""The `autotune` command: run, status, best, export, estimate, probe, models, spaces, dashboard.
+"""The `autotune` command: run, status, best, export, estimate, probe, models, spaces, dashboard, doctor, import.
 
 This module holds the parser and main (dispatch, and the exit codes of user errors and interrupts); each
 command lives in a sibling module: run, results (status, best, export, dashboard), estimate (estimate,
@@ -14,7 +14,9 @@ from typing import Any
 
 from autotune import __version__
 from autotune.cli.catalog import cmd_models, cmd_spaces
+from autotune.cli.doctor import cmd_doctor
 from autotune.cli.estimate import cmd_estimate, cmd_probe
+from autotune.cli.imports import cmd_import
 from autotune.cli.options import DEFAULT_STORAGE, CLIError, _setup_args, _storage_args, err
 from autotune.cli.results import cmd_best, cmd_dashboard, cmd_export, cmd_status
 from autotune.cli.run import cmd_run
@@ -77,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--confirm", type=int, default=2, help="re-run the K best for more steps before declaring "
                    "the best (default 2; 0: off; never for simulated results)")
     g.add_argument("--confirm-steps", type=int, default=6, help="steps of a confirmation run (default 6)")
+    g.add_argument("--skip-doctor", action="store_true", help="launch without `autotune doctor`'s checks of the "
+                   "node's stack (they run before the first trial and refuse a node that cannot run verl)")
 
     p = sub.add_parser("status", help="table of a study's trials")
     _storage_args(p)
@@ -109,6 +113,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="trials/probes", help="where the probe's spec, result and log go")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("doctor", help="check that this node can run a verl trial (versions, GPUs, Transformer "
+                       "Engine, attention backends, vLLM, verl); exit code 1 when it cannot")
+    p.add_argument("--model", help="the model whose head size the attention check uses (default: 128)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds for the heavy imports (default 300)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("import", help="record verl runs made by hand (console logs or metrics JSONL) as measured "
+                       "trials of a study")
+    p.add_argument("files", nargs="+", metavar="LOG_OR_JSONL", help="verl console logs (what main_ppo printed) or "
+                   "metrics JSONL files (verl's file logger)")
+    p.add_argument("--model", help="catalog name or Hugging Face model dir (needed for a new study)")
+    p.add_argument("--gpus", type=int, help="GPUs per node (default: the runs' trainer.n_gpus_per_node)")
+    p.add_argument("--nodes", type=int, help="nodes (default: the runs' trainer.nnodes)")
+    p.add_argument("--gpu-type", help="GPU type of the runs (default: detected, else h100)")
+    p.add_argument("--job", help="the runs' verl overrides (YAML or launch script); needed for a JSONL with no "
+                   "console log beside it (default: the workload verl printed)")
+    p.add_argument("--space", help="search space of a new study (default: by model type)")
+    p.add_argument("--measure-step", type=int, help="the step whose throughput is the objective (default: the "
+                   "study's, else 3)")
+    _storage_args(p)
+
     p = sub.add_parser("models", help="list the model catalog")
     p.add_argument("--json", action="store_true")
 
@@ -130,6 +155,7 @@ def _terminate(signum: int, frame: Any) -> None:
 COMMANDS = {
     "run": cmd_run, "status": cmd_status, "best": cmd_best, "export": cmd_export, "estimate": cmd_estimate,
     "models": cmd_models, "spaces": cmd_spaces, "dashboard": cmd_dashboard, "probe": cmd_probe,
+    "doctor": cmd_doctor, "import": cmd_import,
 }
 
 

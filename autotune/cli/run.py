@@ -191,7 +191,8 @@ def _replay_setup(args: argparse.Namespace) -> tuple[Setup, str, Any]:
 
 def _verl_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"trial_timeout_s": args.trial_timeout, "stall_timeout_s": args.stall_timeout,
-            "startup_timeout_s": args.startup_timeout}
+            "startup_timeout_s": args.startup_timeout,
+            "doctor": False if getattr(args, "skip_doctor", False) else None}
 
 
 def _print_script_notes(setup: Setup) -> None:

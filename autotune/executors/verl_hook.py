@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from autotune import verl
+from autotune import verl, verl_shims
 
 ENV = "AUTOTUNE_PLACEMENT_GROUPS"
 HOOK = "autotune.executors.verl_hook.install"
@@ -30,7 +30,8 @@ def group_names() -> list[str]:
 
 
 def install() -> None:
-    """The setup hook: patch verl's pool now if it is imported, else as soon as it is."""
+    """The setup hook: patch verl's pool now if it is imported, else as soon as it is (and the stack's shims)."""
+    verl_shims.install()
     if not group_names():
         return
     mod = sys.modules.get(verl.RAY_POOL_MODULE)

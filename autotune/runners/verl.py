@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import verl
+from autotune import verl, verl_shims
+from autotune.doctor import Diagnosis, run_doctor, with_autotune_on_path
 from autotune.export import launch_argv
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
@@ -32,8 +33,12 @@ from autotune.runners.verl_log import LineTail, RunLog, classify
 from autotune.runners.verl_preflight import check_data, hydra_overrides, validate_overrides
 
 _LOOP_RE = re.compile(verl.ROLLOUT_FAILURE_LOOP_RE)
-RETRYABLE = ("crash", "nccl_error")  # failures not caused by the configuration: tried once more
-FATAL = ("gpus_unavailable",)  # failures every later candidate would repeat: the study stops before the next launch
+# Failures not caused by the configuration and not deterministic: tried once more. Every other class (OOMs, config
+# errors, import/attention/tokenizer errors: the same again on a retry) is recorded at once.
+RETRYABLE = ("crash", "nccl_error")
+# Failures every later candidate would repeat (the node's GPUs, its software stack, the model's tokenizer): the study
+# stops before the next launch, saying what to fix.
+FATAL = ("gpus_unavailable", "import_error", "tokenizer_error")
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,10 @@ class VerlOptions:
     poll_s: float = 0.2
     gpu_sample_s: float = 0.5
     keep_ray_tmp: bool = False  # Ray's session dir (worker logs) is kept after failures regardless
+    # `autotune doctor`'s checks before the first trial (None: on for real verl on this node; off for a test entry
+    # point, and on a Ray cluster, whose trials run on other nodes: run `autotune doctor` there)
+    doctor: bool | None = None
+    doctor_timeout_s: float = 300.0
 
 
 @dataclass
@@ -94,6 +103,7 @@ class VerlRunner(Runner):
         self._reaped = False
         self._orphans: list[str] = []
         self._fatal = ""  # why no further trial can run here (a FATAL failure of the previous trial)
+        self.diagnosis: Diagnosis | None = None  # the doctor's, before the first trial
 
     def describe(self) -> str:
         what = "verl " + verl.VERL_VERSION
@@ -121,10 +131,16 @@ class VerlRunner(Runner):
             if groups:  # verl adopts the groups the executor reserved (executors/verl_hook.py)
                 extra[verl.RAY_SETUP_HOOK_KEY] = verl_hook.HOOK
                 extra[verl.RAY_ENV_VAR_PREFIX + verl_hook.ENV] = ",".join(groups)
+            else:
+                extra[verl.RAY_SETUP_HOOK_KEY] = verl_shims.SETUP_HOOK
         elif self._own_ray(spec):
+            extra[verl.RAY_SETUP_HOOK_KEY] = verl_shims.SETUP_HOOK  # the stack's fixes in every Ray worker
             extra[verl.RAY_ADDRESS_KEY] = "local"
             extra[verl.RAY_INIT_PREFIX + "_temp_dir"] = ray_tmp
             extra[verl.RAY_INIT_PREFIX + "include_dashboard"] = False
+        # what the node's software needs (the doctor's findings), where the job says nothing
+        for key, value in self.job_defaults(spec).items():
+            extra[key] = value
         # verl runs in the trial's folder: paths the user gave relative to here must still point at the same files
         for key in (verl.TRAIN_FILES, verl.VAL_FILES, verl.MODEL_PATH):
             value = spec.job.get(key)
@@ -132,6 +148,25 @@ class VerlRunner(Runner):
                     and "://" not in value and Path(value).exists():
                 extra[key] = str(Path(value).resolve())
         return extra
+
+    def job_defaults(self, spec: TrialSpec) -> dict[str, Any]:
+        """The doctor's job defaults (attention backend, vanilla_mbridge) for keys the job does not set."""
+        found = self.diagnosis.job_defaults if self.diagnosis else {}
+        return {k: v for k, v in found.items() if not any(k2 in spec.job.mapping for k2 in (k, "+" + k, "++" + k))}
+
+    def _check_node(self, spec: TrialSpec) -> None:
+        """`autotune doctor` once, before the first launch: a node that cannot run verl is refused in a minute,
+        with what to fix, instead of after a 5-minute launch."""
+        auto = self.entry is None and not self.options.ray_address  # on a Ray cluster the trials run elsewhere
+        if self.diagnosis is not None or not (self.options.doctor if self.options.doctor is not None else auto):
+            return
+        diagnosis = run_doctor(spec.model.head_dim, sys.executable, {**os.environ, **self.env},
+                               self.options.doctor_timeout_s)
+        if not diagnosis.ok:
+            self._fatal = ("this node cannot run a verl trial (`autotune doctor` says what to fix): "
+                           + " | ".join(diagnosis.problems()))
+            raise RunnerFatal(self._fatal)
+        self.diagnosis = diagnosis
 
     def argv(self, spec: TrialSpec, extra: Mapping[str, Any]) -> list[str]:
         argv = launch_argv(spec.job, spec.cluster, spec.candidate, extra=extra)
@@ -148,6 +183,7 @@ class VerlRunner(Runner):
             self._orphans = reap_orphans(spec.workdir.parent, self.options.grace_s)
         if self._fatal:
             raise RunnerFatal(self._fatal)
+        self._check_node(spec)
         self._ensure_gpus_free()
         self._check_data(spec)
         trial_dir = spec.workdir.resolve()
@@ -156,6 +192,8 @@ class VerlRunner(Runner):
         if not verl.FIRST_STEP <= first <= spec.measure_step:
             raise ValueError(f"measured window {first}-{spec.measure_step} is empty")
         extra_info: dict[str, Any] = {"measured_steps": [first, spec.measure_step], "attempts": []}
+        if self.job_defaults(spec):  # what the node needed beyond the job (the doctor's findings)
+            extra_info["job_defaults"] = self.job_defaults(spec)
 
         t0 = time.monotonic()
         if self.options.preflight:
@@ -178,10 +216,14 @@ class VerlRunner(Runner):
             if not (att.status == TrialStatus.FAILED and att.failure in RETRYABLE):
                 break
         assert att is not None
-        if att.failure in FATAL:
+        if att.failure == "gpus_unavailable":
             self._fatal = (f"trial {spec.number} found {att.reason[:300]}; every candidate asks for the same "
                            f"{spec.cluster.world_size} GPUs. Check --gpus/--nodes, CUDA_VISIBLE_DEVICES and the GPUs "
                            "Ray sees (`ray status`), then re-run the same command to resume the study")
+        elif att.failure in FATAL:
+            self._fatal = (f"trial {spec.number} failed: {att.reason[:300]}; every other candidate would fail the "
+                           "same way. Fix it (`autotune doctor` checks the node's stack; the trial's log: "
+                           f"{att.log_path}), then re-run the same command to resume the study")
         return self._result(spec, att, first, extra_info)
 
     def _attempt(self, spec: TrialSpec, trial_dir: Path, attempt: int, first: int, reported: set[int]) -> _Attempt:
@@ -329,7 +371,7 @@ class VerlRunner(Runner):
         return self.options.own_ray and not self.options.ray_address and spec.cluster.nodes == 1
 
     def _env(self, jsonl: Path, ray_tmp: str, own_ray: bool) -> dict[str, str]:
-        env = {**os.environ, **self.env}
+        env = with_autotune_on_path({**os.environ, **self.env})  # verl's workers import autotune's Ray hook
         env[verl.FILE_LOGGER_ENV] = str(jsonl)
         env["PYTHONUNBUFFERED"] = "1"
         env["HYDRA_FULL_ERROR"] = "1"  # whole tracebacks: the failure classes read them

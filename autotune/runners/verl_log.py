@@ -23,9 +23,14 @@ _FAILURES = tuple(
     (cls, status, tuple(re.compile(p) for p in pats)) for cls, status, pats in verl.FAILURE_PATTERNS
 )
 _VLLM_START = tuple(re.compile(p) for p in verl.VLLM_START_MARKERS)
+_VLLM_PROCESS = re.compile(verl.VLLM_PROCESS_RE)
+_TRAINING_STARTED = re.compile(verl.TRAINING_STARTED_RE)
+_TRAINING_FRAMES = re.compile(verl.TRAINING_FRAMES_RE)
+_VLLM_READY = re.compile(verl.VLLM_READY_RE)
+_BENIGN = tuple(re.compile(p) for p in verl.BENIGN_AFTER_FINISH)
 _MILESTONES = tuple((name, re.compile(p)) for name, p in verl.STARTUP_MILESTONES.items())
 _ERROR_LINE = re.compile(
-    r"^\s*(?:\([^)]*\)\s*)?(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)(?:\([\w.]*\))?:|SIG[A-Z]+ received"
+    r"^\s*(?:\([^)]*\)\s*)*(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)(?:\([\w.]*\))?:|SIG[A-Z]+ received"
 )
 
 
@@ -47,7 +52,9 @@ def parse_number(text: str) -> float | None:
 def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
     """(step, metrics) from one console line, or None for any other line."""
     m = None
-    for segment in reversed(line.rstrip("\r\n").split("\r")):  # progress bars rewrite a line with \r
+    if "step:" not in line:
+        return None
+    for segment in reversed(_ANSI_RE.sub("", line).rstrip("\r\n").split("\r")):  # progress bars rewrite with \r
         m = _STEP_RE.match(segment)
         if m:
             break
@@ -196,21 +203,47 @@ class Failure:
 
 
 def classify(log_text: str, returncode: int | None, killed_by_us: bool = False) -> Failure:
-    """The failure class of a run that ended without its measured step, from its output and exit code."""
-    lines = _ANSI_RE.sub("", log_text).splitlines()
+    """The failure class of a run that ended without its measured step, from its output and exit code.
+
+    Exit code 0 is never a crash: verl finished by itself (`early_exit`; the caller knows whether its steps were
+    enough), whatever its workers printed while shutting down (BENIGN_AFTER_FINISH).
+    """
+    lines = [ln for ln in _ANSI_RE.sub("", log_text).splitlines() if not any(p.search(ln) for p in _BENIGN)]
+    if returncode == 0:
+        return Failure("early_exit", "failed", "verl exited normally (exit code 0)", "\n".join(lines[-40:]))
+    final_from = max(0, len(lines) - verl.FINAL_ERROR_LINES)
     for kind, status, patterns in _FAILURES:
+        start = final_from if kind in verl.FINAL_ERROR_CLASSES else 0
         for p in patterns:  # a class's patterns go from the most telling line to the least
-            for i, line in enumerate(lines):
-                if p.search(line):
-                    if kind == "gpu_oom" and _near(lines, i, _VLLM_START):
-                        kind = "vllm_start_oom"
-                    return Failure(kind, status, _message(kind, line), _excerpt(lines, i))
+            for i in range(start, len(lines)):
+                if p.search(lines[i]):
+                    if kind == "gpu_oom":
+                        kind = _oom_phase(lines, i)
+                    return Failure(kind, status, _message(kind, lines[i]), _excerpt(lines, i))
     if returncode is not None and returncode in (-9, 137) and not killed_by_us:
         return Failure("host_oom", "oom", "killed by SIGKILL, not by autotune: the kernel OOM killer (host RAM) "
                        "is the usual cause; check `dmesg`", "\n".join(lines[-40:]))
     last_error = next((ln for ln in reversed(lines) if _ERROR_LINE.search(ln)), "")
     msg = f"exited with code {returncode}" + (f": {last_error.strip()[:300]}" if last_error else "")
     return Failure("crash", "failed", msg, "\n".join(lines[-40:]))
+
+
+def _oom_phase(lines: list[str], i: int) -> str:
+    """Whose torch OOM line i is, by the phase the run was in: vLLM's start, the rollout, or training.
+
+    vLLM's lines are everywhere in a real log (its server actor prints through the whole run), so being near them
+    says nothing; what does: a training frame in the OOM's traceback, the trainer's loop having begun (its progress
+    bar is made after the rollout servers started), and whether the OOM line is printed by a vLLM process.
+    """
+    block = lines[max(0, i - 40): i + 3]
+    if any(_TRAINING_FRAMES.search(ln) for ln in block):
+        return "gpu_oom"
+    in_vllm = bool(_VLLM_PROCESS.search(lines[i]))
+    if any(_TRAINING_STARTED.search(ln) for ln in lines[:i]):
+        return "rollout_oom" if in_vllm else "gpu_oom"
+    if in_vllm or (_near(lines, i, _VLLM_START) and not any(_VLLM_READY.search(ln) for ln in lines[:i])):
+        return "vllm_start_oom"
+    return "gpu_oom"
 
 
 _WHAT = {
@@ -221,6 +254,12 @@ _WHAT = {
     "vllm_start_oom": "GPU out of memory while vLLM started",
     "vllm_wakeup_oom": "GPU out of memory when vLLM woke up (weights/KV cache back on the GPU)",
     "gpu_oom": "GPU out of memory in training",
+    "rollout_oom": "GPU out of memory in vLLM during the rollout",
+    "attention_backend_unavailable": "Transformer Engine has no attention backend for this model here (verl's "
+                                     "default `flash` needs the flash-attn package; `autotune doctor` says which "
+                                     "backends load)",
+    "tokenizer_error": "the model's tokenizer does not fit verl's chat handling",
+    "import_error": "a package failed to import or load (`autotune doctor` checks the stack)",
     "host_oom": "host RAM exhausted (not GPU memory)",
     "nccl_error": "NCCL error",
 }

@@ -15,7 +15,8 @@ It is not verl and trains nothing. It reproduces what the runner observes of a r
 Behaviour: env FAKE_VERL_MODE, or FAKE_VERL_RULES = JSON [{"when": {override key: value}, "mode": m}, ...]
 matched on the overrides (first match wins; default "ok"). Modes: ok, slow, no_gpus, gpu_oom, vllm_start_oom,
 vllm_wakeup_oom, kv_cache, host_oom, sigkill, nccl, config_error, crash, crash_once, hang, hang_after_step,
-rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5).
+rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5), import_error, attention_backend,
+tokenizer_error (at FAKE_VERL_FAIL_STEP).
 Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STARTUP_S (default 0.3),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
 FAKE_VERL_RECORD (append one JSON line: pid, children, mode).
@@ -394,6 +395,21 @@ def failure(mode: str, argv: list[str], pre: str) -> None:
             "\tclass_name: TaskRunnerV1",
             "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
             "detail: Worker unexpectedly exits with a connection error code 2. End of file.",
+        ])
+    if mode in ("import_error", "attention_backend", "tokenizer_error"):  # deterministic: the same on every try
+        last = {
+            "import_error": "ModuleNotFoundError: No module named 'transformer_engine'",
+            "attention_backend": "ValueError: No dot product attention backend is available for the provided "
+                                 "inputs. Please run with NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons "
+                                 "for disabling all backends.",
+            "tokenizer_error": "ValueError: Expected Qwen newline to tokenize to one token, got [12, 13]",
+        }[mode]
+        hydra_fail(argv, [
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3/site-packages/verl/trainer/main_ppo.py", line 93, in run_ppo',
+            "    ray.get(runner.run.remote(config))",
+            task_error(last.split(":")[0], 1234),
+            last,
         ])
     if mode == "sigkill":
         out(f"{pre} (raylet) killing nothing; the kernel is about to")

@@ -1,0 +1,234 @@
+"""`autotune doctor` on fake GPU nodes (stub packages first on the child's PYTHONPATH, tests/stub_stack.py): every
+check's failure path says what to fix, a good node passes with the job defaults it implies, and the verl runner
+refuses a bad node before it launches anything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune import verl
+from autotune.doctor import diagnose, run_doctor
+from autotune.job import Job
+from autotune.runners.base import RunnerFatal
+from tests.conftest import cli_run, make_setup
+from tests.fake_verl import env_for, fake_runner, launches, leftovers, make_spec
+from tests.stub_stack import stack_env, write_stack
+
+
+def doctor(tmp_path: Path, head_dim: int = 128, timeout_s: float = 60.0, **stack):
+    root = write_stack(tmp_path / "stack", **stack)
+    return run_doctor(head_dim, env=stack_env(root), timeout_s=timeout_s)
+
+
+def fixes(d) -> dict[str, str]:
+    return {f.check: f.text for f in d.findings if f.level == "fix"}
+
+
+def test_a_good_node_passes_and_picks_the_job_defaults(tmp_path: Path) -> None:
+    d = doctor(tmp_path, head_dim=64)
+    assert d.ok, d.lines()
+    text = "\n".join(d.lines())
+    assert "1 x NVIDIA H100 80GB HBM3 (NVIDIA driver 580.159.04)" in text
+    assert "torch sees 1 GPU(s)" in text and "verl: imports" in text and "vllm: imports" in text
+    # flash-attn missing, TE's fused attention serves head size 64; no Megatron-Bridge: mbridge
+    assert d.job_defaults == {verl.ATTENTION_BACKEND: "fused", verl.VANILLA_MBRIDGE: True}
+    # mbridge 0.15.1 against megatron-core 0.19 imports only thanks to the shim (the stub uses the removed name)
+    assert "mbridge_shim" in text and "mbridge: imports" in text
+    assert all(ln.split()[0] in ("ok", "warn") for ln in d.lines())
+
+
+def test_flash_attn_present_needs_no_attention_default(tmp_path: Path) -> None:
+    d = doctor(tmp_path, flash_attn=True)
+    assert d.ok and verl.ATTENTION_BACKEND not in d.job_defaults
+    assert "flash (flash-attn) serves head size 128" in "\n".join(d.lines())
+
+
+@pytest.mark.parametrize("versions,check,words", [
+    ({"verl": "0.9.0"}, "verl", "pip install verl==0.9.1"),
+    ({"transformers": "5.12.0"}, "transformers", ">=5.5.3,<5.11"),
+    ({"transformer-engine": "2.13.0"}, "transformer-engine", "does not load with torch 2.11's cuBLAS"),
+    ({"vllm": None}, "vllm", "not installed (tested: 0.24.0): pip install -c constraints/gpu-node-torch2.11.txt"),
+    ({"transformer-engine-torch": None}, "transformer-engine-torch", "--no-build-isolation"),
+])
+def test_versions_against_the_pins(tmp_path: Path, versions: dict, check: str, words: str) -> None:
+    d = doctor(tmp_path, versions=versions)
+    assert not d.ok and words in fixes(d)[check]
+
+
+def test_a_different_tokenizers_is_a_warning_only(tmp_path: Path) -> None:
+    d = doctor(tmp_path, versions={"tokenizers": "0.22.9"})
+    assert d.ok and any(f.check == "tokenizers" and f.level == "warn" for f in d.findings)
+
+
+def test_no_cuda_gpu(tmp_path: Path) -> None:
+    d = doctor(tmp_path, cuda=False)
+    assert "torch sees no CUDA GPU" in fixes(d)["cuda"]
+
+
+def test_nvml_missing_is_a_warning_and_busy_gpus_are_named(tmp_path: Path) -> None:
+    d = doctor(tmp_path, nvml_init="raise RuntimeError('NVML Shared Library Not Found')")
+    assert d.ok and any(f.check == "nvml" and f.level == "warn" and "NVML Shared Library" in f.text
+                        for f in d.findings)
+    d = doctor(tmp_path / "b", gpu_used_gib=30.0)
+    assert d.ok and any("GPU 0 holds 30.0 GiB already" in ln for ln in d.lines())
+
+
+def test_transformer_engine_that_does_not_load(tmp_path: Path) -> None:
+    d = doctor(tmp_path, modules={"transformer_engine.pytorch": "raise OSError('/x/libtransformer_engine.so: "
+                                  "undefined symbol: cublasLtGroupedMatrixLayoutInit_internal')"})
+    text = fixes(d)["transformer_engine"]
+    assert "undefined symbol" in text and "transformer_engine_torch==2.12.0" in text
+
+
+def test_a_head_size_no_fast_backend_serves_falls_back_to_unfused(tmp_path: Path) -> None:
+    d = doctor(tmp_path, head_dim=576)
+    assert d.ok and d.job_defaults[verl.ATTENTION_BACKEND] == "unfused"
+    assert any(f.check == "attention" and f.level == "warn" for f in d.findings)
+
+
+@pytest.mark.parametrize("module,check", [
+    ("megatron.core", "megatron_core"), ("vllm", "vllm"), ("verl.trainer.main_ppo", "verl"),
+    ("verl.workers.engine.megatron.transformer_impl", "verl_megatron"), ("mbridge.core.util", "mbridge"),
+])
+def test_an_import_that_fails(tmp_path: Path, module: str, check: str) -> None:
+    d = doctor(tmp_path, modules={module: "raise ImportError('libcudart.so.12: cannot open shared object file')"})
+    assert "libcudart.so.12" in fixes(d)[check]
+
+
+def test_mbridge_fails_without_the_shim(tmp_path: Path) -> None:
+    """The stub mbridge really needs the shim: imported without it, it fails as mbridge 0.15.1 does."""
+    import subprocess
+    import sys
+
+    root = write_stack(tmp_path / "stack")
+    proc = subprocess.run([sys.executable, "-c", "import mbridge.core.util"], env=stack_env(root),
+                          capture_output=True, text=True)
+    assert "AttributeError: encoder_and_decoder" in proc.stderr
+    proc = subprocess.run([sys.executable, "-c", "from autotune import verl_shims; verl_shims.install(); "
+                           "import mbridge.core.util as u; print(u.IS_ENC_DEC)"], env=stack_env(root),
+                          capture_output=True, text=True)
+    assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_a_hanging_import_is_named(tmp_path: Path) -> None:
+    d = doctor(tmp_path, timeout_s=8.0, modules={"vllm": "import time\ntime.sleep(600)"})
+    assert "did not finish in 8 s while importing vLLM" in fixes(d)["probe"]
+
+
+def test_a_crashing_import_is_named(tmp_path: Path) -> None:
+    d = doctor(tmp_path, modules={"vllm": "import os, sys\nsys.stderr.write('Fatal Python error: Aborted\\n')\n"
+                                          "os._exit(134)"})
+    assert "died with exit code 134 (Fatal Python error: Aborted)" in fixes(d)["probe"]
+
+
+def test_old_python_is_refused() -> None:
+    d = diagnose([{"check": "python", "ok": True, "version": "3.9.18"}, {"check": "done", "ok": True}])
+    assert not d.ok and "needs Python 3.10+" in fixes(d)["python"]
+
+
+def test_the_command_prints_one_line_per_check_and_exits_1(tmp_path: Path, capsys, monkeypatch) -> None:
+    root = write_stack(tmp_path / "stack", cuda=False)
+    for k, v in stack_env(root).items():
+        monkeypatch.setenv(k, v)
+    code, out, _ = cli_run(capsys, "doctor", "--model", "qwen2.5-0.5b", "--timeout", "60")
+    assert code == 1
+    assert "qwen2.5-0.5b's head size 64" in out and "FIX   cuda: torch sees no CUDA GPU" in out
+    assert "NOT READY: 1 problem(s)" in out
+    code, out, _ = cli_run(capsys, "doctor", "--json", "--timeout", "60")
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and any(f["check"] == "cuda" for f in doc["findings"])
+
+
+# the verl runner runs the same checks before its first trial ----------------------------------------------------
+def test_the_runner_refuses_a_bad_node_before_launching(tmp_path: Path) -> None:
+    root = write_stack(tmp_path / "stack", versions={"vllm": None})
+    rec = tmp_path / "rec.jsonl"
+    runner = fake_runner({**env_for(rec, FAKE_VERL_MODE="ok"), "PYTHONPATH": stack_env(root)["PYTHONPATH"]},
+                         doctor=True)
+    setup = make_setup()
+    with pytest.raises(RunnerFatal, match=r"cannot run a verl trial.*FIX   vllm: not installed"):
+        runner.run(make_spec(setup, tmp_path, number=0))
+    with pytest.raises(RunnerFatal):  # and keeps refusing, without checking again
+        runner.run(make_spec(setup, tmp_path, number=1))
+    assert launches(rec) == []
+
+
+def test_the_runner_adds_the_doctors_defaults_the_job_leaves_open(tmp_path: Path) -> None:
+    root = write_stack(tmp_path / "stack")
+    rec = tmp_path / "rec.jsonl"
+    env = {**env_for(rec, FAKE_VERL_MODE="ok", FAKE_VERL_TEARDOWN_S="0.2"), "PYTHONPATH": stack_env(root)["PYTHONPATH"]}
+    job = Job.from_mapping({verl.ATTENTION_BACKEND: "unfused"}, "job.yaml")  # the user's own choice stays
+    runner = fake_runner(env, doctor=True)
+    res = runner.run(make_spec(make_setup(job=job), tmp_path, number=0, measure_step=1))
+    assert res.status.value == "ok", res.reason
+    (argv,) = [r["argv"] for r in launches(rec)]
+    assert f"{verl.VANILLA_MBRIDGE}=true" in argv
+    assert f"{verl.ATTENTION_BACKEND}=unfused" in argv and f"{verl.ATTENTION_BACKEND}=fused" not in argv
+    assert f"{verl.RAY_SETUP_HOOK_KEY}=autotune.verl_shims.install" in argv
+    assert res.extra["job_defaults"] == {verl.VANILLA_MBRIDGE: True}
+    assert leftovers(rec) == []
+
+
+def test_the_job_defaults_pass_verls_own_config_checks(tmp_path: Path) -> None:
+    from autotune.doctor import Diagnosis
+    from autotune.runners.verl import VerlRunner
+    from autotune.runners.verl_preflight import hydra_overrides, validate_overrides, verl_importable
+
+    if not verl_importable():
+        pytest.skip("verl is not installed here")
+    runner = VerlRunner()
+    runner.diagnosis = Diagnosis((), {verl.ATTENTION_BACKEND: "fused", verl.VANILLA_MBRIDGE: True})
+    spec = make_spec(make_setup(), tmp_path)
+    ov = hydra_overrides(runner.argv(spec, runner.short_run_overrides(spec, tmp_path / "m.jsonl", "/tmp/x", 1)))
+    assert f"{verl.ATTENTION_BACKEND}=fused" in ov and f"{verl.VANILLA_MBRIDGE}=true" in ov
+    res = validate_overrides(ov)
+    assert res.ok, res.message
+
+
+@pytest.mark.slow
+def test_the_shim_reaches_verls_ray_workers_through_the_setup_hook(tmp_path: Path) -> None:
+    """In a real local Ray cluster, a driver that joins with the runner's setup hook in its runtime_env (as verl's
+    driver does with ray_kwargs.ray_init) gets workers in which mbridge 0.15.1's use of the removed ModelType name
+    works; without the hook it fails."""
+    import os
+    import subprocess
+    import sys
+
+    from autotune import verl_shims
+    from tests.ray_cluster import ray_cluster
+    from tests.stub_stack import ENUMS, MBRIDGE_UTIL, ROOT
+
+    root = tmp_path / "pkgs"
+    for rel, src in {"megatron/__init__.py": "", "megatron/core/__init__.py": "", "megatron/core/enums.py": ENUMS,
+                     "mbridge/__init__.py": "", "mbridge/core/__init__.py": "", "mbridge/core/util.py": MBRIDGE_UTIL
+                     }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(src)
+    script = f"""
+import ray, sys
+hook = sys.argv[1] or None
+env = {{"env_vars": {{"PYTHONPATH": {str(root) + os.pathsep + str(ROOT)!r}}}}}
+if hook:
+    env["worker_process_setup_hook"] = hook
+ray.init(address=sys.argv[2], log_to_driver=False, runtime_env=env)
+@ray.remote
+def build():
+    try:
+        import mbridge.core.util as u
+        return repr(u.IS_ENC_DEC)
+    except AttributeError as e:
+        return "AttributeError: " + str(e)
+print("RESULT", ray.get(build.remote()), flush=True)
+ray.shutdown()
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    with ray_cluster(nodes=1) as cluster:
+        for hook, want in ((verl_shims.SETUP_HOOK, "RESULT False"),
+                           ("", "RESULT AttributeError: encoder_and_decoder")):
+            proc = subprocess.run([sys.executable, "-c", script, hook, cluster.address], env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert want in proc.stdout, proc.stdout + proc.stderr[-2000:]

@@ -1,0 +1,260 @@
+"""`autotune import`: verl runs made by hand recorded as measured trials; bad and foreign files refused one line
+each with the database left exactly as it was (SQLite and PostgreSQL); the same file never imported twice.
+
+The console logs here are built the way verl 0.9.1 prints them: the head of a real run's log
+(tests/data/real_verl_cpu.log: Ray's lines, then TaskRunnerV1's `pprint` of the resolved config, re-printed with
+the same pprint after changing the run's knobs), then the trainer's progress bar and step lines, and the
+DataLoader teardown traceback a real finished run ends with.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import pprint
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from sqlalchemy import create_engine, inspect, text
+
+from autotune import verl
+from autotune.store import Store
+from tests.conftest import cli_run
+
+REAL = Path(__file__).parent / "data" / "real_verl_cpu.log"
+PRE = "\x1b[36m(TaskRunnerV1 pid=23000)\x1b[0m "
+
+
+def real_config() -> tuple[list[str], dict[str, Any]]:
+    """The real log's lines before its config print, and the config verl printed."""
+    lines = REAL.read_text().split("\n")
+    start = next(i for i, ln in enumerate(lines) if "{'actor_rollout_ref': " in ln)
+    end = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith("}") and _parses(lines[start:i + 1]))
+    body = "\n".join(ln.split("\x1b[0m ", 1)[1] for ln in lines[start:end + 1])
+    return lines[:start], ast.literal_eval(body)
+
+
+def _parses(chunk: list[str]) -> bool:
+    try:
+        ast.literal_eval("\n".join(ln.split("\x1b[0m ", 1)[1] for ln in chunk))
+        return True
+    except (SyntaxError, ValueError, IndexError):
+        return False
+
+
+def set_key(cfg: dict[str, Any], dotted: str, value: Any) -> None:
+    node = cfg
+    *parents, last = dotted.split(".")
+    for p in parents:
+        node = node[p]
+    node[last] = value
+
+
+def step_line(step: int, thr: float) -> str:
+    m = {"training/global_step": step, "training/epoch": 0, "actor/pg_loss": -0.0123, "actor/grad_norm": 0.51,
+         "actor/perf/max_memory_allocated_gb": 31.25 + step, "actor/perf/max_memory_reserved_gb": 40.5,
+         "response_length/mean": 96.5, "response_length/max": 128.0, "prompt_length/mean": 60.0,
+         "prompt_length/max": 64.0, "timing_s/gen": 2.5, "timing_s/old_log_prob": 0.4, "timing_s/adv": 0.0123,
+         "timing_s/update_actor": 0.9, "timing_s/update_weights": 0.3, "timing_s/step": 4.25,
+         "perf/total_num_tokens": 1234, "perf/time_per_step": 4.25, "perf/throughput": thr}
+    return PRE + "step:" + str(step) + " - " + " - ".join(f"{k}:{v!r}" for k, v in m.items())
+
+
+def verl_log(path: Path, steps: int = 3, knobs: dict[str, Any] | None = None, tail: str = "finish",
+             thr: float = 900.0) -> Path:
+    head, cfg = real_config()
+    cfg = copy.deepcopy(cfg)
+    set_key(cfg, verl.TOTAL_TRAINING_STEPS, steps)
+    for k, v in (knobs or {}).items():
+        set_key(cfg, k, v)
+    out = head + [PRE + ln for ln in pprint.pformat(cfg).split("\n")]
+    out.append(PRE + f"Training Progress:   0%|          | 0/{steps} [00:00<?, ?it/s]")
+    for s in range(1, steps + 1):
+        out.append(step_line(s, thr * (0.1 if s == 1 else 1.0) + s))
+    if tail == "finish":
+        out += [PRE + f"Training Progress: 100%|##########| {steps}/{steps} [00:15<00:00,  4.1s/it]",
+                "Traceback (most recent call last):",
+                "RuntimeError: DataLoader worker (pid 51234) is killed by signal: Terminated."]
+    elif tail == "oom":
+        out += ["ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_update_actor()",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.64 GiB."]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def dump(url: str) -> dict[str, list]:
+    """Every row of every table (Optuna's and autotune's): what must not change."""
+    eng = create_engine(url)
+    try:
+        with eng.connect() as c:
+            return {t: sorted(map(repr, c.execute(text(f'SELECT * FROM "{t}"')).all()))
+                    for t in inspect(eng).get_table_names()}
+    finally:
+        eng.dispose()
+
+
+ARGS = ("--model", "qwen2.5-0.5b", "--gpu-type", "h100")
+
+
+def test_a_finished_run_is_a_measured_trial(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    log = verl_log(tmp_path / "run1" / "verl.log", knobs={verl.PARAM_KEYS["gpu_memory_utilization"][0]: 0.6})
+    code, out, err = cli_run(capsys, "import", str(log), *ARGS, "--storage", sqlite_url, "--study", "s")
+    assert code == 0, err
+    assert "as trial 0" in out and "903.0 tokens/s/GPU at step 3" in out and err == ""
+    store = Store(sqlite_url)
+    (row,) = store.trials("s")
+    assert (row.status, row.backend, row.simulated, row.launched, row.origin) == ("ok", "import", False, True,
+                                                                                 "import")
+    assert row.throughput == 903.0 and row.params["gpu_memory_utilization"] == 0.6
+    assert row.phase_timings == {"step": 4.25, "gen": 2.5, "old_log_prob": 0.4, "adv": 0.0123,
+                                 "update_actor": 0.9, "update_weights": 0.3}
+    assert row.framework_memory_gib == 34.25 and row.predicted_throughput and row.predicted_memory
+    assert [s.step for s in store.steps(row.id)] == [1, 2, 3]
+    assert row.extra["imported"]["kind"] == "console" and len(row.extra["imported"]["sha256"]) == 64
+    assert row.extra["failure"] is None and row.log_path == str(log.resolve())
+    study = optuna.load_study(study_name="s", storage=sqlite_url)
+    (t,) = study.trials
+    assert t.state == optuna.trial.TrialState.COMPLETE and t.value == 903.0 and t.user_attrs["origin"] == "import"
+    # the study holds the run's workload, read from what verl printed
+    srow = store.get_study("s")
+    job = dict(map(tuple, srow.job))
+    assert job[verl.TRAIN_BATCH_SIZE] == 4 and job[verl.ROLLOUT_N] == 2 and srow.backend == "verl"
+    # `status` shows it like any trial
+    code, out, _ = cli_run(capsys, "status", "--storage", sqlite_url, "--study", "s")
+    assert code == 0 and "import" in out and "903.0" in out
+
+
+def test_reimport_and_bad_files_change_nothing(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    log = verl_log(tmp_path / "verl.log")
+    assert cli_run(capsys, "import", str(log), *ARGS, "--storage", sqlite_url, "--study", "s")[0] == 0
+    before = dump(sqlite_url)
+    (tmp_path / "bin.log").write_bytes(b"\x00\x01\x02verl")
+    (tmp_path / "empty.log").write_text("")
+    (tmp_path / "notes.txt").write_text("my notes about a run\nthroughput was good\n")
+    fsdp = verl_log(tmp_path / "fsdp" / "verl.log")
+    fsdp.write_text(fsdp.read_text().replace("'megatron': {", "'fsdp_config': {"))
+    other = verl_log(tmp_path / "other" / "verl.log", knobs={verl.TRAIN_BATCH_SIZE: 64, verl.PPO_MINI_BATCH_SIZE: 8})
+    gpus = verl_log(tmp_path / "gpus" / "verl.log", knobs={verl.N_GPUS_PER_NODE: 8})
+    files = [log, tmp_path / "bin.log", tmp_path / "empty.log", tmp_path / "notes.txt", tmp_path / "missing.log",
+             fsdp, other, gpus]
+    code, out, err = cli_run(capsys, "import", *map(str, files), *ARGS, "--storage", sqlite_url, "--study", "s")
+    assert code == 2 and out == ""
+    lines = err.strip().split("\n")
+    assert len(lines) == len(files) + 1, err  # one line each, then the verdict
+    assert "already imported as trial 0" in lines[0]
+    assert "binary file" in lines[1] and "empty" in lines[2] and "not a verl run's output" in lines[3]
+    assert "no such file" in lines[4] and "not a Megatron actor" in lines[5]
+    assert "data.train_batch_size is 64 in the run, 4 in the study's job" in lines[6]
+    assert "trainer.n_gpus_per_node is 8 in the run, 1 in the study" in lines[7]
+    assert "nothing imported" in lines[-1] and "unchanged" in lines[-1]
+    assert dump(sqlite_url) == before
+
+
+@pytest.mark.postgres
+def test_nothing_importable_leaves_postgresql_as_it_was(tmp_path: Path, postgres_url: str, capsys) -> None:
+    log = verl_log(tmp_path / "verl.log")
+    study = f"imp-{tmp_path.name}"[-60:]
+    assert cli_run(capsys, "import", str(log), *ARGS, "--storage", postgres_url, "--study", study)[0] == 0
+    before = dump(postgres_url)
+    (tmp_path / "notes.txt").write_text("nothing of verl here\n")
+    code, _, err = cli_run(capsys, "import", str(log), str(tmp_path / "notes.txt"), *ARGS, "--storage", postgres_url,
+                           "--study", study)
+    assert code == 2 and "already imported" in err and "not a verl run's output" in err
+    assert dump(postgres_url) == before
+
+
+def test_nothing_importable_creates_no_database(tmp_path: Path, capsys) -> None:
+    (tmp_path / "notes.txt").write_text("no verl\n")
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    code, _, err = cli_run(capsys, "import", str(tmp_path / "notes.txt"), *ARGS, "--storage", url)
+    assert code == 2 and "not a verl run's output" in err
+    assert not (tmp_path / "new.db").exists()
+
+
+def test_an_oom_run_and_an_unfinished_one(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    oom = verl_log(tmp_path / "a" / "verl.log", steps=3, tail="oom",
+                   knobs={verl.PARAM_KEYS["tp"][0]: 1, verl.PARAM_KEYS["gpu_memory_utilization"][0]: 0.7})
+    oom.write_text("\n".join(ln for ln in oom.read_text().split("\n") if "step:3 " not in ln))
+    cut = verl_log(tmp_path / "b" / "verl.log", steps=3, tail="none")
+    cut.write_text("\n".join(ln for ln in cut.read_text().split("\n") if "step:3 " not in ln))
+    code, out, err = cli_run(capsys, "import", str(oom), str(cut), *ARGS, "--storage", sqlite_url, "--study", "s")
+    assert code == 0, err
+    rows = {Path(r.log_path).parent.name: r for r in Store(sqlite_url).trials("s")}
+    assert (rows["a"].status, rows["a"].extra["failure"]) == ("oom", "gpu_oom")
+    assert "Tried to allocate 4.64 GiB" in rows["a"].reason and rows["a"].throughput is None
+    assert (rows["b"].status, rows["b"].extra["failure"]) == ("failed", "incomplete")
+    assert "ends after 2 step(s)" in rows["b"].reason
+    states = {t.number: t.state for t in optuna.load_study(study_name="s", storage=sqlite_url).trials}
+    assert states[rows["a"].number] == optuna.trial.TrialState.PRUNED
+    assert states[rows["b"].number] == optuna.trial.TrialState.FAIL
+
+
+def _jsonl_from(log: Path, path: Path) -> Path:
+    from autotune.verl_runs import steps_from_console
+
+    steps = steps_from_console(log.read_text())
+    path.write_text("".join(json.dumps({"step": s, "data": {**m, "perf/throughput": m["perf/throughput"] + 0.25}})
+                            + "\n" for s, m in sorted(steps.items())))
+    return path
+
+
+def test_a_metrics_jsonl_takes_its_config_from_the_console_log_beside_it(tmp_path: Path, sqlite_url: str,
+                                                                          capsys) -> None:
+    log = verl_log(tmp_path / "trial" / "verl.log", knobs={verl.PARAM_KEYS["rollout_tp"][0]: 1})
+    jl = _jsonl_from(log, tmp_path / "trial" / "metrics.jsonl")
+    code, out, err = cli_run(capsys, "import", str(jl), *ARGS, "--storage", sqlite_url, "--study", "s")
+    assert code == 0, err
+    (row,) = Store(sqlite_url).trials("s")
+    assert row.throughput == 903.25  # the file logger's value wins
+    assert row.extra["imported"]["kind"] == "jsonl" and row.extra["imported"]["config_from"] == str(log)
+    # given together, the log and its metrics are one run
+    code, _, err = cli_run(capsys, "import", str(log), str(jl), *ARGS, "--storage", sqlite_url, "--study", "s2")
+    assert code == 0 and "the metrics of" in err and len(Store(sqlite_url).trials("s2")) == 1
+
+
+def test_a_lone_jsonl_needs_the_job(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    log = verl_log(tmp_path / "x" / "verl.log")
+    jl = _jsonl_from(log, tmp_path / "alone" / "metrics.jsonl") if (tmp_path / "alone").mkdir() is None else None
+    code, _, err = cli_run(capsys, "import", str(jl), *ARGS, "--storage", sqlite_url)
+    assert code == 2 and "--job" in err
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({verl.TRAIN_BATCH_SIZE: 4, verl.PPO_MINI_BATCH_SIZE: 4, verl.ROLLOUT_N: 2,
+                                   verl.PARAM_KEYS["tp"][0]: 1, verl.PARAM_KEYS["rollout_tp"][0]: 1}))
+    code, out, err = cli_run(capsys, "import", str(jl), *ARGS, "--gpus", "1", "--job", str(job), "--storage",
+                             sqlite_url, "--study", "j")
+    assert code == 0, err
+    (row,) = Store(sqlite_url).trials("j")
+    assert row.status == "ok" and row.params["tp"] == 1 and row.extra["imported"]["config_from"] == "job"
+
+
+def test_into_a_simulated_study_is_refused(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    code, _, _ = cli_run(capsys, "run", "--model", "qwen2.5-0.5b", "--gpus", "1", "--backend", "simulate",
+                         "--n-trials", "1", "--storage", sqlite_url, "--study", "sim", "--confirm", "0")
+    assert code == 0
+    before = dump(sqlite_url)
+    code, _, err = cli_run(capsys, "import", str(verl_log(tmp_path / "verl.log")), "--storage", sqlite_url,
+                           "--study", "sim")
+    assert code == 2 and "'simulate' study" in err and dump(sqlite_url) == before
+
+
+def test_the_dashboard_shows_imported_trials(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from autotune.dashboard.app import create_app
+
+    log = verl_log(tmp_path / "verl.log")
+    oom = verl_log(tmp_path / "b" / "verl.log", tail="oom", knobs={verl.PARAM_KEYS["gpu_memory_utilization"][0]: 0.8})
+    oom.write_text("\n".join(ln for ln in oom.read_text().split("\n") if "step:3 " not in ln))
+    assert cli_run(capsys, "import", str(log), str(oom), *ARGS, "--storage", sqlite_url, "--study", "s")[0] == 0
+    client = TestClient(create_app(sqlite_url), base_url="http://127.0.0.1:8080")
+    assert client.get("/study/s").status_code == 200
+    page = client.get("/study/s/trial/0")
+    assert page.status_code == 200 and "903.0" in page.text
+    data = client.get("/api/study/s/trials").json()
+    assert "import" in json.dumps(data) and "Tried to allocate 4.64 GiB" in json.dumps(data)
