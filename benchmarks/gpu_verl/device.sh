@@ -44,11 +44,14 @@ setup() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a /root/smoke/device.log
     python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)' \
         | tee -a /root/smoke/device.log
-    python3 "$REPO"/benchmarks/gpu_verl/import_check.py 2>&1 | grep -v "Warning\|warn(" | tee -a /root/smoke/device.log
+    # `autotune doctor` (what the verl runner also runs before its first trial) beside the workload's writing
+    (cd /root/smoke && python3 -m autotune doctor --model "${AT_MODEL:-qwen2.5-0.5b}" > doctor.txt 2>&1; echo "doctor exit $?" >> doctor.txt) &
     if [ ! -f /root/work/model/config.json ]; then
         python3 "$REPO"/benchmarks/gpu_verl/workload.py /root/work --model "${AT_MODEL:-qwen2.5-0.5b}" 2>&1 \
             | tail -1 | tee -a /root/smoke/device.log
     fi
+    wait
+    cat /root/smoke/doctor.txt
     log "setup done"
 }
 
