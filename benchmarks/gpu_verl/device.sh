@@ -69,6 +69,9 @@ start() {
 progress() {
     python3 -m autotune status --storage sqlite:////root/smoke/smoke.db 2>&1 | tail -25
     tail -3 /root/smoke/plan.out
+    local last
+    last=$(ls -td /root/smoke/trials/*/trial_* 2>/dev/null | head -1)
+    [ -n "$last" ] && { echo "-- $last"; tail -4 "$last"/verl.ts.log 2>/dev/null | cut -c1-240; }
     nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 }
 
