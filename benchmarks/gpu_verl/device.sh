@@ -91,7 +91,7 @@ collect() {
     python3 -m autotune status --storage sqlite:////root/smoke/smoke.db --all > $b/status.txt 2>&1
     python3 -m autotune status --storage sqlite:////root/smoke/smoke.db --json > $b/status.json 2>&1
     # Each trial's console (byte-exact, with the time-stamped copy) and metrics; logs over 2 MB keep head and tail.
-    find /root/smoke/trials -maxdepth 3 -type f \( -name '*.log' -o -name '*.jsonl' -o -name 'command*.json' \
+    find /root/smoke/trials -maxdepth 3 -type f \( -name '*.log' -o -name '*.jsonl' -o -name '*.csv' \
         -o -name '*.json' \) | while read -r f; do
         rel=${f#/root/smoke/trials/}; mkdir -p "$b/trials/$(dirname "$rel")"
         if [ "$(stat -c %s "$f")" -gt 2000000 ]; then
