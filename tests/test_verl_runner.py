@@ -240,6 +240,18 @@ def test_gpu_monitor_peaks_per_gpu() -> None:
     assert mon.wait_released(usage.baseline_gib, 0.5, 0.1)  # GPU 1 still holds 1 GiB more
 
 
+def test_gpu_monitor_traces_every_sample(tmp_path: Path) -> None:
+    """The trace is memory per moment: a header, then one row per sample (time since start, GiB per GPU)."""
+    nv = FakeNVML([1.0, 1.0])
+    mon = GpuMonitor(interval_s=3600, nvml=nv, trace=tmp_path / "gpu.csv")  # samples at start and at stop only
+    mon.start()
+    nv.used[1] = 60.0
+    usage = mon.stop()
+    rows = (tmp_path / "gpu.csv").read_text().splitlines()
+    assert rows[0] == "t_s,gpu0_used_gib,gpu1_used_gib"
+    assert rows[-1].endswith(",1.000,60.000") and len(rows) == 1 + usage.samples
+
+
 def test_gpus_not_given_back_stop_the_next_trial(tmp_path: Path) -> None:
     nv = FakeNVML([0.5] * 8)
 

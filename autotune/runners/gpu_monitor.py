@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 GIB = 2**30
@@ -59,6 +60,7 @@ class GpuMonitor:
     interval_s: float = 0.5
     nvml: Any = None  # the pynvml module; injectable so the arithmetic can be tested without GPUs
     reason: str = ""
+    trace: Path | None = None  # a CSV of every sample (seconds since start, GiB used per GPU): memory per moment
     _handles: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -99,8 +101,13 @@ class GpuMonitor:
         self._peak = list(self.baseline)
         self._util_sum = [0.0] * len(self._handles)
         self._n = 0
+        self._t0 = time.monotonic()
+        self._trace = None
         if not self.available:
             return
+        if self.trace is not None:
+            self._trace = self.trace.open("w")
+            self._trace.write("t_s," + ",".join(f"gpu{i}_used_gib" for i in range(len(self._handles))) + "\n")
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="gpu-monitor")
         self._thread.start()
@@ -112,6 +119,8 @@ class GpuMonitor:
 
     def _sample(self) -> None:
         used = self.used_gib()
+        if self._trace is not None:
+            self._trace.write(f"{time.monotonic() - self._t0:.2f}," + ",".join(f"{u:.3f}" for u in used) + "\n")
         for i, u in enumerate(used):
             self._peak[i] = max(self._peak[i], u)
             try:
@@ -136,6 +145,9 @@ class GpuMonitor:
         if self._thread:
             self._thread.join(timeout=5)
         self._sample()
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
         n = max(self._n, 1)
         return GpuUsage(True, self.reason, tuple(self.baseline), tuple(self._peak),
                         tuple(u / n for u in self._util_sum), self._n)

@@ -243,6 +243,7 @@ class VerlRunner(Runner):
             f"{verl.FILE_LOGGER_ENV}={shlex.quote(str(jsonl))} " + " ".join(shlex.quote(a) for a in argv) + "\n")
 
         monitor = self._gpu()
+        monitor.trace = trial_dir / f"gpu{sfx}.csv"
         monitor.start()
         started = time.monotonic()
         log = RunLog(LineTail(log_path), LineTail(jsonl), stamps=trial_dir / f"verl{sfx}.ts.log", started=started)

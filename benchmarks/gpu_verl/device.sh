@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The verl GPU smoke on a lent GPU machine, one step per device call (README.md beside this file says the order).
+# Runs in the repository root of the device's copy of the working tree. Everything it keeps between calls lives
+# under /root (a warm machine keeps it; a fresh one starts bare): /root/chunks (payload parts), /root/site (the
+# packages the machine lacks), /root/at_src (a frozen copy of autotune for the background study), /root/work (the
+# workload), /root/smoke (the study's database, trials and logs).
+#
+#   device.sh stage K               move this call's payload part (.stageK/) to /root/chunks
+#   device.sh setup                 unpack the payload, check imports, write the workload
+#   device.sh start PLAN            start the smoke plan (plans/PLAN.sh) in the background, detached from the call
+#   device.sh wait SECONDS          follow the plan until it ends or SECONDS pass; print its progress
+#   device.sh collect               trim logs, pack the results into $OUT (one bundle of at most 16 MiB)
+#   device.sh stop                  SIGINT the running study (its running trial is recorded interrupted), then collect
+set -uo pipefail
+REPO=$(pwd)
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /root/chunks /root/smoke
+export PYTHONPATH=/root/at_src:/root/site PATH=/root/site/bin:$PATH
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
+log() { echo "[$(date -u +%T)] $*" | tee -a /root/smoke/device.log; }
+
+stage() {
+    local k=$1
+    mv ".stage$k"/* /root/chunks/ 2>/dev/null || { log "stage $k: no .stage$k in the working tree"; exit 1; }
+    log "stage $k: $(ls /root/chunks | wc -l) files, $(du -sh /root/chunks | cut -f1) held; disk $(df -h /root | tail -1 | awk '{print $4}') free"
+}
+
+setup() {
+    if [ ! -d /root/site ]; then
+        local expected
+        expected=$(cut -c1-64 /root/chunks/payload.sha256)
+        cat /root/chunks/payload.tar.xz.part* > /root/payload.tar.xz
+        [ "$(sha256sum /root/payload.tar.xz | cut -c1-64)" = "$expected" ] || { log "payload checksum differs"; exit 1; }
+        xz -d -T0 < /root/payload.tar.xz | tar xf - -C /root || { log "unpack failed"; exit 1; }
+        rm -f /root/payload.tar.xz
+        log "unpacked: $(du -sh /root/site | cut -f1)"
+    fi
+    if [ "${AT_PATCH_MBRIDGE:-0}" = 1 ]; then  # the hand fix of the 2026-11-23 run (autotune's own shim replaces it)
+        sed -i 's/ModelType\.encoder_and_decoder/getattr(ModelType, "encoder_and_decoder", None)/g' \
+            /root/site/mbridge/core/util.py && log "mbridge patched by hand (AT_PATCH_MBRIDGE=1)"
+    fi
+    rm -rf /root/at_src && mkdir -p /root/at_src && cp -r "$REPO"/autotune "$REPO"/benchmarks "$REPO"/search_spaces \
+        "$REPO"/pyproject.toml /root/at_src/
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a /root/smoke/device.log
+    python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)' \
+        | tee -a /root/smoke/device.log
+    # `autotune doctor` (what the verl runner also runs before its first trial) beside the workload's writing
+    (cd /root/smoke && python3 -m autotune doctor --model "${AT_MODEL:-qwen2.5-0.5b}" > doctor.txt 2>&1; echo "doctor exit $?" >> doctor.txt) &
+    if [ ! -f /root/work/model/config.json ]; then
+        python3 "$REPO"/benchmarks/gpu_verl/workload.py /root/work --model "${AT_MODEL:-qwen2.5-0.5b}" 2>&1 \
+            | tail -1 | tee -a /root/smoke/device.log
+    fi
+    wait
+    cat /root/smoke/doctor.txt
+    log "setup done"
+}
+
+start() {
+    local plan="$REPO/benchmarks/gpu_verl/plans/$1.sh"
+    [ -f "$plan" ] || { log "no plan $plan"; exit 1; }
+    cp "$plan" /root/smoke/plan.sh
+    cd /root/smoke || exit 1
+    # setsid: the plan outlives this device call (the machine keeps it running until it is given back).
+    setsid nohup bash /root/smoke/plan.sh > /root/smoke/plan.out 2>&1 < /dev/null &
+    echo $! > /root/smoke/plan.pid
+    log "plan $1 started (pid $(cat /root/smoke/plan.pid))"
+}
+
+progress() {
+    python3 -m autotune status --storage sqlite:////root/smoke/smoke.db 2>&1 | tail -25
+    tail -3 /root/smoke/plan.out
+    local last
+    last=$(ls -td /root/smoke/trials/*/trial_* 2>/dev/null | head -1)
+    [ -n "$last" ] && { echo "-- $last"; tail -4 "$last"/verl.ts.log 2>/dev/null | cut -c1-240; }
+    nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+}
+
+running() { [ -f /root/smoke/plan.pid ] && kill -0 "$(cat /root/smoke/plan.pid)" 2>/dev/null; }
+
+wait_for() {
+    local limit=$1 t0=$SECONDS
+    while running && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 10; done
+    running && log "plan still running after ${limit}s" || log "plan ended"
+    progress
+}
+
+collect() {
+    local b=/root/bundle
+    rm -rf $b && mkdir -p $b
+    cp /root/smoke/*.db /root/smoke/*.out /root/smoke/*.log /root/smoke/*.txt $b/ 2>/dev/null
+    python3 -m autotune status --storage sqlite:////root/smoke/smoke.db --all > $b/status.txt 2>&1
+    python3 -m autotune status --storage sqlite:////root/smoke/smoke.db --json > $b/status.json 2>&1
+    # Each trial's console (byte-exact, with the time-stamped copy) and metrics; logs over 2 MB keep head and tail.
+    find /root/smoke/trials -maxdepth 3 -type f \( -name '*.log' -o -name '*.jsonl' -o -name '*.csv' \
+        -o -name '*.json' \) | while read -r f; do
+        rel=${f#/root/smoke/trials/}; mkdir -p "$b/trials/$(dirname "$rel")"
+        if [ "$(stat -c %s "$f")" -gt 2000000 ]; then
+            { head -c 1000000 "$f"; printf '\n[... trimmed by device.sh collect: %s bytes in all ...]\n' \
+                "$(stat -c %s "$f")"; tail -c 900000 "$f"; } > "$b/trials/$rel"
+        else cp "$f" "$b/trials/$rel"; fi
+    done
+    # Ray's worker logs of failed trials (kept by the runner): the .err/.out files, tails only.
+    for d in /tmp/at-ray-*; do
+        [ -d "$d" ] || continue
+        find "$d" -path '*logs*' \( -name '*.err' -o -name '*.out' \) -size +0 | while read -r f; do
+            dst="$b/ray/$(basename "$d")/$(basename "$f")"; mkdir -p "$(dirname "$dst")"; tail -c 200000 "$f" > "$dst"
+        done
+    done
+    tar cf - -C /root bundle | xz -6 -T0 > "$OUT/smoke_bundle.tar.xz"
+    ls -la "$OUT"
+}
+
+case "${1:-}" in
+    stage) stage "$2" ;;
+    setup) setup ;;
+    start) start "$2" ;;
+    wait) wait_for "$2" ;;
+    collect) collect ;;
+    stop) [ -f /root/smoke/plan.pid ] && pkill -INT -f "autotune run" ; sleep 60; progress; collect ;;
+    *) echo "usage: device.sh stage K | setup | start PLAN | wait SECONDS | collect | stop" >&2; exit 2 ;;
+esac
