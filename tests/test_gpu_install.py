@@ -53,3 +53,16 @@ def test_readme_docs_and_dockerfile_install_with_the_constraints() -> None:
         assert "verl[vllm,megatron]" not in text
     assert "autotune doctor" in _code_blocks(readme) and "autotune doctor" in _code_blocks(docs)
     assert (ROOT / "scripts" / "check_gpu_install.sh").stat().st_mode & 0o111
+
+
+def test_the_gpu_smokes_payload_carries_the_same_versions() -> None:
+    """benchmarks/gpu_verl/payload.txt (what the lent GPU ran with) and the constraints never disagree."""
+    payload = ROOT / "benchmarks" / "gpu_verl" / "payload.txt"
+    p = pins()
+    carried = {}
+    for line in payload.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            n, v = line.split("==")
+            carried[norm(n)] = v.strip()
+    assert {n: (v, p.get(n)) for n, v in carried.items() if p.get(n) != v} == {}

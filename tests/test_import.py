@@ -258,3 +258,25 @@ def test_the_dashboard_shows_imported_trials(tmp_path: Path, sqlite_url: str, ca
     assert page.status_code == 200 and "903.0" in page.text
     data = client.get("/api/study/s/trials").json()
     assert "import" in json.dumps(data) and "Tried to allocate 4.64 GiB" in json.dumps(data)
+
+
+def test_a_runner_trials_own_log_imports_as_the_same_configuration(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    """A trial folder the verl runner wrote (here through the test double, which prints the config as verl does)
+    imports back as the candidate that ran, with the same measured numbers."""
+    from autotune.candidate import Candidate
+    from tests.conftest import make_setup
+    from tests.fake_verl import env_for, fake_runner, make_spec
+
+    setup = make_setup(model="qwen2.5-0.5b", gpus=2)
+    cand = Candidate(tp=2, pp=1, rollout_tp=1, ppo_micro_batch_size_per_gpu=2, gpu_memory_utilization=0.6,
+                     log_prob_micro_batch_size_per_gpu=4).normalized()
+    res = fake_runner(env_for(tmp_path / "rec.jsonl", FAKE_VERL_TEARDOWN_S="0.1"), preflight=False).run(
+        make_spec(setup, tmp_path / "t", cand=cand))
+    assert res.status.value == "ok"
+    log = Path(res.log_path)
+    code, out, err = cli_run(capsys, "import", str(log.parent / "metrics.jsonl"), "--model", "qwen2.5-0.5b",
+                             "--storage", sqlite_url, "--study", "back")
+    assert code == 0, err
+    (row,) = Store(sqlite_url).trials("back")
+    assert row.candidate_key == cand.key() and row.throughput == pytest.approx(res.throughput)
+    assert row.phase_timings == pytest.approx(res.phase_timings)

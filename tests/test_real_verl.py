@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
 from autotune.job import Job
@@ -146,7 +147,10 @@ def test_double_ray_init_kwargs_and_hydra_line_parse_like_the_real_ones(tmp_path
     ro, do = hydra_overrides(real), hydra_overrides(lines)
     assert ro[:3] == do[:3] == ["model_engine=megatron", "algorithm.adv_estimator=grpo",
                                 "actor_rollout_ref.rollout.name=vllm"]
-    assert {o.split("=")[0] for o in do if o.startswith("+")} == {o.split("=")[0] for o in ro if o.startswith("+")}
+    plus_real = {o.split("=")[0] for o in ro if o.startswith("+")}
+    plus_double = {o.split("=")[0] for o in do if o.startswith("+")}
+    # the real log was recorded before the runner passed its Ray setup hook (the stack's shims, verl_shims.py)
+    assert plus_real <= plus_double and plus_double - plus_real <= {verl.RAY_SETUP_HOOK_KEY}
 
 
 def test_double_step_lines_parse_the_same_behind_the_real_actor_prefix(tmp_path: Path) -> None:

@@ -4,8 +4,10 @@ It is not verl and trains nothing. It reproduces what the runner observes of a r
 - the Hydra override argv it is given (checked: the keys a short autotune trial must carry, and the file logger
   path passed both as VERL_FILE_LOGGER_PATH and through `+ray_kwargs.ray_init.runtime_env.env_vars`);
 - driver output as Ray forwards it: `ray init kwargs: ...`, worker noise, and per step the console logger's line
-  `(TaskRunnerV1 pid=N) step:N - key:value - ...` (verl/utils/logger/aggregate_logger.py: pprint of numbers, numpy
-  scalars as `np.float64(x)`), printed inside the TaskRunnerV1 actor;
+  `(TaskRunnerV1 pid=N) step:N - key:value - ...` (verl/utils/logger/aggregate_logger.py: plain floats, as a real
+  verl 0.9.1 run printed them), printed inside the TaskRunnerV1 actor, after its pprint of the resolved config
+  (here: the part the overrides set); vLLM's lines behind two prefixes "(vLLMHttpServer pid=N) (EngineCore pid=M)";
+  after the last step the trainer's progress bar at 100% and torch's DataLoader teardown traceback (exit code 0);
 - the JSONL file logger (verl/utils/tracking.py FileLogger: "Creating file logger at ...", file opened "wb",
   one `{"step": N, "data": {...}}` line per step);
 - a process tree like Ray's (child "raylet"/"worker" processes in the same session);
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import pprint
 import signal
 import subprocess
 import sys
@@ -45,6 +48,46 @@ SHORT_RUN_KEYS = ("trainer.total_training_steps", "trainer.val_before_train", "t
                   "actor_rollout_ref.rollout.max_model_len")
 LOGGER_KEY = "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
 RAY_INIT_KEY = "ray_kwargs.ray_init."
+
+
+VLLM_PRE = "(vLLMHttpServer pid=4101) (EngineCore pid=4242)"  # vLLM 0.24's engine inside verl's server actor
+DATALOADER_TEARDOWN = (
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/torch/utils/data/_utils/signal_handling.py", line 73, in handler',
+    "    _error_if_any_worker_fails()",
+    "RuntimeError: DataLoader worker (pid 51234) is killed by signal: Terminated.",
+)
+
+
+def typed(value: str) -> object:
+    """An override's value as verl's resolved config holds it (Hydra's grammar, simplified)."""
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "none"):
+        return None
+    if value.startswith("[") and value.endswith("]"):
+        return [typed(v.strip()) for v in value[1:-1].split(",") if v.strip()]
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value.strip("'")
+
+
+def printed_config(ov: dict[str, str]) -> dict:
+    """The part of verl's printed config that the overrides set, nested as verl prints it (its keys sorted)."""
+    root: dict = {}
+    for key, value in sorted(ov.items()):
+        if key.startswith("ray_kwargs.") or "." not in key:
+            continue
+        node = root
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = typed(value)
+    return root
 
 
 def parse_overrides(argv: list[str]) -> dict[str, str]:
@@ -244,6 +287,8 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
             "To append to your config use +actor_rollout_ref.actor.megatron.grad_offload=True",
         ])
     time.sleep(float(os.environ.get("FAKE_VERL_STARTUP_S", "0.3")))
+    for ln in pprint.pformat(printed_config(ov)).split("\n"):  # TaskRunnerV1.run: pprint of the resolved config
+        out(f"{pre} {ln}")
     if mode == "no_gpus":  # verl on a machine without GPUs (tests/data/real_verl_cpu.log): data loaded, then this
         out(f"{pre} Using dataset class: RLHFDataset")
         out(f"{pre} dataset len: 32")
@@ -270,11 +315,11 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
             time.sleep(1.0)
     if mode == "vllm_start_oom":
         hydra_fail(argv, [
-            f"{pre} (EngineCore_DP0 pid=4242) ERROR 01-01 00:00:10 [core.py:708] EngineCore failed to start.",
-            "(EngineCore_DP0 pid=4242) Traceback (most recent call last):",
-            '(EngineCore_DP0 pid=4242)   File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_worker.py", line 191,'
+            f"{VLLM_PRE} ERROR 01-01 00:00:10 [core.py:708] EngineCore failed to start.",
+            f"{VLLM_PRE} Traceback (most recent call last):",
+            f'{VLLM_PRE}   File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_worker.py", line 191,'
             " in init_device",
-            "(EngineCore_DP0 pid=4242) ValueError: Free memory on device (30.12/79.11 GiB) on startup is less than "
+            f"{VLLM_PRE} ValueError: Free memory on device (30.12/79.11 GiB) on startup is less than "
             "desired GPU memory utilization (0.9, 71.2 GiB). Decrease GPU memory utilization or reduce GPU memory "
             "used by other processes.",
             "ray.exceptions.RayTaskError(RuntimeError): ray::vLLMHttpServer.launch_server() (pid=4242)",
@@ -282,8 +327,8 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
         ])
     if mode == "kv_cache":
         hydra_fail(argv, [
-            "(EngineCore_DP0 pid=4243) ERROR 01-01 00:00:11 [core.py:708] EngineCore failed to start.",
-            "(EngineCore_DP0 pid=4243) ValueError: To serve at least one request with the models's max seq len "
+            f"{VLLM_PRE} ERROR 01-01 00:00:11 [core.py:708] EngineCore failed to start.",
+            f"{VLLM_PRE} ValueError: To serve at least one request with the models's max seq len "
             "(10240), (1.31 GiB KV cache is needed, which is larger than the available KV cache memory (0.55 GiB). "
             "Based on the available memory, the estimated maximum model length is 4288. Try increasing "
             "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
@@ -323,15 +368,14 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
             "prompt_length/mean": 310.5, "prompt_length/max": 1024.0,
             "actor/perf/max_memory_allocated_gb": 41.25 + step,
             "actor/perf/max_memory_reserved_gb": 52.0 + step, "actor/perf/cpu_memory_used_gb": 88.1,
-            "timing_s/gen": t_step * 0.55, "timing_s/old_log_prob": t_step * 0.1,
+            "timing_s/gen": t_step * 0.55, "timing_s/old_log_prob": t_step * 0.1, "timing_s/adv": t_step * 0.001,
             "timing_s/update_actor": t_step * 0.3, "timing_s/update_weights": t_step * 0.05,
             "timing_s/step": t_step, "perf/total_num_tokens": 4096 * 8, "perf/time_per_step": t_step,
             "perf/throughput": thr, "perf/mfu/actor": 0.31,
         }
         parts = [f"step:{step}"]
-        for k, v in metrics.items():  # numpy scalars print as np.float64(...) (pprint of numpy 2 scalars)
-            wrapped = k.startswith("timing_s/") or k in ("actor/pg_loss", "critic/score/mean")
-            parts.append(f"{k}:np.float64({v!r})" if wrapped else f"{k}:{v!r}")
+        for k, v in metrics.items():  # plain floats, as a real verl 0.9.1 run prints them (issue 15)
+            parts.append(f"{k}:{v!r}")
         out(pre + " " + " - ".join(parts))
         if jsonl:
             jsonl.write(json.dumps({"step": step, "data": metrics}).encode() + b"\n")
@@ -345,7 +389,10 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
                 "(WorkerDict pid=5151) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
                 "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
             ])
+    out(f"{pre} Training Progress: 100%|##########| {total}/{total} [00:01<00:00, 1.0s/it]")
     time.sleep(float(os.environ.get("FAKE_VERL_TEARDOWN_S", "3")))  # Ray shutting down its workers
+    for ln in DATALOADER_TEARDOWN:  # torch's DataLoader workers killed as Ray shuts the actor down
+        out(ln)
     for pid in children[:2]:
         try:
             os.kill(pid, signal.SIGTERM)
