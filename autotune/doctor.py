@@ -10,6 +10,7 @@ find also picks the job defaults the runner adds where the job sets nothing (att
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -77,10 +78,39 @@ def with_autotune_on_path(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def torch_cudnn_lib() -> str | None:
+    """The folder of the cuDNN that torch loads (the nvidia-cudnn wheel), without importing torch; None without it."""
+    try:
+        spec = importlib.util.find_spec("nvidia.cudnn")
+    except (ImportError, ValueError):
+        return None
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        lib = Path(loc) / "lib"
+        if any(lib.glob("libcudnn.so*")):
+            return str(lib)
+    return None
+
+
+def stack_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of verl's processes (and of the doctor's child, which checks exactly that): autotune
+    importable, and torch's cuDNN found first by the dynamic loader.
+
+    Transformer Engine loads cuDNN from CUDA_HOME or /usr/local/cuda before Python packages, and cuDNN opens its
+    sub-libraries by name: where the machine has a system cuDNN of another release than torch's wheel, the two mix
+    and TE does not load (`libcudnn_heuristic.so.9: undefined symbol ...`, seen on an H100 node, 2026-11-24).
+    """
+    out = with_autotune_on_path(env)
+    lib = torch_cudnn_lib()
+    parts = [p for p in out.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    if lib and lib not in parts:
+        out["LD_LIBRARY_PATH"] = os.pathsep.join([lib, *parts])
+    return out
+
+
 def probe(head_dim: int, python: str = sys.executable, env: Mapping[str, str] | None = None,
           timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[list[dict[str, Any]], str]:
     """The child's records, and why they are incomplete ("" when it finished)."""
-    env = with_autotune_on_path(os.environ if env is None else env)
+    env = stack_env(os.environ if env is None else env)
     env["PYTHONUNBUFFERED"] = "1"
     try:
         proc = subprocess.run([python, "-m", "autotune.doctor_probe", str(head_dim)], env=env, capture_output=True,

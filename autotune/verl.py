@@ -299,11 +299,27 @@ FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         r"Watchdog caught collective operation timeout", r"NCCL communicator was aborted",
         r"ProcessGroupNCCL.*(?:timeout|Timeout|abort)",
     )),
+    # A Python error in the stack's code, e.g. mbridge 0.15.1 vs megatron-core 0.19 (H100, 2026-11-24:
+    # "AttributeError: type object 'ModelType' has no attribute 'encoder_and_decoder'"): the same on every retry.
+    ("software_error", "failed", (
+        r"^(?:\([^)]*\)\s*)*(?:[\w.]+\.)?(?:AttributeError|TypeError|NameError|NotImplementedError|KeyError): ",
+        r"RayTaskError\((?:AttributeError|TypeError|NameError|NotImplementedError|KeyError)\)",
+    )),
 )
 # Classes matched only in the last lines of a log (the final exception), not in warnings printed at start.
-FINAL_ERROR_CLASSES = ("attention_backend_unavailable", "tokenizer_error", "import_error")
+FINAL_ERROR_CLASSES = ("attention_backend_unavailable", "tokenizer_error", "import_error", "software_error")
 FINAL_ERROR_LINES = 300
 # A vLLM engine that died while starting: a torch OOM under it is the rollout's, not the trainer's.
+# Lines after which a run cannot reach its first step, whatever it does next: vLLM's engine failed to start. verl
+# does not always exit then (its driver may keep waiting on the rollout server): the runner stops the run once it
+# has had FATAL_GRACE_S to exit by itself, and classifies the log as if it had.
+FATAL_LINE_PATTERNS = (
+    r"WorkerProc failed to start", r"Engine core initialization failed", r"EngineDeadError",
+    r"Free memory on device .* on startup is less than desired GPU memory utilization",
+    r"No available memory for the cache blocks",
+    r"KV cache is needed, which is larger than the available KV cache memory",
+)
+FATAL_GRACE_S = 30.0
 VLLM_START_MARKERS = (r"Engine core initialization failed", r"EngineCore", r"EngineDeadError", r"vllm/v1/engine")
 # Lines printed by vLLM's own processes (Ray prefixes; vLLM 0.24 under verl 0.9.1 prints two, the server actor's and
 # the engine core's: "(vLLMHttpServer pid=N) (EngineCore pid=M)"; older vLLM "(EngineCore_DP0 pid=M)").

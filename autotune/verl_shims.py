@@ -2,10 +2,13 @@
 inside verl's Ray worker processes instead of by editing installed files.
 
 - mbridge 0.15.1 (the newest release) compares model types with `ModelType.encoder_and_decoder`, which
-  megatron-core 0.19 removed from `megatron.core.enums.ModelType`: every Megatron actor then dies with an
-  AttributeError while building the model. The shim gives ModelType that name as an alias no model type equals
-  (None), which is what the hand fix `getattr(ModelType, "encoder_and_decoder", None)` in mbridge/core/util.py did.
-  Where megatron-core still has the member, nothing changes.
+  megatron-core 0.19 removed: every Megatron actor then dies with an AttributeError while building the model.
+  megatron-core 0.19 has two ModelType enums (megatron.core.enums and megatron.core.transformer.enums; mbridge
+  takes the second through megatron.core.models.gpt.gpt_model), so the shim patches the class mbridge/core/util.py
+  itself holds, and both of megatron-core's: it gives ModelType that name as an alias no model type equals (None),
+  which is what the hand fix `getattr(ModelType, "encoder_and_decoder", None)` in mbridge/core/util.py did (seen on
+  an H100, 2026-11-24: patching megatron.core.enums alone left the AttributeError). Where megatron-core still has
+  the member, nothing changes.
 
 How it gets there: Ray's runtime_env `worker_process_setup_hook` runs `install()` in every worker process of the
 trial (the verl runner's own local Ray passes SETUP_HOOK; the Ray executor's hook, executors/verl_hook.py, calls
@@ -34,6 +37,8 @@ def _model_type_alias(mod: Any) -> None:
 # module -> the patch applied right after it is first executed
 SHIMS: dict[str, Callable[[Any], None]] = {
     "megatron.core.enums": _model_type_alias,
+    "megatron.core.transformer.enums": _model_type_alias,
+    "mbridge.core.util": _model_type_alias,  # whichever ModelType it imported
 }
 
 

@@ -51,11 +51,14 @@ import enum
 class ModelType(enum.Enum):
     encoder_or_decoder = 1
 '''
-# mbridge 0.15.1's use of the name megatron-core 0.19 removed (mbridge/core/util.py), at import time here
+# mbridge 0.15.1's use of the name megatron-core 0.19 removed (mbridge/core/util.py), at import time here. As in
+# the real packages, mbridge takes ModelType from gpt_model, i.e. megatron.core.transformer.enums's own enum (not
+# megatron.core.enums's, which is another class).
 MBRIDGE_UTIL = '''
-from megatron.core.enums import ModelType
+from megatron.core.models.gpt.gpt_model import ModelType
 IS_ENC_DEC = ModelType.encoder_or_decoder == ModelType.encoder_and_decoder
 '''
+GPT_MODEL = "from megatron.core.transformer.enums import ModelType\n"
 
 
 def write_stack(root: Path, versions: dict[str, str | None] | None = None, modules: dict[str, str] | None = None,
@@ -76,6 +79,8 @@ def write_stack(root: Path, versions: dict[str, str | None] | None = None, modul
         "pynvml": PYNVML.format(used=int(gpu_used_gib * 2**30), nvml_init=nvml_init),
         "transformer_engine": "", "transformer_engine.pytorch": "",
         "megatron": "", "megatron.core": "__version__ = '0.19.2'", "megatron.core.enums": ENUMS,
+        "megatron.core.transformer": "", "megatron.core.transformer.enums": ENUMS,
+        "megatron.core.models": "", "megatron.core.models.gpt": "", "megatron.core.models.gpt.gpt_model": GPT_MODEL,
         "mbridge": "", "mbridge.core": "", "mbridge.core.util": MBRIDGE_UTIL,
         "vllm": "__version__ = '0.24.0'",
         "verl": "__version__ = '0.9.1'", "verl.trainer": "", "verl.trainer.main_ppo": "",

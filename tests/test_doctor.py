@@ -5,6 +5,7 @@ refuses a bad node before it launches anything."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -199,10 +200,13 @@ def test_the_shim_reaches_verls_ray_workers_through_the_setup_hook(tmp_path: Pat
 
     from autotune import verl_shims
     from tests.ray_cluster import ray_cluster
-    from tests.stub_stack import ENUMS, MBRIDGE_UTIL, ROOT
+    from tests.stub_stack import ENUMS, GPT_MODEL, MBRIDGE_UTIL, ROOT
 
     root = tmp_path / "pkgs"
     for rel, src in {"megatron/__init__.py": "", "megatron/core/__init__.py": "", "megatron/core/enums.py": ENUMS,
+                     "megatron/core/transformer/__init__.py": "", "megatron/core/transformer/enums.py": ENUMS,
+                     "megatron/core/models/__init__.py": "", "megatron/core/models/gpt/__init__.py": "",
+                     "megatron/core/models/gpt/gpt_model.py": GPT_MODEL,
                      "mbridge/__init__.py": "", "mbridge/core/__init__.py": "", "mbridge/core/util.py": MBRIDGE_UTIL
                      }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -232,3 +236,23 @@ ray.shutdown()
             proc = subprocess.run([sys.executable, "-c", script, hook, cluster.address], env=env,
                                   capture_output=True, text=True, timeout=300)
             assert want in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+def test_trials_and_the_doctor_find_torchs_cudnn_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system cuDNN of another release must not shadow the nvidia-cudnn wheel torch loads (an H100 node had
+    9.14 in /usr/local/cuda and /lib beside torch's 9.19: Transformer Engine then failed to load)."""
+    import importlib
+
+    from autotune import doctor as doc
+
+    lib = tmp_path / "nvidia" / "cudnn" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudnn.so.9").write_bytes(b"")
+    (tmp_path / "nvidia" / "cudnn" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("nvidia.cudnn", "nvidia"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    importlib.invalidate_caches()
+    env = doc.stack_env({"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"})
+    assert env["LD_LIBRARY_PATH"].split(":") == [str(lib), "/usr/local/cuda/lib64"]
+    assert doc.stack_env(env)["LD_LIBRARY_PATH"] == env["LD_LIBRARY_PATH"]  # once

@@ -125,6 +125,14 @@ def test_failure_classes(tmp_path: Path, mode: str, status: str, kind: str, word
         assert "attempt 2" in res.reason
 
 
+def test_a_run_that_hangs_after_vllm_failed_to_start_is_stopped_and_classified(tmp_path: Path) -> None:
+    """verl's driver may keep waiting after vLLM's worker died: the runner does not wait for --startup-timeout."""
+    res, _, rec, _ = run_mode(tmp_path, "vllm_start_hang", fatal_grace_s=1.0, startup_timeout_s=3600.0)
+    assert res.status == TrialStatus.OOM and res.extra["failure"] == "vllm_start_oom"
+    assert "(0.95, 75.22 GiB)" in res.reason and "autotune stopped the run" in res.reason
+    assert res.extra["timings"]["wall_s"] < 3600 and leftovers(rec) == []
+
+
 def test_crash_unrelated_to_config_is_retried_once(tmp_path: Path) -> None:
     res, _, rec, spec = run_mode(tmp_path, "crash_once")
     assert res.status == TrialStatus.OK

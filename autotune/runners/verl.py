@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import verl, verl_shims
-from autotune.doctor import Diagnosis, run_doctor, with_autotune_on_path
+from autotune.doctor import Diagnosis, run_doctor, stack_env
 from autotune.export import launch_argv
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
@@ -48,6 +48,7 @@ class VerlOptions:
     trial_timeout_s: float = 3600.0  # whole trial, launch to measured step
     stall_timeout_s: float = 1200.0  # without a new training step, once the first step is in
     startup_timeout_s: float = 1800.0  # launch to the first training step (Ray, model build, vLLM start, step 1)
+    fatal_grace_s: float = verl.FATAL_GRACE_S  # after a line no run recovers from, before autotune stops the run
     grace_s: float = 30.0  # SIGTERM -> SIGKILL
     measure_from: int | None = None  # first step of the measured window (default: the measured step alone)
     retries: int = 1  # extra attempts for a crash or NCCL error
@@ -255,6 +256,7 @@ class VerlRunner(Runner):
         timings: dict[str, float] = {}
         status: TrialStatus | None = None
         reason, failure, excerpt = "", "", ""
+        hung_after_fatal = False
         try:
             while True:
                 rc = proc.poll()
@@ -286,6 +288,9 @@ class VerlRunner(Runner):
                 if status is not None:
                     break
                 if rc is not None:
+                    break
+                if log.fatal_at is not None and now - started - log.fatal_at > opts.fatal_grace_s:
+                    hung_after_fatal = True  # classified from its log below, as if it had exited
                     break
                 if now - started > opts.trial_timeout_s:
                     status, failure = TrialStatus.TIMEOUT, "timeout"
@@ -332,6 +337,9 @@ class VerlRunner(Runner):
             else:
                 f = classify(log_path.read_text(errors="replace") if log_path.exists() else "", rc, killed_by_us)
                 status, failure, reason, excerpt = TrialStatus(f.status), f.kind, f.message, f.excerpt
+                if hung_after_fatal:
+                    reason += (f" (verl did not exit {opts.fatal_grace_s:g} s after it; autotune stopped the run "
+                               "instead of waiting for --startup-timeout)")
         elif status in (TrialStatus.TIMEOUT,):
             excerpt = log.tail()
         elif status == TrialStatus.OK:
@@ -371,7 +379,7 @@ class VerlRunner(Runner):
         return self.options.own_ray and not self.options.ray_address and spec.cluster.nodes == 1
 
     def _env(self, jsonl: Path, ray_tmp: str, own_ray: bool) -> dict[str, str]:
-        env = with_autotune_on_path({**os.environ, **self.env})  # verl's workers import autotune's Ray hook
+        env = stack_env({**os.environ, **self.env})  # autotune's Ray hook importable; torch's cuDNN first
         env[verl.FILE_LOGGER_ENV] = str(jsonl)
         env["PYTHONUNBUFFERED"] = "1"
         env["HYDRA_FULL_ERROR"] = "1"  # whole tracebacks: the failure classes read them

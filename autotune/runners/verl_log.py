@@ -28,6 +28,7 @@ _TRAINING_STARTED = re.compile(verl.TRAINING_STARTED_RE)
 _TRAINING_FRAMES = re.compile(verl.TRAINING_FRAMES_RE)
 _VLLM_READY = re.compile(verl.VLLM_READY_RE)
 _BENIGN = tuple(re.compile(p) for p in verl.BENIGN_AFTER_FINISH)
+_FATAL = tuple(re.compile(p) for p in verl.FATAL_LINE_PATTERNS)
 _MILESTONES = tuple((name, re.compile(p)) for name, p in verl.STARTUP_MILESTONES.items())
 _ERROR_LINE = re.compile(
     r"^\s*(?:\([^)]*\)\s*)*(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)(?:\([\w.]*\))?:|SIG[A-Z]+ received"
@@ -139,6 +140,7 @@ class RunLog:
         self.last: deque[str] = deque(maxlen=self.tail_lines)
         self.lines_seen = 0
         self.milestones: dict[str, float] = {}  # start-up milestone -> seconds after launch it was first seen
+        self.fatal_at: float | None = None  # seconds after launch of the first line no run recovers from
         self._stamps: IO[str] | None = None
 
     def poll(self, final: bool = False) -> list[int]:
@@ -161,6 +163,8 @@ class RunLog:
         return new
 
     def _stamp(self, t: float, line: str) -> None:
+        if self.fatal_at is None and any(p.search(line) for p in _FATAL):
+            self.fatal_at = round(t, 2)
         for name, pattern in _MILESTONES:
             if name not in self.milestones and pattern.search(line):
                 self.milestones[name] = round(t, 2)
@@ -260,6 +264,8 @@ _WHAT = {
                                      "backends load)",
     "tokenizer_error": "the model's tokenizer does not fit verl's chat handling",
     "import_error": "a package failed to import or load (`autotune doctor` checks the stack)",
+    "software_error": "a Python error in verl's software stack, the same on every retry (`autotune doctor` checks "
+                      "the versions)",
     "host_oom": "host RAM exhausted (not GPU memory)",
     "nccl_error": "NCCL error",
 }

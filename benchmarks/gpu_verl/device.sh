@@ -17,6 +17,10 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /root/chunks /root/smoke
 export PYTHONPATH=/root/at_src:/root/site PATH=/root/site/bin:$PATH
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
+# Transformer Engine loads cuDNN from CUDA_HOME or /usr/local/cuda before Python packages; this machine's system
+# cuDNN is another release than torch's (nvidia-cudnn-cu13), and mixing them fails (undefined symbol in
+# libcudnn_heuristic). Point TE at the cuDNN torch loads.
+CUDNN_HOME=$(python3 -c 'import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null) && export CUDNN_HOME LD_LIBRARY_PATH=$CUDNN_HOME/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date -u +%T)] $*" | tee -a /root/smoke/device.log; }
 
 stage() {

@@ -17,7 +17,7 @@ It is not verl and trains nothing. It reproduces what the runner observes of a r
 Behaviour: env FAKE_VERL_MODE, or FAKE_VERL_RULES = JSON [{"when": {override key: value}, "mode": m}, ...]
 matched on the overrides (first match wins; default "ok"). Modes: ok, slow, no_gpus, gpu_oom, vllm_start_oom,
 vllm_wakeup_oom, kv_cache, host_oom, sigkill, nccl, config_error, crash, crash_once, hang, hang_after_step,
-rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5), import_error, attention_backend,
+rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5), vllm_start_hang, import_error, attention_backend,
 tokenizer_error (at FAKE_VERL_FAIL_STEP).
 Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STARTUP_S (default 0.3),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
@@ -312,6 +312,17 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
         while True:
             out("(autoscaler +30s) Warning: The following resource request cannot be scheduled right now: "
                 "{'GPU': 1.0, 'CPU': 3.0}. This is likely due to all cluster resources being claimed by actors.")
+            time.sleep(1.0)
+    if mode == "vllm_start_hang":  # vLLM's worker fails to start; the driver keeps waiting (real log, H100 2026-11-24)
+        pre = "(vLLMHttpServer pid=9632) (Worker pid=10044)"
+        for ln in ["ERROR 11-24 00:53:22 [multiproc_executor.py:898] WorkerProc failed to start.",
+                   "ERROR 11-24 00:53:22 [multiproc_executor.py:898] Traceback (most recent call last):",
+                   "ERROR 11-24 00:53:22 [multiproc_executor.py:898]     raise ValueError(",
+                   "ERROR 11-24 00:53:22 [multiproc_executor.py:898] ValueError: Free memory on device cuda:0 "
+                   "(72.43/79.18 GiB) on startup is less than desired GPU memory utilization (0.95, 75.22 GiB). "
+                   "Decrease GPU memory utilization or reduce GPU memory used by other processes."]:
+            out(f"{pre} {ln}")
+        while True:
             time.sleep(1.0)
     if mode == "vllm_start_oom":
         hydra_fail(argv, [
