@@ -1,4 +1,4 @@
-"""The `autotune` command: run, status, best, export, estimate, probe, models, spaces, dashboard.
+"""The `autotune` command: run, status, best, export, estimate, probe, profile, models, spaces, dashboard.
 
 This module holds the parser and main (dispatch, and the exit codes of user errors and interrupts); each
 command lives in a sibling module: run, results (status, best, export, dashboard), estimate (estimate,
@@ -16,6 +16,8 @@ from autotune import __version__
 from autotune.cli.catalog import cmd_models, cmd_spaces
 from autotune.cli.estimate import cmd_estimate, cmd_probe
 from autotune.cli.options import DEFAULT_STORAGE, CLIError, _setup_args, _storage_args, err
+from autotune.cli.profile import add_parser as add_profile_parser
+from autotune.cli.profile import cmd_profile
 from autotune.cli.results import cmd_best, cmd_dashboard, cmd_export, cmd_status
 from autotune.cli.run import cmd_run
 from autotune.cluster import ClusterError
@@ -101,7 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="change a parameter of the job's configuration (search-space names)")
     p.add_argument("--steps", type=int, default=3, help="timed training steps (after one warm-up)")
     p.add_argument("--workdir", default="trials/probes", help="where the probe's spec, result and log go")
+    p.add_argument("--profile", action="store_true", help="after the timed steps, trace one more with torch.profiler "
+                   "and print where its time goes (autotune profile --backend mcore also stores it)")
     p.add_argument("--json", action="store_true")
+
+    add_profile_parser(sub)
 
     p = sub.add_parser("models", help="list the model catalog")
     p.add_argument("--json", action="store_true")
@@ -124,6 +130,7 @@ def _terminate(signum: int, frame: Any) -> None:
 COMMANDS = {
     "run": cmd_run, "status": cmd_status, "best": cmd_best, "export": cmd_export, "estimate": cmd_estimate,
     "models": cmd_models, "spaces": cmd_spaces, "dashboard": cmd_dashboard, "probe": cmd_probe,
+    "profile": cmd_profile,
 }
 
 
