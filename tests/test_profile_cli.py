@@ -132,3 +132,27 @@ def test_databases_from_before_profiles_open_and_gain_the_table(tmp_path, study_
 def test_probe_profile_without_gpus_is_a_clear_error(capsys):
     code, _, err = cli_run(capsys, "probe", "--model", MODEL, "--profile")
     assert code == 2 and "GPU" in err
+
+
+def test_a_measured_trials_own_lengths_inform_the_advice(study_db):
+    from autotune import verl
+    from autotune.cli.profile import _with_measured_lengths
+    from autotune.setup import setup_from_row
+    from autotune.store import StepRow
+
+    url, study = study_db
+    store = Store(url)
+    row = store.trial(study, 0)
+    setup = setup_from_row(store.get_study(study))
+    assert _with_measured_lengths(setup, store, row) is setup  # simulated: no measured lengths
+    store.update_trial(row.id, simulated=False)  # as if verl had run it and logged its lengths at the step
+    lengths = {verl.M_RESPONSE_LENGTH_MEAN: 700.0, verl.M_RESPONSE_LENGTH_MAX: 2000.0,
+               verl.M_PROMPT_LENGTH_MEAN: 300.0, verl.M_PROMPT_LENGTH_MAX: 900.0}
+    with store.session() as s:
+        step = s.query(StepRow).filter_by(trial_id=row.id, step=setup.measure_step).one_or_none()
+        if step is None:
+            s.add(StepRow(trial_id=row.id, step=setup.measure_step, metrics=lengths))
+        else:
+            step.metrics = {**step.metrics, **lengths}
+    got = _with_measured_lengths(setup, store, store.trial(study, 0))
+    assert got.lengths is not None and got.lengths.response_max == 2000.0

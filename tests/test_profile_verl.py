@@ -167,6 +167,8 @@ def test_profiling_verl_runner_end_to_end(tmp_path, db):
     upd = a.phase("update_actor")
     assert len(upd.ranks) == 4 and sorted(r.pp_rank for r in upd.ranks) == [0, 0, 1, 1]  # Megatron ranks in names
     assert a.phase("gen") is not None and a.phase("old_log_prob") is not None
+    assert any(n.startswith("gen: the first 20 engine iterations of each replica") for n in a.notes)
+    assert prof.run_doc()["phase_timings"]["update_weights"] > 0  # the phase no trace holds: verl's own timing
     # the double's later stage waits 0.5 s before its update: that wait is measured as bubble, and the model judged
     # the fixes the bubble points at
     first, later = ([r for r in upd.ranks if r.pp_rank == s] for s in (0, 1))

@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
+from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cli.estimate import _parse_sets
 from autotune.cli.options import CLIError, make_setup, out
@@ -71,8 +73,8 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
         if row is None:
             what = "no trial that ran to its measured step" if args.best else f"no trial {args.trial}"
             raise CLIError(f"study {args.study!r} has {what}")
-        setup = setup_from_row(st)
-        cand = Candidate.from_params({k: v for k, v in row.params.items() if v is not None}, Candidate())
+        setup = _with_measured_lengths(setup_from_row(st), store, row)
+        cand = Candidate(**row.params)  # the trial as it ran (as `autotune export` writes it)
         backend = st.backend if st.backend in PROFILED_BACKENDS else "verl"
         return setup, cand, args.study, row.number, backend
     if args.model:
@@ -85,6 +87,18 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
         return None, None, None, None, "traces"
     raise CLIError("what to profile: --study NAME --trial N (or --best), --model NAME [--set NAME=VALUE ...], or "
                    "--traces DIR")
+
+
+def _with_measured_lengths(setup: Any, store: Store, row: Any) -> Any:
+    """The trial's own sequence lengths at the measured step, for the advice's memory verdicts (as the study folds
+    its trials' lengths in); a simulated trial measured none."""
+    keys = (verl.M_RESPONSE_LENGTH_MEAN, verl.M_RESPONSE_LENGTH_MAX, verl.M_PROMPT_LENGTH_MEAN,
+            verl.M_PROMPT_LENGTH_MAX)
+    measured = [] if row.simulated else [
+        tuple((k, float(st.metrics[k])) for k in keys if st.metrics.get(k) is not None)
+        for st in store.steps(row.id)
+        if st.step == setup.measure_step and st.metrics.get(verl.M_RESPONSE_LENGTH_MEAN) is not None]
+    return dataclasses.replace(setup, measured_lengths=tuple(measured)) if measured else setup
 
 
 def _runner(backend: str, args: argparse.Namespace) -> Any:
@@ -176,32 +190,45 @@ def _pct(x: float | None) -> str:
 def _print(doc: dict[str, Any]) -> None:
     what = f"trial {doc['trial']} of {doc['study']}" if doc.get("study") else (doc.get("layout") or "traces")
     if not doc.get("ok"):
-        out.print(f"[red]profile of {what} failed:[/] {doc.get('error')}", markup=True)
+        out.print(f"[red]profile of {escape(str(what))} failed:[/] {escape(str(doc.get('error')))}")
     a = doc.get("analysis")
     if not a:
         return
     ranks = max((p["ranks"] for p in a["phases"]), default=0)
     out.print(f"profile of {what}: step {doc.get('step')}, {ranks} rank(s), {a['device'].upper()} traces in "
-              f"{doc.get('trace_dir')}")
+              f"{doc.get('trace_dir')}", markup=False)
     run = doc.get("run") or {}
     if run.get("status"):
         out.print(f"profiled run: {run['status']} (its speed is slowed by the profiler, not the trial's measurement)")
+    timings = run.get("phase_timings") or {}
     table = Table(title="time per phase (share of the phase's rank-seconds; communication and copies: exposed)")
-    for col in ("phase", "seconds", "gemm", "attention", "other", "comm", "copies", "idle", "comm hidden", "bubble"):
+    for col in ("phase", "traced s", "verl s", "gemm", "attention", "other", "comm", "copies", "idle", "comm hidden",
+                "bubble"):
         table.add_column(col, justify="left" if col == "phase" else "right")
     for p in a["phases"]:
         s = p["shares"]
         name = p["phase"] if p["source"] != "probe" else f"{p['phase']} (probe)"
-        table.add_row(name, f"{p['seconds']:.3f}", *(_pct(s[k]) for k in ("gemm", "attention", "other",
-                                                                          "communication", "memory", "idle")),
+        verl_s = timings.get(p["phase"]) if p["source"] != "probe" else None
+        table.add_row(name, f"{p['seconds']:.3f}", "-" if verl_s is None else f"{verl_s:.1f}",
+                      *(_pct(s[k]) for k in ("gemm", "attention", "other", "communication", "memory", "idle")),
                       _pct(p["communication_hidden_fraction"]), _pct(p["bubble_fraction"]))
     out.print(table)
-    timings = run.get("phase_timings") or {}
+    if timings:
+        out.print("verl s: verl's own timing_s/<phase> of the profiled run (traced s: the traces' window)")
     for phase, why in (a.get("unprofiled") or {}).items():
         t = timings.get(phase)
-        out.print(f"{phase}: in no trace ({why})" + (f"; {t:.1f} s in the profiled run" if t is not None else ""))
+        out.print(f"{phase}: in no trace ({why})" + (f"; {t:.1f} s in the profiled run" if t is not None else ""),
+                  markup=False)
     for note in a.get("notes") or []:
-        out.print(f"note: {note}")
+        out.print(f"note: {note}", markup=False)
+    hta = [v for v in (a.get("hta") or {}).values() if "idle_pct" in v]
+    if hta:
+        mean = {k: sum(v.get(k, 0.0) for v in hta) / len(hta) for k in ("idle_pct", "compute_pct", "non_compute_pct",
+                                                                         "comm_comp_overlap_pct")}
+        out.print(f"HolisticTraceAnalysis, whole traces between the first and last kernel (mean of {len(hta)}): idle "
+                  f"{mean['idle_pct']:.0f}%, compute {mean['compute_pct']:.0f}%, non-compute "
+                  f"{mean['non_compute_pct']:.0f}%, communication overlapping compute "
+                  f"{mean['comm_comp_overlap_pct']:.0f}%")
     for p in a["phases"]:
         if p["phase"] == "outside" or not p["top"]:
             continue

@@ -418,5 +418,5 @@ def analyse(files: list[TraceFile], events: list[Events] | None = None, top: int
     unprofiled = {}
     if any(f.source == "train" for f in files):
         unprofiled = {p: "verl 0.9.1 syncs the weights after the step's profiler stopped (trainer_sync.on_step_end): "
-                         "its time is verl's timing_s/" + p for p in verl.UNPROFILED_PHASES}
+                         f"its time is verl's {verl.PHASE_TIMINGS[p]}" for p in verl.UNPROFILED_PHASES}
     return ProfileAnalysis(tuple(phases), tuple(files), tuple(notes), unprofiled, hta)

@@ -9,6 +9,7 @@ measurement of the configuration (the profiler slows it): it is kept with the pr
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +154,16 @@ def profile_configuration(runner: Runner, setup: Setup, cand: Candidate, workdir
     if result.status != TrialStatus.OK and not (where.exists() and any(where.rglob("*.json*"))):
         return Profile(result, str(where), setup.measure_step, None,
                        error=f"the profiled run ended {result.status.value}: {result.reason}", micro_batches=micro)
-    prof = analyse_dir(where, setup, cand, micro, result, setup.measure_step)
+    # verl profiles the measured step; the probe the step after its timed ones (its traces' names say which)
+    step = None if isinstance(runner, McoreRunner) else setup.measure_step
+    prof = analyse_dir(where, setup, cand, micro, result, step)
+    iterations = getattr(runner, "rollout_iterations", None)
+    if prof.analysis is not None and iterations and prof.analysis.phase(verl.ROLLOUT_PHASE) is not None:
+        note = (f"{verl.ROLLOUT_PHASE}: the first {iterations} engine iterations of each replica "
+                f"(--rollout-iterations), a sample of the rollout: its shares, not its length; verl's "
+                f"{verl.PHASE_TIMINGS[verl.ROLLOUT_PHASE]} is the phase's time")
+        prof = dataclasses.replace(prof, analysis=dataclasses.replace(prof.analysis,
+                                                                      notes=(*prof.analysis.notes, note)))
     return prof
 
 
