@@ -136,9 +136,12 @@ class Worker:
             stats[2] = torch.cuda.max_memory_reserved() / 2**30
             stats[3] = self.sampler.peak / 2**30
             if spec["profile_dir"]:  # after the timed steps: their numbers stay the profiler's overhead free
-                res["profile_trace"] = profile_step(
-                    lambda: train_step(spec, model, optimizer, batches, False), spec["profile_dir"], self.rank,
-                    self.world, spec["warmup_steps"] + spec["steps"] + 1)
+                try:
+                    res["profile_trace"] = profile_step(
+                        lambda: train_step(spec, model, optimizer, batches, False), spec["profile_dir"], self.rank,
+                        self.world, spec["warmup_steps"] + spec["steps"] + 1)
+                except Exception as e:  # noqa: BLE001 - a failed trace leaves the measured step as measured
+                    res["profile_error"] = short_error(e)
             if spec["measure_forward_only"]:
                 torch.cuda.reset_peak_memory_stats()
                 with torch.no_grad():
