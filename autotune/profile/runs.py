@@ -157,6 +157,8 @@ def profile_configuration(runner: Runner, setup: Setup, cand: Candidate, workdir
     # verl profiles the measured step; the probe the step after its timed ones (its traces' names say which)
     step = None if isinstance(runner, McoreRunner) else setup.measure_step
     prof = analyse_dir(where, setup, cand, micro, result, step)
+    if not prof.ok and probe.get("profile_error"):
+        prof = dataclasses.replace(prof, error=f"the probe's traced step failed: {probe['profile_error']}")
     iterations = getattr(runner, "rollout_iterations", None)
     if prof.analysis is not None and iterations and prof.analysis.phase(verl.ROLLOUT_PHASE) is not None:
         note = (f"{verl.ROLLOUT_PHASE}: the first {iterations} engine iterations of each replica "
