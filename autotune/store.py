@@ -124,6 +124,32 @@ class StepRow(Base):
     metrics: Mapped[dict] = mapped_column(JSON)
 
 
+class ProfileRow(Base):
+    """A profile of a configuration (autotune profile): where its step's time went, and the advice it gave.
+
+    Its own table (databases from before it get it on open); linked to a trial by (study, trial number) when it
+    profiles one, else standalone (`autotune profile --model ... --set ...`). The profiled run's own speed is not the
+    trial's measurement (the profiler slows it) and never replaces it.
+    """
+
+    __tablename__ = "autotune_profiles"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study: Mapped[str | None] = mapped_column(String(255), nullable=True, index=True)
+    trial_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    backend: Mapped[str] = mapped_column(String(64), default="")  # verl | mcore | traces (analysed as found)
+    tool: Mapped[str] = mapped_column(String(32), default="torch")
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the profiled training step
+    status: Mapped[str] = mapped_column(String(32), default="ok")  # ok | failed (the run gave no traces)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    params: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # the configuration's parameters
+    trace_dir: Mapped[str] = mapped_column(Text, default="")
+    analysis: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # autotune.profile.analysis as_dict()
+    advice: Mapped[list | None] = mapped_column(JSON, nullable=True)  # autotune.profile.advice, judged proposals
+    run: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # the profiled run: status, phase timings, log
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -296,6 +322,23 @@ class Store:
 
     def set_trial_note(self, trial_id: int, note: str) -> None:
         self.update_trial(trial_id, note=note)
+
+    # Profiles (autotune profile)
+    def add_profile(self, row: ProfileRow) -> int:
+        with self.session() as s:
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def profiles(self, study: str, number: int) -> list[ProfileRow]:
+        """A trial's profiles, newest first."""
+        with self.session() as s:
+            q = select(ProfileRow).where(ProfileRow.study == study, ProfileRow.trial_number == number)
+            return list(s.scalars(q.order_by(ProfileRow.id.desc())))
+
+    def profile(self, profile_id: int) -> ProfileRow | None:
+        with self.session() as s:
+            return s.get(ProfileRow, profile_id)
 
     def best(self, study: str) -> TrialRow | None:
         """The fastest trial that ran to its measured step."""

@@ -363,3 +363,58 @@ RAY_POOL_MODULE = "verl.single_controller.ray.base"
 RAY_SETUP_HOOK_KEY = RAY_INIT_PREFIX + "runtime_env.worker_process_setup_hook"
 RAY_NAMESPACE_KEY = RAY_INIT_PREFIX + "namespace"
 RAY_ADDRESS_KEY = RAY_INIT_PREFIX + "address"
+
+# ---------------------------------------------------------------------------------------------------------------
+# verl's profiler (verl/utils/profiler/, trainer/config/_generated_ppo_megatron_trainer.yaml; verl 0.9.1), as
+# `autotune profile` turns it on. There is no step_start/step_end in 0.9.1: `global_profiler.steps` lists the RL steps.
+# ---------------------------------------------------------------------------------------------------------------
+PROFILER_TOOL = "global_profiler.tool"  # [null]: torch | nsys | npu | torch_memory | precision_debugger
+PROFILER_STEPS = "global_profiler.steps"  # [null]: RL steps (from 1) profiled, each in its own window
+PROFILER_SAVE_PATH = "global_profiler.save_path"  # [outputs/profile]: every role and rank writes into it, flat
+PROFILER_CONTINUOUS = "global_profiler.profile_continuous_steps"  # [false]: one window over consecutive steps
+# Per role (`<prefix>.enable`, `.all_ranks`, `.ranks`, `.tool_config.torch.contents`, `.tool_config.torch.discrete`,
+# `.relocate_results`). The colocated actor/rollout/ref worker reads the actor's (workers/engine_workers.py:
+# ActorRolloutRefWorker.__init__), a separate reference worker the ref's (its `enable` is false, not the actor's),
+# the vLLM servers the rollout's (workers/rollout/vllm_rollout/vllm_async_server.py), and those profile only in
+# discrete mode (`_should_profile`: enable, this replica's rank, and tool_config.torch.discrete).
+PROFILER_ROLES = {"actor": f"{_ACTOR}.profiler", "ref": f"{_REF}.profiler", "rollout": f"{_ROLLOUT}.profiler"}
+PROFILER_ENABLE = "enable"
+PROFILER_ALL_RANKS = "all_ranks"
+PROFILER_CONTENTS = "tool_config.torch.contents"  # [] = cpu and cuda activity; also memory, shapes, stack
+PROFILER_DISCRETE = "tool_config.torch.discrete"  # false: one trace per worker and step; true: one per stage
+PROFILER_RELOCATE = "relocate_results"  # rollout: move the engine's traces from its sub-folder up into save_path
+# The rollout's engine iterations traced (vLLM's max_iterations = end - start; null: the whole rollout).
+PROFILER_ROLLOUT_ITERATIONS = "tool_config.torch.profile_token_end"
+# Update mini-batches kept (torch.profiler.schedule over them, the earlier stages kept whole; 0: every mini-batch).
+PROFILER_UPDATE_MINI_BATCHES = "tool_config.torch.schedule.active"
+
+# Where the traces land (utils/profiler/torch_profile.py build_trace_basename / get_torch_profiler): one gzipped
+# chrome trace per worker process and profiled step, flat in save_path,
+#   <worker role>_<scope>_step<N>_rank<R>[-of-<W>][_tp<t>-pp<p>-dp<d>-cp<c>]_pid<P>_<timestamp>[_part<k>].json.gz
+# every part passed through `[^0-9A-Za-z.=+-]+ -> "-"` (so the worker role "actor_rollout" is "actor-rollout"); the
+# scope is "train" (trainer/ppo/v1/trainer_base.py _start_profiling: start_profile(role="train")) or, in discrete
+# mode, the stage; the parallel ranks come from Megatron's parallel_state.
+TRACE_NAME_RE = (
+    r"^(?:(?P<head>(?!step\d+_|rank\d)[0-9A-Za-z.=+-]+(?:_(?!step\d+_|rank\d)[0-9A-Za-z.=+-]+)?)_)?"
+    r"(?:step(?P<step>\d+)_)?rank(?P<rank>\d+)"
+    r"(?:-of-(?P<world>\d+))?(?:_(?P<parallel>(?:tp|pp|dp|cp)\d+(?:-(?:tp|pp|dp|cp)\d+)*))?_pid(?P<pid>\d+)"
+    r"_(?P<stamp>\d+)(?:_(?:part\d+|mb\d+(?:-\d+)?))?\.json(?:\.gz)?$"
+)
+# The stages verl marks with record_function inside that trace (workers/engine_workers.py DistProfiler.annotate
+# roles), as the phase names of PHASE_TIMINGS; update mini-batches are "mini_batch<i>" inside actor_update.
+PROFILE_STAGES = {
+    "actor_compute_log_prob": "old_log_prob",
+    "ref_compute_log_prob": "ref",
+    "actor_update": "update_actor",
+}
+# The rollout: vLLM's own torch profiler (verl's build_vllm_profiler_args), one trace per GPU of a profiled replica in
+# <save_path>/agent_loop_rollout_replica_<r>/ (utils/profiler/config.py rollout_trace_dir), named by vLLM
+# (`...rank<k>...pt.trace.json[.gz]`, its tensor-parallel rank), or with relocate_results moved up into save_path as
+# rollout-replica<r>[-globalrank<g>]_<vLLM's name> (relocate_rollout_traces). Its whole window is the phase "gen".
+ROLLOUT_TRACE_DIR_PREFIX = "agent_loop_rollout_replica_"
+ROLLOUT_RELOCATED_RE = r"^rollout-replica(?P<replica>\d+)(?:-globalrank(?P<global>\d+))?_"
+ROLLOUT_TRACE_RANK_RE = r"(?:^|[-_.])(?:rank[-_]?|TP-)(?P<rank>\d+)"
+ROLLOUT_PHASE = "gen"
+# Weight resharding (timing_s/update_weights) runs after the step's profiler stopped (trainer/ppo/v1/trainer_sync.py
+# on_step_end, after trainer_base's _stop_profiling): no trace holds it.
+UNPROFILED_PHASES = ("update_weights",)

@@ -1,4 +1,5 @@
-"""The `autotune` command: run, status, best, export, estimate, probe, models, spaces, dashboard, doctor, import.
+"""The `autotune` command: run, status, best, export, estimate, probe, profile, models, spaces, dashboard, doctor,
+import.
 
 This module holds the parser and main (dispatch, and the exit codes of user errors and interrupts); each
 command lives in a sibling module: run, results (status, best, export, dashboard), estimate (estimate,
@@ -18,6 +19,8 @@ from autotune.cli.doctor import cmd_doctor
 from autotune.cli.estimate import cmd_estimate, cmd_probe
 from autotune.cli.imports import cmd_import
 from autotune.cli.options import DEFAULT_STORAGE, CLIError, _setup_args, _storage_args, err
+from autotune.cli.profile import add_parser as add_profile_parser
+from autotune.cli.profile import cmd_profile
 from autotune.cli.results import cmd_best, cmd_dashboard, cmd_export, cmd_status
 from autotune.cli.run import cmd_run
 from autotune.cluster import ClusterError
@@ -111,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="change a parameter of the job's configuration (search-space names)")
     p.add_argument("--steps", type=int, default=3, help="timed training steps (after one warm-up)")
     p.add_argument("--workdir", default="trials/probes", help="where the probe's spec, result and log go")
+    p.add_argument("--profile", action="store_true", help="after the timed steps, trace one more with torch.profiler "
+                   "and print where its time goes (autotune profile --backend mcore also stores it)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("doctor", help="check that this node can run a verl trial (versions, GPUs, Transformer "
@@ -134,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "study's, else 3)")
     _storage_args(p)
 
+    add_profile_parser(sub)
+
     p = sub.add_parser("models", help="list the model catalog")
     p.add_argument("--json", action="store_true")
 
@@ -155,7 +162,7 @@ def _terminate(signum: int, frame: Any) -> None:
 COMMANDS = {
     "run": cmd_run, "status": cmd_status, "best": cmd_best, "export": cmd_export, "estimate": cmd_estimate,
     "models": cmd_models, "spaces": cmd_spaces, "dashboard": cmd_dashboard, "probe": cmd_probe,
-    "doctor": cmd_doctor, "import": cmd_import,
+    "doctor": cmd_doctor, "import": cmd_import, "profile": cmd_profile,
 }
 
 

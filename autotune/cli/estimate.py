@@ -92,7 +92,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
     cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
     ev = evaluate(setup.model, setup.cluster, setup.job, cand, "train")
     try:
-        runner = McoreRunner(steps=args.steps)
+        if getattr(args, "profile", False):
+            from autotune.profile.runs import ProfilingMcoreRunner
+
+            runner = ProfilingMcoreRunner(steps=args.steps)
+        else:
+            runner = McoreRunner(steps=args.steps)
     except ProbeError as e:
         raise CLIError(str(e)) from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -109,6 +114,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
         "predicted_throughput_train": round(ev.throughput.throughput, 1),
         "log": result.log_path, "probe": result.extra.get("probe"),
     }
+    prof = _probe_profile(args, setup, cand, spec, result)
+    if prof is not None:
+        doc["profile"] = prof
     if args.json:
         print(json.dumps(doc, indent=2, default=str))
     else:
@@ -117,4 +125,20 @@ def cmd_probe(args: argparse.Namespace) -> int:
         out.print(f"  training tokens/s/GPU: measured {result.throughput}, predicted {pred}")
         out.print(f"  peak GiB: measured {result.peak_memory_gib} (NVML), {result.framework_memory_gib} (torch), "
                   f"predicted {doc['predicted_update_peak_gib']}")
+        if prof is not None:
+            from autotune.cli.profile import _print
+
+            _print({**prof, "layout": cand.layout()})
     return 0 if result.status.value == "ok" else 1
+
+
+def _probe_profile(args: argparse.Namespace, setup: Any, cand: Candidate, spec: Any, result: Any) -> dict | None:
+    """With --profile: the analysis of the probe's profiled step, and advice for the training phase."""
+    if not getattr(args, "profile", False):
+        return None
+    from autotune.profile.runs import analyse_dir, trace_dir
+
+    probe = result.extra.get("probe") or {}
+    micro = probe.get("num_microbatches")
+    train = dataclasses.replace(setup, objective="train")
+    return analyse_dir(trace_dir(spec.workdir, 1), train, cand, int(micro) if micro else None, result).as_dict()

@@ -27,7 +27,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autotune import verl
-from autotune.dashboard import data, failures, history, importance, plots, studies, table
+from autotune.dashboard import data, failures, history, importance, plots, profiles, studies, table
 from autotune.estimate.throughput import step_error_percent
 from autotune.export import FORMATS
 from autotune.store import Store, StoreError, StudyRow, TrialRow
@@ -236,6 +236,7 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
         steps = store.steps(row.id)
         log, log_source = failures.log_tail(row)
         return page(request, "trial.html", study=st, t=row, formats=FORMATS,
+                    profile=profiles.trial_profile(store, name, number),
                     layout=data.layout(row.params, data.reference(store, st)),
                     cls=data.failure_class(row.status, row.reason or ""), steps=steps,
                     step_metrics=list(dict.fromkeys(k for s in steps for k in s.metrics)),
@@ -256,6 +257,15 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
         doc = {c.name: getattr(row, c.name) for c in TrialRow.__table__.columns}
         doc["steps"] = [{"step": s.step, **s.metrics} for s in store.steps(row.id)]
         return JSONResponse(_json_safe(doc))
+
+    @app.get("/api/study/{name:path}/trial/{number}/profile")
+    def api_trial_profile(name: str, number: int) -> Response:
+        get_trial(name, number)
+        prof = profiles.trial_profile(store, name, number)
+        if prof is None:
+            raise HTTPException(404, f"trial {number} of {name!r} has no profile (autotune profile --study NAME "
+                                "--trial N makes one)")
+        return JSONResponse(_json_safe(prof))
 
     @app.get("/study/{name:path}/export/{fmt}")
     def export(name: str, fmt: str, trial: int | None = None) -> Response:

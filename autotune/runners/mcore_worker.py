@@ -31,9 +31,10 @@ import traceback
 from .mcore_layers import build_modules
 from .mcore_memory import MemSampler
 from .mcore_model import build_model
+from .mcore_profile import profile_step
 from .mcore_results import classify_error, rank_results, short_error
 from .mcore_spec import SpecError, load_specs, validate_spec
-from .mcore_step import make_batches, timed_steps
+from .mcore_step import make_batches, timed_steps, train_step
 
 
 class Worker:
@@ -134,6 +135,13 @@ class Worker:
             stats[1] = torch.cuda.max_memory_allocated() / 2**30
             stats[2] = torch.cuda.max_memory_reserved() / 2**30
             stats[3] = self.sampler.peak / 2**30
+            if spec["profile_dir"]:  # after the timed steps: their numbers stay the profiler's overhead free
+                try:
+                    res["profile_trace"] = profile_step(
+                        lambda: train_step(spec, model, optimizer, batches, False), spec["profile_dir"], self.rank,
+                        self.world, spec["warmup_steps"] + spec["steps"] + 1)
+                except Exception as e:  # noqa: BLE001 - a failed trace leaves the measured step as measured
+                    res["profile_error"] = short_error(e)
             if spec["measure_forward_only"]:
                 torch.cuda.reset_peak_memory_stats()
                 with torch.no_grad():

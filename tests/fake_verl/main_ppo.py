@@ -17,8 +17,10 @@ It is not verl and trains nothing. It reproduces what the runner observes of a r
 Behaviour: env FAKE_VERL_MODE, or FAKE_VERL_RULES = JSON [{"when": {override key: value}, "mode": m}, ...]
 matched on the overrides (first match wins; default "ok"). Modes: ok, slow, no_gpus, gpu_oom, vllm_start_oom,
 vllm_wakeup_oom, kv_cache, host_oom, sigkill, nccl, config_error, crash, crash_once, hang, hang_after_step,
-rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5), vllm_start_hang, import_error, attention_backend,
-tokenizer_error (at FAKE_VERL_FAIL_STEP).
+rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5), vllm_start_hang, import_error,
+attention_backend, tokenizer_error (at FAKE_VERL_FAIL_STEP).
+With verl's profiler on (`global_profiler.tool=torch`, `global_profiler.steps=[N]`) it writes step N's traces with
+verl's own profiler code (profiled.py).
 Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STARTUP_S (default 0.3),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
 FAKE_VERL_RECORD (append one JSON line: pid, children, mode).
@@ -88,6 +90,17 @@ def printed_config(ov: dict[str, str]) -> dict:
             node = node.setdefault(p, {})
         node[last] = typed(value)
     return root
+
+
+def _sibling(name: str):
+    """A module next to this file (the double runs as a script, not as part of the tests package)."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(f"fake_verl_{name}", os.path.join(here, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def parse_overrides(argv: list[str]) -> dict[str, str]:
@@ -369,6 +382,10 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
         time.sleep(step_s)
         if barrier is not None:
             barrier(step)  # every rank of the pool takes part in a step
+        if ov.get("global_profiler.tool", "null") != "null":  # verl's profiler on: its traces (profiled.py)
+            profiled = _sibling("profiled")
+            if profiled.requested(ov, step):
+                profiled.write_traces(argv, ov, step)
         thr = step_throughput(ov, step, mode)
         t_step = 4096.0 / thr
         metrics = {
