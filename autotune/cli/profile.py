@@ -21,8 +21,7 @@ from rich.table import Table
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.cli.estimate import _parse_sets
-from autotune.cli.options import CLIError, make_setup, out
+from autotune.cli.options import CLIError, make_setup, out, parse_params
 from autotune.store import Store
 
 PROFILED_BACKENDS = ("verl", "mcore")
@@ -79,7 +78,7 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
         return setup, cand, args.study, row.number, backend
     if args.model:
         setup, _ = make_setup(args)
-        cand = Candidate.from_params(_parse_sets(args.set), setup.job.candidate(Candidate()))
+        cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
         return setup, cand, None, None, "verl"
     if args.study:
         raise CLIError("--study needs --trial N or --best")

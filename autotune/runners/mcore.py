@@ -21,6 +21,7 @@ from typing import Any
 
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
+from autotune.doctor import stack_env
 from autotune.estimate.memory import estimate_memory, micro_batches_per_step
 from autotune.job import Job
 from autotune.model import ModelArch
@@ -173,9 +174,8 @@ class McoreRunner(Runner):
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}",
                f"--master_port={_free_port()}", "-m", "autotune.runners.mcore_worker",
                "--specs", str(specs_path), "--out", str(out_path)]
-        package_root = str(Path(__file__).resolve().parents[2])  # so `-m autotune.runners.mcore_worker` imports
-        pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "PYTHONPATH": pythonpath, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        # autotune importable (`-m autotune.runners.mcore_worker`) and torch's cuDNN first, as for a verl trial
+        env = {**stack_env(os.environ), "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
         log_path.write_text("")
         proc = spawn(cmd, workdir, env, log_path)

@@ -17,10 +17,6 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /root/chunks /root/smoke
 export PYTHONPATH=/root/at_src:/root/site PATH=/root/site/bin:$PATH
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
-# Transformer Engine loads cuDNN from CUDA_HOME or /usr/local/cuda before Python packages; this machine's system
-# cuDNN is another release than torch's (nvidia-cudnn-cu13), and mixing them fails (undefined symbol in
-# libcudnn_heuristic). Point TE at the cuDNN torch loads.
-CUDNN_HOME=$(python3 -c 'import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null) && export CUDNN_HOME LD_LIBRARY_PATH=$CUDNN_HOME/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date -u +%T)] $*" | tee -a /root/smoke/device.log; }
 
 stage() {
@@ -39,12 +35,33 @@ setup() {
         rm -f /root/payload.tar.xz
         log "unpacked: $(du -sh /root/site | cut -f1)"
     fi
+    # Extra wheels carried with a later part (e.g. the trace analysis), and a study database to resume
+    for w in /root/chunks/*.whl; do
+        [ -f "$w" ] && python3 -m pip install -q --no-deps --no-index --no-compile --target /root/site "$w" 2>&1 \
+            | grep -v "already exists" | tail -2
+    done
+    if [ -f /root/chunks/smoke.db ] && [ ! -f /root/smoke/smoke.db ]; then
+        cp /root/chunks/smoke.db /root/smoke/smoke.db && log "resuming the study of /root/chunks/smoke.db"
+    fi
     if [ "${AT_PATCH_MBRIDGE:-0}" = 1 ]; then  # the hand fix of the 2026-11-23 run (autotune's own shim replaces it)
         sed -i 's/ModelType\.encoder_and_decoder/getattr(ModelType, "encoder_and_decoder", None)/g' \
             /root/site/mbridge/core/util.py && log "mbridge patched by hand (AT_PATCH_MBRIDGE=1)"
     fi
     rm -rf /root/at_src && mkdir -p /root/at_src && cp -r "$REPO"/autotune "$REPO"/benchmarks "$REPO"/search_spaces \
         "$REPO"/pyproject.toml /root/at_src/
+    # autotune's shim for mbridge 0.15.1 vs megatron-core 0.19 (autotune/verl_shims.py), checked on the real packages
+    local cudnn
+    cudnn=$(cd /root/at_src && python3 -c 'from autotune.doctor import torch_cudnn_lib; print(torch_cudnn_lib() or "")')
+    if (cd /root/at_src && LD_LIBRARY_PATH=$cudnn:${LD_LIBRARY_PATH:-} python3 -c 'from autotune import verl_shims
+verl_shims.install()
+from megatron.core.models.gpt.gpt_model import ModelType
+import mbridge.core.util
+assert ModelType.encoder_and_decoder is None' 2>/dev/null); then log "mbridge shim: works on the real packages"
+    else  # keep the lease's trials: the hand fix, said loudly (results must say the shim did not work)
+        sed -i 's/ModelType\.encoder_and_decoder/getattr(ModelType, "encoder_and_decoder", None)/g' \
+            /root/site/mbridge/core/util.py
+        log "mbridge shim: FAILED on the real packages; mbridge patched by hand instead"
+    fi
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a /root/smoke/device.log
     python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)' \
         | tee -a /root/smoke/device.log
