@@ -302,8 +302,8 @@ FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # A Python error in the stack's code, e.g. mbridge 0.15.1 vs megatron-core 0.19 (H100, 2026-11-24:
     # "AttributeError: type object 'ModelType' has no attribute 'encoder_and_decoder'"): the same on every retry.
     ("software_error", "failed", (
-        r"^(?:\([^)]*\)\s*)*(?:[\w.]+\.)?(?:AttributeError|TypeError|NameError|NotImplementedError|KeyError): ",
-        r"RayTaskError\((?:AttributeError|TypeError|NameError|NotImplementedError|KeyError)\)",
+        r"^(?:\([^)]*\)\s*)*(?:[\w.]+\.)?(?:AttributeError|TypeError|NameError|NotImplementedError): ",
+        r"RayTaskError\((?:AttributeError|TypeError|NameError|NotImplementedError)\)",
     )),
 )
 # Classes matched only in the last lines of a log (the final exception), not in warnings printed at start.
