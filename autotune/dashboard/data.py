@@ -117,9 +117,18 @@ def version(store: Store, study: str) -> str:
 
 
 
+_STUDY_CACHES: list[dict[tuple[str, str], Any]] = []
+
+
+def study_cache() -> dict[tuple[str, str], Any]:
+    """A view's cache of a study's data, keyed by (storage URL, study): registered here so that forget() reaches
+    every view without this module importing them (they import it)."""
+    cache: dict[tuple[str, str], Any] = {}
+    _STUDY_CACHES.append(cache)
+    return cache
+
+
 def forget(store: Store, study: str) -> None:
     """Drop the cached data of a study after a change its version does not show (a note)."""
-    from autotune.dashboard import history, plots, table  # they import this module
-
-    for cache in (plots._DATA_CACHE, table._TABLE_CACHE, table._META_CACHE, history._HISTORY_CACHE):
+    for cache in _STUDY_CACHES:
         cache.pop((store.url, study), None)

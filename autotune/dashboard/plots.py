@@ -22,6 +22,7 @@ from autotune.dashboard.data import (
     failure_class,
     layout,
     reference,
+    study_cache,
     version,
 )
 from autotune.store import Store, StudyRow, TrialRow
@@ -49,7 +50,7 @@ def _col(series: pd.Series, nd: int = 2) -> list[Any]:
     return x.astype(object).where(x.notna(), None).tolist()
 
 
-_DATA_CACHE: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+_DATA_CACHE: dict[tuple[str, str], tuple[str, dict[str, Any]]] = study_cache()
 
 
 
