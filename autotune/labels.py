@@ -87,6 +87,14 @@ def _label(params: Mapping[str, Any] | Candidate, ref: tuple[str | None, ...]) -
     return " ".join(parts)
 
 
+def provenance(simulated: bool, backend: str) -> str:
+    """How a trial's number was obtained: "simulated" (the models), "replayed" (looked up in a table of earlier
+    measurements: nothing ran now) or "measured" (run now). Every view words its throughput with it."""
+    if simulated:
+        return "simulated"
+    return "replayed" if backend == "replay" else "measured"
+
+
 def study_reference(study: StudyRow | Setup | None) -> Candidate | None:
     """The reference of a study's labels (verl's stock configuration for its job and space); None if unreadable."""
     if study is None:

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from autotune.cluster import GPU_TYPES, make_cluster
@@ -29,6 +30,22 @@ class CLIError(ValueError):
     pass
 
 
+def require_database(url: str) -> None:
+    """Commands that read a study need its database: a mistyped SQLite path must not create an empty one."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        u = make_url(url)
+    except ArgumentError:
+        return  # Store words the error
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:" \
+            and not Path(u.database).expanduser().exists():
+        raise CLIError(f"no study database at {url} ({Path(u.database).expanduser()} does not exist); pass the "
+                       "--storage that `autotune run` used, or start a study there with `autotune run --storage "
+                       f"{url} ...`")
+
+
 def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     p.add_argument("--model", required=model_required,
                    help="catalog name (see `autotune models`) or a Hugging Face model dir / config.json")
@@ -44,9 +61,15 @@ def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None
                    "(measured lengths of earlier trials take over; default: the job's maximum)")
 
 
-def _storage_args(p: argparse.ArgumentParser) -> None:
+def _storage_args(p: argparse.ArgumentParser, run: bool = False) -> None:
     p.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL (default {DEFAULT_STORAGE})")
-    p.add_argument("--study", help="study name (default: derived from model, cluster and job)")
+    p.add_argument("--study", help="study name (default: model, cluster and a hash of the job)" if run else
+                   "study name (needed when the database holds several studies; default: its only study)")
+
+
+def yaml_value(v: object) -> str:
+    """A value as it is written in YAML (null, true, [1, 2], core_attn), not as Python's repr."""
+    return yaml.safe_dump([v], default_flow_style=True, width=10**6).strip()[1:-1]
 
 
 def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:

@@ -14,6 +14,7 @@ Needs the optional dependencies: pip install -e '.[dashboard]'.
 from __future__ import annotations
 
 import importlib.util
+import socket
 
 REQUIRED = ("fastapi", "uvicorn", "jinja2", "plotly")
 
@@ -22,10 +23,28 @@ def missing_dependencies() -> list[str]:
     return [m for m in REQUIRED if importlib.util.find_spec(m) is None]
 
 
-def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve the dashboard until interrupted."""
+def bind(host: str, port: int) -> socket.socket:
+    """The dashboard's listening socket, bound before anything is printed: a port in use is an OSError here, not a
+    traceback from inside uvicorn after the URL was announced."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, sock: socket.socket | None = None) -> None:
+    """Serve the dashboard until interrupted (on `sock` when given, bound by `bind`)."""
     import uvicorn
 
     from autotune.dashboard.app import create_app
 
-    uvicorn.run(create_app(storage_url, hosts=[host]), host=host, port=port, log_level="warning")
+    config = uvicorn.Config(create_app(storage_url, hosts=[host]), host=host, port=port, log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock or bind(host, port)])

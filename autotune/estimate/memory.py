@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from autotune import verl
+from autotune import units, verl
 from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster
 from autotune.estimate.batching import BatchingPlan, plan_batching
@@ -115,7 +115,7 @@ class MemoryEstimate:
     def reasons(self) -> list[str]:
         """Why it does not fit, in words (empty when it fits)."""
         out = [
-            f"{m.name}: predicted {m.peak / GIB:.1f} GiB > {m.capacity / GIB:.1f} GiB "
+            f"{m.name}: predicted {units.gib(m.peak / GIB)} GiB > {units.gib(m.capacity / GIB)} GiB "
             f"(largest: {max(m.terms, key=lambda t: t[1])[0]})"
             for m in self.moments
             if not m.fits
