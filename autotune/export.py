@@ -196,6 +196,9 @@ def render(fmt: str, info: ExportInfo, job: Job, cluster: Cluster, cand: Candida
 
 def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
     """The export of one recorded trial, as `autotune export` and the dashboard's download buttons give it."""
+    if not row.params:
+        raise ValueError(f"trial {row.number} has no configuration (its tuner stopped before choosing one): nothing "
+                         "to export")
     setup = setup_from_row(store.get_study(study))
     cand = Candidate(**row.params)
     info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name,

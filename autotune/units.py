@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import yaml
+
 THROUGHPUT_DECIMALS = 1  # tokens/s/GPU
 GIB_DECIMALS = 1  # GiB: predicted and measured peaks, GPU capacity
 SECONDS_DECIMALS = 1
@@ -54,3 +56,8 @@ def clip(text: str, width: int) -> str:
     cut = text[: width - 1]
     space = cut.rfind(" ")
     return (cut[:space] if space > width // 2 else cut).rstrip(" ,;:") + "\u2026"
+
+
+def yaml_value(v: Any) -> str:
+    """A parameter value as a space file writes it (null, true, [1, 2], core_attn), not as Python's repr."""
+    return yaml.safe_dump([v], default_flow_style=True, width=10**6).strip()[1:-1]

@@ -11,7 +11,8 @@ from typing import Any
 
 from rich.table import Table
 
-from autotune.cli.options import out, yaml_value
+from autotune import units
+from autotune.cli.options import out
 from autotune.model import CATALOG
 from autotune.space import builtin_spaces, load_space
 
@@ -44,5 +45,5 @@ def cmd_spaces(args: argparse.Namespace) -> int:
             spec: dict[str, Any] = {"choices": list(d.choices)}
             if d.when:
                 spec["when"] = {c.name: c.value if c.op == "eq" else {c.op: c.value} for c in d.when}
-            out.print(f"    {d.name + ':':35} {yaml_value(spec)}", markup=False)
+            out.print(f"    {d.name + ':':35} {units.yaml_value(spec)}", markup=False)
     return 0

@@ -8,7 +8,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
 from autotune.cluster import GPU_TYPES, make_cluster
@@ -65,11 +64,6 @@ def _storage_args(p: argparse.ArgumentParser, run: bool = False) -> None:
     p.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL (default {DEFAULT_STORAGE})")
     p.add_argument("--study", help="study name (default: model, cluster and a hash of the job)" if run else
                    "study name (needed when the database holds several studies; default: its only study)")
-
-
-def yaml_value(v: object) -> str:
-    """A value as it is written in YAML (null, true, [1, 2], core_attn), not as Python's repr."""
-    return yaml.safe_dump([v], default_flow_style=True, width=10**6).strip()[1:-1]
 
 
 def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune import units, verl
 from autotune.candidate import Candidate
-from autotune.cli.options import CLIError, err, out, require_database, yaml_value
+from autotune.cli.options import CLIError, err, out, require_database
 from autotune.executors import placement_text
 from autotune.export import ExportInfo, export_text, missing_keys
 from autotune.labels import Labeller, study_reference
@@ -117,7 +117,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         return 0
     out.print(f"study {name}: best trial {best.number}, {_speed(best)} ({best_label})", markup=False)
     for k, v in best.params.items():
-        out.print(f"  {k + ':':35} {yaml_value(v):>13}   {', '.join(verl.keys_for(k))}", markup=False)
+        out.print(f"  {k + ':':35} {units.yaml_value(v):>13}   {', '.join(verl.keys_for(k))}", markup=False)
     return 0
 
 

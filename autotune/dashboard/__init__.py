@@ -1,7 +1,7 @@
 """`autotune dashboard`: a web page over the study database, for watching a tuning session while it runs.
 
 What was tried, what failed and why, and what wins: the studies list, a page per study (best configuration and its
-speed-up over verl's stock configuration, optimisation history, trials table, phase timings, memory, the shape of
+speed-up over verl's example configuration, optimisation history, trials table, phase timings, memory, the shape of
 the space, parameter importance, parallel coordinates, slice, timeline, failures) and a page per trial.
 
 autotune keeps Optuna's own tables next to its own in the same database, so the same database can also be opened
