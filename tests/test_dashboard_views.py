@@ -53,7 +53,7 @@ def db(tmp_path_factory) -> dict:
     stopped = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp, timeout=300)
     assert stopped.returncode == 130, stopped.stderr
     env.pop("AUTOTUNE_TEST_FAULTS")
-    subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp, timeout=300, check=True)
+    resumed = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp, timeout=300, check=True)
     # 3. Optuna trials whose tuner died before recording them: a queued configuration (its parameters fixed), a
     # sampled one after its parameters were suggested, and one asked with nothing chosen yet.
     setup = make_setup()
@@ -69,7 +69,7 @@ def db(tmp_path_factory) -> dict:
     orphan_empty = tuner.study.ask()
     again = Tuner(setup, SimulateRunner(), url, SIM)
     again.recover()
-    return {"url": url, "replay": replay.study_name, "queued": queued, "setup": setup,
+    return {"url": url, "replay": replay.study_name, "queued": queued, "setup": setup, "resumed": resumed.stdout,
             "orphans": (orphan_queued.number, orphan_sampled.number, orphan_empty.number)}
 
 
@@ -88,6 +88,14 @@ def test_a_replayed_study_is_badged_replayed_not_measured(client, db):
     assert "REPLAYED</strong>" in trial and ">measured<" not in trial
     sh = client.get(f"/study/{name}/export/sh").text
     assert f"REPLAYED {units.throughput(best.throughput)} tokens/s/GPU" in sh.splitlines()[1]
+
+
+def test_the_run_report_counts_launched_trials_as_n_trials_does(db):
+    """The resumed run's first line and its GPU-time line give the same launched count; the interrupted run is
+    named apart."""
+    out = db["resumed"]
+    assert "3 trials launched (reached --n-trials)" in out
+    assert "GPU time: none spent (SIMULATED); 3 launched trials and 1 interrupted, re-queued run" in out
 
 
 def test_interrupted_trials_are_not_failures(client, db):

@@ -172,5 +172,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                   "the studies and edit notes.")
     out.print(f"autotune dashboard: http://{'localhost' if args.host in ('127.0.0.1', '::1') else args.host}:"
               f"{args.port}/ over {args.storage} (Ctrl-C to stop)")
-    serve(args.storage, args.host, args.port, sock)
+    try:
+        serve(args.storage, args.host, args.port, sock)
+    except KeyboardInterrupt:  # Ctrl-C is how a dashboard is meant to end (uvicorn re-raises it once shut down)
+        err.print("autotune dashboard: stopped")
     return 0
