@@ -90,6 +90,12 @@ def test_a_replayed_study_is_badged_replayed_not_measured(client, db):
     assert f"REPLAYED {units.throughput(best.throughput)} tokens/s/GPU" in sh.splitlines()[1]
 
 
+def test_best_json_of_a_replayed_study_is_not_measured(db, capsys):
+    code, out, _ = run(capsys, "best", "--storage", db["url"], "--study", db["replay"], "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["replayed"] is True and doc["measured"] is False and doc["simulated"] is False
+
+
 def test_the_run_report_counts_launched_trials_as_n_trials_does(db):
     """The resumed run's first line and its GPU-time line give the same launched count; the interrupted run is
     named apart."""
@@ -191,7 +197,7 @@ def test_forget_reaches_every_view_cache(db):
 
     store = Store(db["url"])
     client = TestClient(create_app(db["url"]), base_url="http://127.0.0.1:8080")
-    for path in ("history", "data", "trials"):
+    for path in ("history", "data", "trials?sort=throughput"):  # a sorted page reads every row, in the request
         client.get(f"/api/study/{SIM}/{path}").raise_for_status()
     key = (store.url, SIM)
     caches = (history._HISTORY_CACHE, plots._DATA_CACHE, table._TABLE_CACHE, table._META_CACHE)

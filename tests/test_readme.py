@@ -159,8 +159,18 @@ def test_dashboard_examples_serve_the_study_database(workdir, postgres_url):
     code, line, page, _ = _serve_and_get([*argv[:-1], str(port)], workdir)
     assert f"http://localhost:{port}/ over sqlite:///trials/autotune.db" in line
     assert "qwen2.5-7b-1x8xh100" in page and code == 0  # Ctrl-C is how it ends
+    # the README's step 2, `createdb autotune`: a database of its own on the test server (others hold other studies)
+    from sqlalchemy import create_engine, text
+
+    name = f"readme_{os.getpid()}"
+    engine = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
     readme = "autotune dashboard --storage postgresql+psycopg://USER:PASS@DBHOST/autotune --host 0.0.0.0"
-    argv = shlex.split(readme.replace("postgresql+psycopg://USER:PASS@DBHOST/autotune", postgres_url))
+    url = postgres_url.rsplit("/", 1)[0] + "/" + name
+    argv = shlex.split(readme.replace("postgresql+psycopg://USER:PASS@DBHOST/autotune", url))
     code, _, page, err = _serve_and_get([*argv, "--port", str(free_port())], workdir)
     assert "no login" in err and "No study in this database yet" in page and code == 0
     assert err.rstrip().endswith("autotune dashboard: stopped") and "Traceback" not in err

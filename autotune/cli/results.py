@@ -17,7 +17,7 @@ from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, err, out, require_database
 from autotune.executors import placement_text
 from autotune.export import ExportInfo, export_text, missing_keys
-from autotune.labels import Labeller, study_reference
+from autotune.labels import Labeller, provenance, study_reference
 from autotune.launch_script import read_script
 from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow
@@ -61,7 +61,8 @@ def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
         "trial": row.number,
         "throughput": row.throughput,
         "simulated": row.simulated,
-        "measured": not row.simulated,
+        "measured": provenance(row.simulated, row.backend) == "measured",
+        "replayed": provenance(row.simulated, row.backend) == "replayed",
         "layout": _layout(row),
         "params": row.params,
         "verl_overrides": row.verl_overrides,
@@ -134,7 +135,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         setup = setup_from_row(store.get_study(name))
         info = ExportInfo(name, row.number, row.throughput, row.simulated, _layout(row), setup.model.name,
                           memory_verdict=(row.predicted_memory or {}).get("verdict", ""),
-                          label=Labeller(setup.stock)(row.params))
+                          label=Labeller(setup.stock)(row.params),
+                          replayed=provenance(row.simulated, row.backend) == "replayed")
         text = read_script(args.like).render_like(Candidate(**row.params), header=f"# {info.headline()}\n"
                                                   "# autotune changed only the tuned keys of this script")
     if args.output:
