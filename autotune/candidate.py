@@ -139,6 +139,9 @@ class Candidate:
 
 # verl's own Megatron GRPO example (examples/grpo_trainer/run_qwen2-7b_math_megatron.sh in verl) on top of the
 # config defaults: what a user gets by starting from verl's documentation.
+# How every view (CLI, report, dashboard, README) names the two, which are not the same thing:
+STOCK_NAME = "verl's example configuration"  # STOCK: the settings of verl's Megatron GRPO example script
+DEFAULTS_NAME = "verl's config defaults"  # Candidate(): what verl runs for a key that the job does not set
 STOCK = Candidate(
     tp=2,
     pp=2,

@@ -14,15 +14,30 @@ from typing import Any
 
 import yaml
 
-from autotune import __version__, verl
+from autotune import __version__, units, verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.job import Job
-from autotune.labels import label
+from autotune.labels import label, provenance
 from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow
 
 FORMATS = ("sh", "yaml", "json", "ray")
+
+# What a verl job cannot run without and autotune cannot guess: without them verl falls back to its own example
+# paths. An export of a job that does not set them names them in its header and refuses to run until they are set.
+# (No quote characters in the words: they go inside bash's "${VAR:?...}".)
+FILL_IN: dict[str, tuple[str, str]] = {
+    verl.MODEL_PATH: ("MODEL_PATH", "the model directory in Hugging Face format, or its hub id"),
+    verl.TRAIN_FILES: ("TRAIN_FILES", "training prompts (parquet)"),
+    verl.VAL_FILES: ("VAL_FILES", "validation prompts (parquet)"),
+}
+MISSING = "???"  # Hydra's mark of a mandatory value that is not set: verl stops on it
+
+
+def missing_keys(job: Job) -> list[str]:
+    """FILL_IN keys the job does not set (`export` without `--job` sets none of them)."""
+    return [k for k in FILL_IN if job.get(k) in (None, "")]
 
 
 def launch_values(
@@ -58,6 +73,7 @@ class ExportInfo:
     model: str
     memory_verdict: str = ""  # "fits at step 3; OOM in update_actor once responses reach N tokens" (the memory model's)
     label: str = ""  # what tells the trial apart (autotune.labels); the layout when empty
+    replayed: bool = False  # looked up in a table of earlier measurements (backend replay): nothing ran now
 
     def memory_line(self) -> str:
         return f"# memory (model estimate): {self.memory_verdict}\n" if self.memory_verdict else ""
@@ -66,61 +82,97 @@ class ExportInfo:
         if self.throughput is None:
             speed = "no measured throughput"
         elif self.simulated:
-            speed = f"SIMULATED {self.throughput:.1f} tokens/s/GPU (a model estimate, not a measurement)"
+            speed = f"SIMULATED {units.throughput(self.throughput)} tokens/s/GPU (a model estimate, not a measurement)"
+        elif self.replayed:
+            speed = (f"REPLAYED {units.throughput(self.throughput)} tokens/s/GPU (measured earlier, looked up in a "
+                     "table: nothing ran now)")
         else:
-            speed = f"measured {self.throughput:.1f} tokens/s/GPU"
+            speed = f"measured {units.throughput(self.throughput)} tokens/s/GPU"
         what = self.label or self.layout
         return f"autotune {__version__}: study {self.study}, trial {self.trial} ({what}), {self.model}: {speed}"
 
 
-def to_sh(info: ExportInfo, argv: list[str]) -> str:
+def fill_in_header(missing: list[str], script: bool = True) -> list[str]:
+    """Comment lines naming what the user must set (empty when the job set everything)."""
+    if not missing:
+        return []
+    width = max(len(FILL_IN[k][0]) for k in missing)
+    how = ["# TO FILL IN: the job autotune tuned did not set these; this script stops until they are set",
+           "# (export them, or write the values into the lines below):"] if script else [
+           f"# TO FILL IN: the job autotune tuned did not set these; they read {MISSING} (verl's Hydra config stops",
+           "# on it) until you write the values:"]
+    return [*how, *(f"#   {FILL_IN[k][0]:<{width}}  {k}: {FILL_IN[k][1]}" for k in missing)]
+
+
+def _shell_guards(missing: list[str]) -> list[str]:
+    """bash stops at the first of these that is unset or empty, with the message, before anything runs."""
+    return [f': "${{{FILL_IN[k][0]}:?set {FILL_IN[k][0]} to {FILL_IN[k][1]} ({k}); see the header of this script}}"'
+            for k in missing]
+
+
+def _shell_word(arg: str, missing: list[str]) -> str:
+    key = arg.split("=", 1)[0]
+    return f'{key}="${FILL_IN[key][0]}"' if key in missing else shlex.quote(arg)
+
+
+def to_sh(info: ExportInfo, argv: list[str], missing: list[str] = ()) -> str:
+    missing = list(missing)
     lines = [
         "#!/usr/bin/env bash",
         f"# {info.headline()}",
         *([info.memory_line().rstrip()] if info.memory_verdict else []),
         f"# verl {verl.VERL_VERSION}, Megatron actor, vLLM rollout. Hydra overrides given to this script are appended.",
+        *fill_in_header(missing),
         "set -euo pipefail",
+        *_shell_guards(missing),
         "",
         " ".join(shlex.quote(a) for a in argv[:3]) + " \\",
     ]
-    lines += [f"    {shlex.quote(a)} \\" for a in argv[3:]]
+    lines += [f"    {_shell_word(a, missing)} \\" for a in argv[3:]]
     lines.append('    "$@"')
     return "\n".join(lines) + "\n"
 
 
-def to_yaml(info: ExportInfo, values: Mapping[str, Any]) -> str:
+def to_yaml(info: ExportInfo, values: Mapping[str, Any], missing: list[str] = ()) -> str:
     """verl keys -> values: Hydra overrides as a mapping, also usable as an autotune job file (`--job`)."""
+    fill = "".join(line + "\n" for line in fill_in_header(list(missing), script=False))
     header = (f"# {info.headline()}\n{info.memory_line()}# verl {verl.VERL_VERSION} overrides for "
-              "`python -m verl.trainer.main_ppo`\n")
+              f"`python -m verl.trainer.main_ppo`\n{fill}")
     return header + yaml.safe_dump(dict(values), sort_keys=False, default_flow_style=False, width=1000)
 
 
-def to_json(info: ExportInfo, values: Mapping[str, Any], params: Mapping[str, Any], argv: list[str]) -> str:
+def to_json(info: ExportInfo, values: Mapping[str, Any], params: Mapping[str, Any], argv: list[str],
+            missing: list[str] = ()) -> str:
     doc = {
         "study": info.study,
         "trial": info.trial,
         "model": info.model,
         "throughput": info.throughput,
         "simulated": info.simulated,
-        "measured": info.throughput is not None and not info.simulated,
+        "measured": info.throughput is not None and not info.simulated and not info.replayed,
+        "replayed": info.replayed,
         "layout": info.layout,
         "memory_verdict": info.memory_verdict or None,
         "verl_version": verl.VERL_VERSION,
         "params": dict(params),
         "verl_overrides": dict(values),
         "argv": argv,
+        "fill_in": {k: FILL_IN[k][1] for k in missing},  # keys set to MISSING: the job did not set them
     }
     return json.dumps(doc, indent=2, default=str) + "\n"
 
 
-def to_ray(info: ExportInfo, argv: list[str]) -> str:
-    entry = " ".join(shlex.quote(a) for a in argv)
+def to_ray(info: ExportInfo, argv: list[str], missing: list[str] = ()) -> str:
+    missing = list(missing)
+    entry = " ".join(_shell_word(a, missing) for a in argv)
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# {info.headline()}",
         *([info.memory_line().rstrip()] if info.memory_verdict else []),
         "# Submits the tuned verl job to a running Ray cluster (RAY_ADDRESS, default the local dashboard).",
+        *fill_in_header(missing),
         "set -euo pipefail",
+        *_shell_guards(missing),
         'ray job submit --address "${RAY_ADDRESS:-http://127.0.0.1:8265}" --working-dir . -- \\',
         f"    {entry} \"$@\"",
     ]) + "\n"
@@ -129,21 +181,27 @@ def to_ray(info: ExportInfo, argv: list[str]) -> str:
 def render(fmt: str, info: ExportInfo, job: Job, cluster: Cluster, cand: Candidate) -> str:
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    values = launch_values(job, cluster, cand)
-    argv = launch_argv(job, cluster, cand)
+    missing = missing_keys(job)
+    placeholders = {k: MISSING for k in missing}
+    values = launch_values(job, cluster, cand, placeholders)
+    argv = launch_argv(job, cluster, cand, placeholders)
     if fmt == "sh":
-        return to_sh(info, argv)
+        return to_sh(info, argv, missing)
     if fmt == "yaml":
-        return to_yaml(info, values)
+        return to_yaml(info, values, missing)
     if fmt == "ray":
-        return to_ray(info, argv)
-    return to_json(info, values, cand.applied_params(), argv)
+        return to_ray(info, argv, missing)
+    return to_json(info, values, cand.applied_params(), argv, missing)
 
 
 def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
     """The export of one recorded trial, as `autotune export` and the dashboard's download buttons give it."""
+    if not row.params:
+        raise ValueError(f"trial {row.number} has no configuration (its tuner stopped before choosing one): nothing "
+                         "to export")
     setup = setup_from_row(store.get_study(study))
     cand = Candidate(**row.params)
     info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name,
-                      memory_verdict=(row.predicted_memory or {}).get("verdict", ""), label=label(cand, setup.stock))
+                      memory_verdict=(row.predicted_memory or {}).get("verdict", ""), label=label(cand, setup.stock),
+                      replayed=provenance(row.simulated, row.backend) == "replayed")
     return render(fmt, info, setup.job, setup.cluster, cand)

@@ -1,7 +1,7 @@
 """Trial labels: what tells one trial apart from another, in a few words.
 
 A label is the parallel layout and the rollout's TP (always), then every other knob whose setting differs from the
-study's reference, verl's stock configuration as the study seeds it (`Setup.stock`): `tp2 rtp2 dyn16k/96k util0.7
+study's reference, verl's example configuration as the study seeds it (`Setup.stock`): `tp2 rtp2 dyn16k/96k util0.7
 offload:params`. The reference is fixed for a study, so a trial's label never changes while the study runs, and two
 trials with different settings (of what verl actually runs) never share a label.
 """
@@ -75,6 +75,8 @@ def _ref_tokens(reference: Candidate | None) -> tuple[str | None, ...]:
 
 
 def _label(params: Mapping[str, Any] | Candidate, ref: tuple[str | None, ...]) -> str:
+    if not params:  # a trial whose tuner stopped before it chose a configuration
+        return "-"
     try:
         c = params if isinstance(params, Candidate) else Candidate(**params)
     except TypeError:  # a row written by another version of autotune
@@ -87,8 +89,16 @@ def _label(params: Mapping[str, Any] | Candidate, ref: tuple[str | None, ...]) -
     return " ".join(parts)
 
 
+def provenance(simulated: bool, backend: str) -> str:
+    """How a trial's number was obtained: "simulated" (the models), "replayed" (looked up in a table of earlier
+    measurements: nothing ran now) or "measured" (run now). Every view words its throughput with it."""
+    if simulated:
+        return "simulated"
+    return "replayed" if backend == "replay" else "measured"
+
+
 def study_reference(study: StudyRow | Setup | None) -> Candidate | None:
-    """The reference of a study's labels (verl's stock configuration for its job and space); None if unreadable."""
+    """The reference of a study's labels (verl's example configuration for its job and space); None if unreadable."""
     if study is None:
         return None
     try:

@@ -74,7 +74,7 @@ class Recovery:
             if alive:
                 continue
             self.store.update_trial(
-                row.id, status=TrialStatus.INTERRUPTED.value, finished_at=now,
+                row.id, status=TrialStatus.INTERRUPTED.value, finished_at=max(now, row.started_at),
                 reason=f"the tuner ({row.worker}) stopped while this trial ran; re-queued",
             )
             faults.point("recover-row-closed")
@@ -110,16 +110,24 @@ class Recovery:
         attrs = t.user_attrs
         queued = t.system_attrs.get("fixed_params")
         params = attrs.get("candidate") or queued or t.params
-        try:
-            key = Candidate.from_params(dict(params), None if attrs.get("candidate") else self.base).key()
-        except (TypeError, ValueError):
-            key = ""
+        # Recorded as the tuner records a trial (every parameter, as verl runs it), so that its label, status line
+        # and export are those of the configuration it was; with nothing chosen yet, no configuration at all.
+        key, applied, overrides = "", {}, {}
+        if params:
+            try:
+                cand = Candidate.from_params(dict(params), None if attrs.get("candidate") else self.base)
+                key, applied, overrides = cand.key(), cand.applied_params(), cand.verl_overrides()
+            except (TypeError, ValueError):
+                applied = dict(params)
         reason = "the tuner stopped between Optuna's ask and recording this trial; never launched"
+        now = utcnow()
+        asked = t.datetime_start  # Optuna stamps trials in local time
+        started = min(now, asked.astimezone(dt.UTC).replace(tzinfo=None)) if asked else now
         row = TrialRow(
             study=self.study_name, number=t.number, status=TrialStatus.INTERRUPTED.value,
             origin=attrs.get("origin", "sampler"), backend=self.runner.name, simulated=self.runner.simulated,
-            candidate_key=key, params=dict(params), verl_overrides={}, worker=worker_id(), reason=reason,
-            finished_at=utcnow(), duration_s=0.0,
+            candidate_key=key, params=applied, verl_overrides=overrides, worker=worker_id(), reason=reason,
+            started_at=started, heartbeat_at=started, finished_at=now, duration_s=0.0,
             # a queued configuration (seed, reference, re-queue) is queued again; a sampled one need not be
             extra=None if queued or attrs.get("candidate") else {"requeued": True, "never_launched": True},
         )

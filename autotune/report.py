@@ -1,6 +1,6 @@
-"""What a study is worth, for the end of `autotune run`: the best trial's speed-up over verl's stock configuration
-and over the user's own (the baseline trial), the GPU time the study spent, and what pruned the candidates it never
-launched. A pure function of the study's trial rows.
+"""What a study is worth, for the end of `autotune run`: the best trial's speed-up over verl's example configuration
+(candidate.STOCK) and over the user's own (the baseline trial), the GPU time the study spent, and what pruned the
+candidates it never launched. A pure function of the study's trial rows.
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune import units
+from autotune.candidate import DEFAULTS_NAME, STOCK_NAME
+from autotune.labels import provenance
 from autotune.store import TrialRow
 
 # How the tuner words a prune (the reasons' first words): store.Store.claim_launch, Evaluation.prune_reason,
@@ -38,10 +41,14 @@ def prune_kind(reason: str) -> tuple[str, str]:
     return "other", ""
 
 
+# Launched, but stopped and re-queued: --n-trials counts the re-run instead (study.NOT_COUNTED); their wall time
+# was spent all the same.
+INTERRUPTED = "interrupted"
+
+
 def _how(row: TrialRow) -> str:
-    if row.simulated:
-        return "SIMULATED"
-    return "replayed" if row.backend == "replay" else "measured"
+    how = provenance(row.simulated, row.backend)
+    return "SIMULATED" if how == "simulated" else how
 
 
 def _at_measured_step(row: TrialRow) -> float | None:
@@ -51,9 +58,9 @@ def _at_measured_step(row: TrialRow) -> float | None:
 
 @dataclass(frozen=True)
 class Reference:
-    """verl's stock configuration or the user's own, as this study ran it."""
+    """verl's example configuration or the user's own, as this study ran it."""
 
-    what: str  # "verl's stock configuration" | "your configuration (baseline)"
+    what: str  # STOCK_NAME | "your configuration (baseline)"
     trial: int  # the trial that seeded it
     label: str
     status: str
@@ -71,14 +78,15 @@ class StudyReport:
     best_throughput: float | None  # at the measured step (like the references)
     best_how: str
     references: tuple[Reference, ...]
-    launched: int
+    launched: int  # launched trials that count towards --n-trials (the run's first line says the same number)
     gpus: int
-    gpu_hours: float
+    gpu_hours: float  # 0.0 when nothing ran on a GPU now (simulated or replayed)
     simulated: bool
     replayed: bool = False  # every launched trial looked up in a table of earlier measurements
     pruned: dict[str, int] = field(default_factory=dict)  # kind -> count
     pruned_detail: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> detail -> count
     no_baseline: bool = True
+    interrupted: int = 0  # launched runs stopped and re-queued (not counted in `launched`; their time is)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,12 +98,16 @@ def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
     ordered = sorted(rows, key=lambda r: r.number)
     best_thr = _at_measured_step(best) if best else None
     refs = []
-    for origin, what in (("baseline", "your configuration (baseline)"), ("stock", "verl's stock configuration")):
+    for origin, what in (("baseline", "your configuration (baseline)"), ("stock", STOCK_NAME)):
         seed = next((r for r in ordered if r.origin == origin), None)
         if seed is not None:
             refs.append(_reference(seed, what, ordered, best_thr, label))
-    launched = [r for r in ordered if r.launched]
-    seconds = sum((r.duration_s or 0.0) + _confirm_s(r) for r in launched)
+    ran = [r for r in ordered if r.launched]
+    launched = [r for r in ran if r.status != INTERRUPTED]
+    simulated = any(r.simulated for r in ran)
+    replayed = bool(ran) and all(r.backend == "replay" for r in ran)
+    # GPU time is wall time x GPUs of what ran on GPUs now: a simulated or replayed trial's wall time is not.
+    seconds = 0.0 if simulated or replayed else sum((r.duration_s or 0.0) + _confirm_s(r) for r in ran)
     kinds: Counter[str] = Counter()
     detail: dict[str, Counter[str]] = {}
     for r in ordered:
@@ -108,11 +120,10 @@ def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
     return StudyReport(
         best_trial=best.number if best else None, best_label=label(best.params) if best else "",
         best_throughput=best_thr, best_how=_how(best) if best else "", references=tuple(refs),
-        launched=len(launched), gpus=gpus, gpu_hours=seconds * gpus / 3600.0,
-        simulated=any(r.simulated for r in launched),
-        replayed=bool(launched) and all(r.backend == "replay" for r in launched), pruned=dict(kinds.most_common()),
+        launched=len(launched), gpus=gpus, gpu_hours=seconds * gpus / 3600.0, simulated=simulated,
+        replayed=replayed, pruned=dict(kinds.most_common()),
         pruned_detail={k: dict(v.most_common()) for k, v in detail.items()},
-        no_baseline=not any(r.what.startswith("your") for r in refs),
+        no_baseline=not any(r.what.startswith("your") for r in refs), interrupted=len(ran) - len(launched),
     )
 
 
@@ -128,7 +139,7 @@ def _reference(seed: TrialRow, what: str, rows: Sequence[TrialRow], best_thr: fl
     lab = label(seed.params)
     if ran is None:
         last = same[-1] if same else seed
-        why = last.reason[:160]
+        why = units.clip(last.reason, 160)
         note = ("pruned before launch: " if last.status == "pruned" else f"{last.status}: ") + why
         return Reference(what, seed.number, lab, last.status,
                          ran_as=last.number if last.number != seed.number else None, note=note)
@@ -145,22 +156,26 @@ def report_lines(rep: StudyReport) -> list[str]:
         for ref in rep.references:
             trial = f"trial {ref.trial}" + (f", ran as trial {ref.ran_as}" if ref.ran_as is not None else "")
             if ref.speedup is not None:
-                lines.append(f"  {ref.speedup:.2f}x over {ref.what} ({trial}: {ref.label}, {ref.throughput:.1f} "
-                             f"tokens/s/GPU {ref.how}; best {rep.best_throughput:.1f} {rep.best_how}, both at the "
-                             "measured step of this study)")
+                lines.append(f"  {units.speedup(ref.speedup)} over {ref.what} ({trial}: {ref.label}, "
+                             f"{units.throughput(ref.throughput)} tokens/s/GPU {ref.how}; best "
+                             f"{units.throughput(rep.best_throughput)} {rep.best_how}, both at the measured step of "
+                             "this study)")
             else:
                 lines.append(f"  no speed-up over {ref.what}: {trial} ({ref.label}) did not run to its measured "
                              f"step: {ref.note}")
         if rep.no_baseline:
-            lines.append("  no baseline trial: your job sets none of the tuned keys (verl's defaults are your "
-                         "configuration)")
+            lines.append(f"  no baseline trial: your job sets none of the tuned keys, so your configuration is "
+                         f"{DEFAULTS_NAME} (not the example's)")
+    runs = f"{rep.launched} launched trials" + (
+        f" and {rep.interrupted} interrupted, re-queued run{'s' if rep.interrupted != 1 else ''}"
+        if rep.interrupted else "")
     if rep.simulated:
-        lines.append(f"GPU time: none spent (SIMULATED); {rep.launched} launched trials")
+        lines.append(f"GPU time: none spent (SIMULATED); {runs}")
     elif rep.replayed:
-        lines.append(f"GPU time: none spent now (REPLAYED from earlier measurements); {rep.launched} launched trials")
+        lines.append(f"GPU time: none spent now (REPLAYED from earlier measurements); {runs}")
     else:
-        lines.append(f"GPU time: {rep.gpu_hours:.2f} GPU-hours ({rep.launched} launched trials x {rep.gpus} GPUs, "
-                     "wall time launch to recorded, confirmations included)")
+        lines.append(f"GPU time: {rep.gpu_hours:.2f} GPU-hours ({runs}, {rep.gpus} GPUs each; wall time launch to "
+                     "recorded, confirmations included)")
     if rep.pruned:
         parts = []
         for kind, n in rep.pruned.items():

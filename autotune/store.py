@@ -424,6 +424,9 @@ def safe_url(url: str) -> str:
 
 def unreachable_message(url: str, err: Exception) -> str:
     first = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if url.startswith("sqlite"):  # a file, no server: say what can be wrong with a file
+        return (f"cannot open the study database {safe_url(url)}: {first}. Check the path: its directory must exist "
+                "and be writable, and the file must be a SQLite database (`autotune run` creates one)")
     return (
         f"cannot open the study database {safe_url(url)}: {first}. "
         "Check that the server is running and the URL, user and password are right, or use a local file: "

@@ -126,7 +126,7 @@ def median_ms(fn, repeat: int) -> float:
 def server_side(url: str, study: str, repeat: int) -> dict[str, float]:
     from fastapi.testclient import TestClient
 
-    from autotune.dashboard import data, table
+    from autotune.dashboard import data, importance, table
     from autotune.dashboard.app import create_app
     from autotune.store import Store
 
@@ -161,7 +161,7 @@ def server_side(url: str, study: str, repeat: int) -> dict[str, float]:
         "failures fragment": median_ms(get(f"/study/{study}/fragment/failures"), repeat),
         "trial page": median_ms(get(f"/study/{study}/trial/5"), repeat),
     }
-    data._IMPORTANCE_CACHE.clear()  # as after a restart: each run measures a computation
+    importance._IMPORTANCE_CACHE.clear()  # as after a restart: each run measures a computation
     t = time.perf_counter()
     c.get(f"/api/study/{study}/importance").raise_for_status()
     out["importance (first, uncached)"] = (time.perf_counter() - t) * 1000

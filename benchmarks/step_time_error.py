@@ -22,94 +22,20 @@ Writes `benchmarks/results/step_time_error.md` and the error band the CLI and da
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import statistics
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-from autotune.constraints import check
-from autotune.estimate.memory import MemoryEstimate, estimate_memory
-from autotune.estimate.throughput import DEFAULT_EFFICIENCY, DEFAULT_WORKLOAD, Efficiency, estimate_throughput
-from autotune.model import get_model
-from benchmarks.throughput_rank import DEFAULT_REF, TABLES, Row, cluster_for, num, read_rows
+from benchmarks.step_time_cases import REGENERATING, Case, cases, mape, predict_case
+from benchmarks.step_time_fit import FITTED, fit
+from benchmarks.throughput_rank import DEFAULT_REF, TABLES
 
 HERE = Path(__file__).resolve().parent
 BAND_FILE = HERE.parent / "autotune" / "estimate" / "step_error.py"
 PHASES = ("gen", "old_log_prob", "update_actor", "update_weights", "step")
-COLUMNS = {"gen": ("rollout", "rollout/gen"), "old_log_prob": ("old_logp",), "update_actor": ("update_actor",),
-           "update_weights": ("reshard",), "step": ("step",)}
-# Tables run with recipe.dapo.main_dapo (filter_groups on, gen_prompt_bsz = 3 x train_prompt_bsz; upstream scripts
-# DAPO-14B/*.sh, DAPO-32B/*.sh): generation rounds depend on the data.
-REGENERATING = {"dapo14b", "dapo32b"}
 NOT_COMPARED = {
     "grpo_qwen2_5vl.csv": "vision-language model (image tokens and the vision tower are not modelled)",
     "qwen3_5_megatron.csv": "pre-training TFLOPS at 128k tokens, no GRPO step or phase time",
 }
-
-
-@dataclass(frozen=True)
-class Case:
-    row: Row
-    measured: dict[str, float]
-    predicted: dict[str, float]
-    excluded: str  # why this row does not count in the headline ("" when it counts)
-    memory: MemoryEstimate
-
-    @property
-    def moe(self) -> bool:
-        return get_model(self.row.model).is_moe
-
-    def error(self, phase: str) -> float | None:
-        m = self.measured.get(phase)
-        if not m or self.excluded or (phase in ("gen", "step") and self.row.table in REGENERATING):
-            return None
-        return self.predicted[phase] / m - 1
-
-
-def measured_phases(path: Path) -> dict[str, dict[str, float]]:
-    out = {}
-    with path.open() as f:
-        for r in csv.DictReader(f):
-            got = {}
-            for phase, cols in COLUMNS.items():
-                for c in cols:
-                    v = num(r.get(c))
-                    if v:
-                        got[phase] = v
-                        break
-            out[r["number"]] = got
-    return out
-
-
-def predict_case(case: Case, eff: Efficiency = DEFAULT_EFFICIENCY) -> Case:
-    """The case predicted again with other constants (the memory estimate does not depend on them)."""
-    row = case.row
-    wl = DEFAULT_WORKLOAD
-    if row.response_length:
-        wl = replace(wl, response_fraction=row.response_length / row.job.max_response_length)
-    t = estimate_throughput(get_model(row.model), cluster_for(row), row.job, row.cand, case.memory, wl, eff)
-    return replace(case, predicted=dict(t.phases) | {"step": t.step_time})
-
-
-def cases(ref: Path, eff: Efficiency = DEFAULT_EFFICIENCY) -> list[Case]:
-    out = []
-    for name in TABLES:
-        path = ref / name
-        if not path.exists():
-            continue
-        meas = measured_phases(path)
-        for row in read_rows(path):
-            m, cl = get_model(row.model), cluster_for(row)
-            broken = [v.rule for v in check(m, cl, row.job, row.cand)]
-            why = f"breaks {', '.join(broken)}" if broken else ""
-            case = Case(row, meas[row.number], {}, why, estimate_memory(m, cl, row.job, row.cand))
-            out.append(predict_case(case, eff))
-    return out
-
-
-def mape(errors: list[float]) -> float | None:
-    return 100 * statistics.fmean(abs(e) for e in errors) if errors else None
 
 
 def summary(cs: list[Case]) -> dict[str, tuple[float | None, int]]:
@@ -217,8 +143,6 @@ def report(ref: Path) -> tuple[str, dict]:
 
 def loto_section(ref: Path) -> tuple[list[str], list[Case]]:
     """Leave-one-table-out: refit the fitted constants without a table, then predict that table."""
-    from benchmarks.step_time_fit import FITTED, fit
-
     if not FITTED:
         return ["", "No constant of the model is fitted on these tables: no leave-one-table-out run."], cases(ref)
     lines = ["", "## Leave one table out", "",

@@ -17,6 +17,7 @@ import statistics
 from dataclasses import replace
 
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY, Efficiency
+from benchmarks.step_time_cases import mape, predict_case
 
 FITTED: tuple[str, ...] = ("rope_fusion", "moe_decode", "moe_decode_layer_s", "moe_train", "a2a")
 # Without MoE rows to fit on: MoE as efficient as dense.
@@ -42,8 +43,6 @@ def rope_fusion_ratio(cases: list) -> float:
 
 def fit(cases: list) -> Efficiency:
     """The Efficiency whose fitted constants minimise the MAPE of their phases over `cases` (MoE rows only)."""
-    from benchmarks.step_time_error import mape, predict_case
-
     base = replace(DEFAULT_EFFICIENCY, rope_fusion=rope_fusion_ratio(cases))
     moe = [c for c in cases if c.moe and any(c.error(ph) is not None for ph in ("gen", "update_actor", "old_log_prob"))]
     if not moe:
@@ -62,7 +61,8 @@ def fit(cases: list) -> Efficiency:
 
 
 if __name__ == "__main__":
-    from benchmarks.step_time_error import DEFAULT_REF, cases
+    from benchmarks.step_time_cases import cases
+    from benchmarks.throughput_rank import DEFAULT_REF
 
     eff = fit(cases(DEFAULT_REF))
     print({k: getattr(eff, k) for k in FITTED})

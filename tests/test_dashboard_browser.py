@@ -34,6 +34,7 @@ pytest.importorskip("fastapi", reason="the dashboard's dependencies are not inst
 
 import uvicorn  # noqa: E402
 
+from autotune import units  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.export import export_text  # noqa: E402
 from autotune.store import StudyRow, TrialRow, utcnow  # noqa: E402
@@ -129,7 +130,7 @@ def test_study_page_renders_with_data_in_every_plot(page, server):
     assert hist == n_ok
     assert "SIMULATED" in page.inner_text("#sim-banner")
     best = tuner.store.best(STUDY)
-    assert page.inner_text("#best-throughput") == f"{best.throughput:,.1f}"
+    assert page.inner_text("#best-throughput") == units.throughput(best.throughput)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard_study.png"), full_page=True)
     page.evaluate("window.scrollTo(0, 0)")
@@ -167,9 +168,10 @@ def test_trials_table_sorts_and_filters(page, server):
     assert set(tps) == {"2"} and len(tps) == len(expected)
     page.click("#clear-filters")
     settled(page)
-    page.fill("input[data-filter='throughput']", f">{best.throughput - 0.01}")
+    cut = units.rounded(best.throughput) - 0.05  # the filter sees the numbers as shown (autotune.units)
+    page.fill("input[data-filter='throughput']", f">{cut}")
     settled(page)
-    top = sorted((r for r in rows if r.status == "ok" and r.throughput > best.throughput - 0.01),
+    top = sorted((r for r in rows if r.status == "ok" and units.rounded(r.throughput) > cut),
                  key=lambda r: (r.throughput, r.number))
     assert page.eval_on_selector_all("#trials tbody tr", "trs => trs.map(t => Number(t.dataset.number))") == [
         r.number for r in top]
@@ -242,6 +244,11 @@ def test_running_study_page_updates(page, server):
     page.click("#trials thead th[data-key='number']")  # sorted by number: a second click puts the latest first
     page.wait_for_selector(f"#trials tbody tr[data-number='{newest}']", timeout=5_000)
     page.wait_for_function(f"document.getElementById('counts').textContent.includes('{after}')", timeout=10_000)
+    # nothing running at this instant, but a tuner just wrote: not "idle"
+    tuner.store.update_trial(next(r.id for r in tuner.store.running(STUDY)), status="interrupted",
+                             finished_at=utcnow())
+    page.wait_for_function("document.getElementById('live').textContent.includes('tuning (last write')",
+                           timeout=20_000)
     assert page.errors == []
 
 
@@ -293,3 +300,82 @@ def test_script_bearing_reason_note_and_log_render_as_text(page, server):
     page.evaluate("""() => { const s = document.createElement('script'); s.textContent = 'window.__pwned = 2';
                              document.body.appendChild(s); }""")
     assert page.evaluate("window.__pwned") is None
+
+
+# ---------- layout: nothing covers anything ----------
+# Each text element of an SVG as the quadrilateral it covers on the screen (rotated labels included): its box in
+# its own coordinates mapped through its transform, shrunk by half a pixel (touching is not covering).
+TEXT_QUADS = """(sel) => [...document.querySelectorAll(sel)].filter(t => t.textContent.trim() && t.getBBox().width > 0)
+  .map(t => { const b = t.getBBox(), m = t.getScreenCTM(), e = 0.5;
+    const pt = (x, y) => { const p = new DOMPoint(x, y).matrixTransform(m); return [p.x, p.y]; };
+    return {text: t.textContent, q: [pt(b.x + e, b.y + e), pt(b.x + b.width - e, b.y + e),
+                                     pt(b.x + b.width - e, b.y + b.height - e), pt(b.x + e, b.y + b.height - e)]}; })"""
+
+
+def _overlap(p: list, q: list) -> bool:
+    """Two convex quadrilaterals intersect (separating axis theorem)."""
+    for poly in (p, q):
+        for i in range(4):
+            (x1, y1), (x2, y2) = poly[i], poly[(i + 1) % 4]
+            nx, ny = y2 - y1, x1 - x2
+            a = [nx * x + ny * y for x, y in p]
+            b = [nx * x + ny * y for x, y in q]
+            if max(a) < min(b) or max(b) < min(a):
+                return False
+    return True
+
+
+def _rect(r: dict) -> list:
+    return [(r["left"], r["top"]), (r["right"], r["top"]), (r["right"], r["bottom"]), (r["left"], r["bottom"])]
+
+
+def test_every_section_heading_is_inside_its_card(page, server):
+    base, _ = server
+    open_study(page, base)
+    page.locator("#failures-body").scroll_into_view_if_needed()
+    page.wait_for_selector("#failure-counts, #failures-body .empty", timeout=20_000)
+    heads = page.evaluate("""() => [...document.querySelectorAll('main h2, main h3')].map(h => {
+        const c = h.closest('.card'), r = h.getBoundingClientRect(), k = c && c.getBoundingClientRect();
+        return {text: h.textContent.trim(), inside: !!c && r.left >= k.left && r.right <= k.right &&
+                r.top >= k.top && r.bottom <= k.bottom}; })""")
+    assert any(h["text"] == "Failures" for h in heads)
+    assert [h["text"] for h in heads if not h["inside"]] == []
+    # the failures chart is in the card its heading names
+    assert page.evaluate("document.getElementById('plot-failures').closest('.card').querySelector('h2')"
+                         ".textContent") == "Failures"
+
+
+def test_no_plot_text_lies_under_the_plotly_toolbar(page, server):
+    base, _ = server
+    open_study(page, base)
+    covered = []
+    for div in [*PLOTS, "plot-importance"]:
+        show(page, div)
+        box = page.locator(f"#{div}").bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # the toolbar shows on hover
+        bar = page.evaluate("id => document.querySelector(`#${id} .modebar`).getBoundingClientRect().toJSON()", div)
+        assert bar["width"] > 0, div
+        for t in page.evaluate(TEXT_QUADS, f"#{div} svg text"):
+            if _overlap(t["q"], _rect(bar)):
+                covered.append((div, t["text"]))
+    assert covered == [], f"text under Plotly's toolbar: {covered}"
+    # the heatmaps' titles are captions above them, outside Plotly
+    assert page.locator("#space .plot-title").count() == 2 and page.locator("#space .gtitle").count() == 0
+
+
+def test_parallel_coordinate_labels_do_not_overlap(page, server):
+    base, _ = server
+    open_study(page, base)
+    show(page, "plot-parallel")
+    n_dims = page.evaluate("document.getElementById('plot-parallel').data[0].dimensions.length")
+    assert n_dims >= 10  # the case that overlapped: many parameters varying
+    quads = page.evaluate(TEXT_QUADS, "#plot-parallel .parcoords text")
+    labels = [q["text"] for q in quads]
+    assert "tokens/s/GPU" in labels and "ppo_max_token_len_per_gpu" in labels
+    clash = [(a["text"], b["text"]) for i, a in enumerate(quads) for b in quads[i + 1:] if _overlap(a["q"], b["q"])]
+    assert clash == [], f"overlapping labels: {clash[:10]}"
+    # nothing is cut off at the top of the plot (labels are rotated into its top margin)
+    top = page.evaluate("document.querySelector('#plot-parallel svg').getBoundingClientRect().top")
+    assert min(y for q in quads for _, y in q["q"]) >= top
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#parallel").screenshot(path=str(ARTIFACTS / "dashboard_parallel.png"))

@@ -10,13 +10,14 @@ import yaml
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.export import ExportInfo, launch_argv, launch_values, render
+from autotune.export import FILL_IN, MISSING, ExportInfo, launch_argv, launch_values, render
 from autotune.job import Job
 from tests.conftest import make_setup
 
 JOB = Job.from_mapping({
     "actor_rollout_ref.model.path": "/models/Qwen2.5 7B (instruct)",  # spaces and parentheses must survive bash
     "data.train_files": "['/data/a b.parquet', \"/data/c.parquet\"]",
+    "data.val_files": "/data/val.parquet",
     "trainer.project_name": "it's quoted",
     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": 2,  # the user's own layout: replaced
     "+actor_rollout_ref.actor.megatron.override_transformer_config.apply_rope_fusion": True,
@@ -77,6 +78,66 @@ def test_ray_export_submits_the_same_command(tmp_path):
     cmd = [line for line in text.splitlines() if line.startswith("    python")][0]
     assert shlex.split(cmd.replace('"$@"', ""))[:3] == list(verl.ENTRY)
     subprocess.run(["bash", "-n", "-c", text], check=True)
+
+
+def _fake_python(tmp_path: Path) -> dict[str, str]:
+    shim = tmp_path / "bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "python").write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > {tmp_path}/ran\n')
+    (shim / "python").chmod(0o755)
+    return {k: v for k, v in os.environ.items() if k not in ("MODEL_PATH", "TRAIN_FILES", "VAL_FILES")} | {
+        "PATH": f"{shim}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("fmt", ["sh", "ray"])
+def test_a_job_without_model_and_data_exports_a_script_that_refuses_to_run_until_they_are_set(tmp_path, fmt):
+    """`autotune run` without --job tunes a job with no model path or data: the export says what to fill in, in its
+    header, and stops with that message before anything runs."""
+    cl = make_setup().cluster
+    text = render(fmt, INFO, Job.default(), cl, CAND)
+    head = text.split("set -euo pipefail")[0]
+    assert "TO FILL IN" in head
+    for key, (var, _) in FILL_IN.items():
+        assert f"#   {var}" in head and key in head
+        assert f'{key}="${var}"' in text  # the value comes from the variable, never a guess
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    env = _fake_python(tmp_path)
+    if fmt == "ray":  # `ray job submit` is the program the script runs: a fake one prints its arguments
+        (tmp_path / "bin" / "ray").write_text((tmp_path / "bin" / "python").read_text())
+        (tmp_path / "bin" / "ray").chmod(0o755)
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "set MODEL_PATH to" in r.stderr and verl.MODEL_PATH in r.stderr
+    assert not (tmp_path / "ran").exists()  # nothing ran
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                       env={**env, "MODEL_PATH": "/m/Qwen 7B", "TRAIN_FILES": "/d/t.parquet"})
+    assert r.returncode != 0 and "set VAL_FILES to" in r.stderr and not (tmp_path / "ran").exists()
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True,
+                       env={**env, "MODEL_PATH": "/m/Qwen 7B", "TRAIN_FILES": "/d/t.parquet", "VAL_FILES": "/d/v"})
+    ran = (tmp_path / "ran").read_text().splitlines()
+    assert f"{verl.MODEL_PATH}=/m/Qwen 7B" in ran and f"{verl.TRAIN_FILES}=/d/t.parquet" in ran
+    assert f"{verl.VAL_FILES}=/d/v" in ran
+
+
+def test_yaml_and_json_of_a_job_without_model_and_data_mark_what_to_fill_in():
+    cl = make_setup().cluster
+    text = render("yaml", INFO, Job.default(), cl, CAND)
+    values = yaml.safe_load(text)
+    assert all(values[k] == MISSING for k in FILL_IN) and "TO FILL IN" in text.split("\nmodel_engine")[0]
+    doc = json.loads(render("json", INFO, Job.default(), cl, CAND))
+    assert set(doc["fill_in"]) == set(FILL_IN) and all(doc["verl_overrides"][k] == MISSING for k in FILL_IN)
+    # a job that sets them: nothing to fill in, nothing in the header
+    assert "TO FILL IN" not in render("sh", INFO, JOB, cl, CAND)
+    assert json.loads(render("json", INFO, JOB, cl, CAND))["fill_in"] == {}
+
+
+def test_export_header_says_how_the_number_was_obtained():
+    replayed = ExportInfo("s", 1, 26050.8, False, "tp2", "m", replayed=True).headline()
+    assert "REPLAYED 26050.8 tokens/s/GPU" in replayed and "measured 26050.8" not in replayed
+    assert "measured 26050.8 tokens/s/GPU" in ExportInfo("s", 1, 26050.8, False, "tp2", "m").headline()
+    doc = json.loads(render("json", ExportInfo("s", 1, 1.0, False, "tp2", "m", replayed=True), JOB,
+                            make_setup().cluster, CAND))
+    assert doc["replayed"] is True and doc["measured"] is False
 
 
 def test_unknown_format():

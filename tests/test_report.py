@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from autotune import verl
-from autotune.candidate import STOCK, Candidate
+from autotune.candidate import DEFAULTS_NAME, STOCK, STOCK_NAME, Candidate
 from autotune.labels import label
 from autotune.report import PRUNE_KINDS, prune_kind, report_lines, study_report
 from autotune.runners.probed import ProbedRunner
@@ -69,7 +69,8 @@ def test_labels_tell_every_configuration_apart_in_status_best_and_export(capsys,
     code, out, _ = run(capsys, "status", "--storage", db)
     assert code == 0 and best_label in out and "configuration" in out
     code, out, _ = run(capsys, "best", "--storage", db)
-    assert code == 0 and f"label: {best_label}" in out
+    assert code == 0 and out.splitlines()[0].endswith(f"({best_label})")
+    assert out.count(best_label) == 1 and "layout:" not in out  # the label once, not the layout beside it
     code, out, _ = run(capsys, "best", "--storage", db, "--json")
     assert code == 0 and json.loads(out)["label"] == best_label
     for fmt in ("sh", "yaml", "ray"):
@@ -85,7 +86,7 @@ def test_run_summary_speedups_gpu_time_and_prunes(capsys, db, job_file):
     code, out, _ = run(capsys, "status", "--storage", db, "--all", "--json")
     trials = {t["number"]: t for t in json.loads(out)["trials"]}
     refs = {r["what"]: r for r in rep["references"]}
-    assert set(refs) == {"your configuration (baseline)", "verl's stock configuration"} and not rep["no_baseline"]
+    assert set(refs) == {"your configuration (baseline)", STOCK_NAME} and not rep["no_baseline"]
     base = refs["your configuration (baseline)"]
     assert trials[base["trial"]]["origin"] == "baseline"
     assert trials[base["trial"]]["params"]["tp"] == 4 and trials[base["trial"]]["params"]["use_dynamic_bsz"]
@@ -111,6 +112,7 @@ def test_run_summary_speedups_gpu_time_and_prunes(capsys, db, job_file):
         else:
             assert f"no speed-up over {r['what']}" in out
     assert "GPU time: none spent (SIMULATED)" in out
+    assert rep["gpu_hours"] == 0.0  # the text says none: the JSON does not carry the simulator's wall time
     assert "pruned in this study, by kind: " + next(iter(rep["pruned"])) in out
 
 
@@ -133,7 +135,7 @@ def test_report_follows_a_duplicate_and_counts_gpu_hours():
     ]
     rep = study_report(rows, rows[0], 8, lambda p: "L")
     refs = {r.what: r for r in rep.references}
-    stock, base = refs["verl's stock configuration"], refs["your configuration (baseline)"]
+    stock, base = refs[STOCK_NAME], refs["your configuration (baseline)"]
     assert stock.ran_as == 0 and stock.speedup == pytest.approx(1.0) and stock.how == "measured"
     assert base.speedup == pytest.approx(1.5) and base.ran_as is None
     # 3 launched trials x 1800 s + one 900 s confirmation, on 8 GPUs
@@ -142,13 +144,13 @@ def test_report_follows_a_duplicate_and_counts_gpu_hours():
     assert rep.pruned_detail == {"static constraint": {"heads_per_tp": 1}, "memory model": {"update": 1}}
     lines = "\n".join(report_lines(rep))
     assert "1.50x over your configuration (baseline)" in lines and "ran as trial 0" in lines
-    assert "GPU time: 14.00 GPU-hours" in lines
+    assert "GPU time: 14.00 GPU-hours (3 launched trials, 8 GPUs each;" in lines
     # A confirmed best is compared at the measured step, like the references
     confirmed = _row(0, "a", "ok", 2700.0, "model-seed", measured_step_throughput=3000.0)
     assert study_report([confirmed, *rows[1:]], confirmed, 8, lambda p: "L").best_throughput == 3000.0
     # The stock trial that never ran: said in words, no number
     rows[1] = _row(1, "s", "oom", None, "stock", reason="GPU out of memory in training: CUDA out of memory")
-    stock = {r.what: r for r in study_report(rows, rows[0], 8, lambda p: "L").references}["verl's stock configuration"]
+    stock = {r.what: r for r in study_report(rows, rows[0], 8, lambda p: "L").references}[STOCK_NAME]
     assert stock.speedup is None and stock.note.startswith("oom: GPU out of memory")
 
 
@@ -164,3 +166,37 @@ def test_prune_kinds_match_the_words_of_their_producers():
     assert 'f"not in the table {' in inspect.getsource(ReplayRunner.refuse)
     from autotune.store import Store
     assert 'f"duplicate of trial {dup}' in inspect.getsource(Store.claim_launch)
+
+
+def test_interrupted_runs_are_not_launched_trials_but_their_gpu_time_counts():
+    """`--n-trials` counts a re-queued trial once (its re-run): the report's launched count is the run's first line's,
+    and the interrupted runs are named apart, their GPU time included."""
+    rows = [
+        _row(0, "a", "ok", 3000.0, "model-seed"),
+        _row(1, "b", "interrupted", None, reason="interrupted by the user (Ctrl-C); re-queued on resume",
+             duration=600.0),
+        _row(2, "b", "ok", 2000.0, "requeue"),
+    ]
+    rep = study_report(rows, rows[0], 8, lambda p: "L")
+    assert rep.launched == 2 and rep.interrupted == 1
+    assert rep.gpu_hours == pytest.approx((2 * 1800 + 600) * 8 / 3600)
+    assert "(2 launched trials and 1 interrupted, re-queued run, 8 GPUs each;" in "\n".join(report_lines(rep))
+
+
+def test_replayed_and_simulated_studies_spend_no_gpu_hours_in_json_either():
+    for backend, simulated, words in (("replay", False, "none spent now (REPLAYED"), ("simulate", True,
+                                                                                       "none spent (SIMULATED)")):
+        rows = [TrialRow(number=0, candidate_key="a", status="ok", throughput=100.0, origin="sampler",
+                         duration_s=0.002, reason="", launched=True, simulated=simulated, backend=backend,
+                         params=Candidate().params())]
+        rep = study_report(rows, rows[0], 8, lambda p: "L")
+        assert rep.gpu_hours == 0.0 and rep.as_dict()["gpu_hours"] == 0.0
+        assert f"GPU time: {words}" in "\n".join(report_lines(rep))
+
+
+def test_verl_example_and_verl_defaults_are_named_apart():
+    assert STOCK_NAME != DEFAULTS_NAME and "stock" not in STOCK_NAME + DEFAULTS_NAME
+    rows = [_row(0, "a", "ok", 3000.0, "model-seed"), _row(1, "s", "ok", 2000.0, "stock")]
+    lines = "\n".join(report_lines(study_report(rows, rows[0], 8, lambda p: "L")))
+    assert f"1.50x over {STOCK_NAME} (trial 1" in lines
+    assert f"so your configuration is {DEFAULTS_NAME} (not the example's)" in lines

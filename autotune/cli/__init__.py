@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from autotune import __version__
 from autotune.cli.catalog import cmd_models, cmd_spaces
@@ -38,14 +38,21 @@ USER_ERRORS = (UnknownModelError, JobError, SpaceError, StoreError, StudyMismatc
                RunnerUnavailable, RunnerFatal, ValueError)
 
 
+class Parser(argparse.ArgumentParser):
+    """A bad option is one line that says where to look, exit 2 (not argparse's whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="autotune", description="Find the fastest verl Megatron GRPO configuration.")
+    ap = Parser(prog="autotune", description="Find the fastest verl Megatron GRPO configuration.")
     ap.add_argument("--version", action="version", version=f"autotune {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run (or resume) a tuning study")
     _setup_args(p, model_required=False)
-    _storage_args(p)
+    _storage_args(p, run=True)
     p.add_argument("--backend", choices=["auto", *BACKENDS], default="auto",
                    help="auto: verl where GPUs and verl are present, else simulate")
     p.add_argument("--table", help="with --backend replay: CSV of measured configurations; it gives the model, "

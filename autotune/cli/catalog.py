@@ -7,9 +7,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from typing import Any
 
 from rich.table import Table
 
+from autotune import units
 from autotune.cli.options import out
 from autotune.model import CATALOG
 from autotune.space import builtin_spaces, load_space
@@ -38,7 +40,10 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         return 0
     for name, s in spaces.items():
         out.print(f"[bold]{name}[/] ({s.source}): {s.description}")
-        for d in s.describe():
-            when = f"  when {' and '.join(d['when'])}" if d["when"] else ""
-            out.print(f"  {d['name']:34} {d['choices']}{when}")
+        out.print("  dimensions:", markup=False)
+        for d in s.dimensions:  # as the space file writes them: YAML, not Python values
+            spec: dict[str, Any] = {"choices": list(d.choices)}
+            if d.when:
+                spec["when"] = {c.name: c.value if c.op == "eq" else {c.op: c.value} for c in d.when}
+            out.print(f"    {d.name + ':':35} {units.yaml_value(spec)}", markup=False)
     return 0

@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
+from autotune import units
 from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, make_setup, out, parse_params
 from autotune.estimate import evaluate
@@ -55,10 +56,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             table.add_column(m.name, justify="right")
         terms = list(dict.fromkeys(k for m in mem.moments for k, _ in m.terms))
         for term in terms:
-            table.add_row(term, *(f"{dict(m.terms)[term] / 2**30:.2f}" if term in dict(m.terms) else ""
+            table.add_row(term, *(units.gib(dict(m.terms)[term] / 2**30) if term in dict(m.terms) else ""
                                   for m in mem.moments))
-        table.add_row("[bold]peak", *(f"[bold]{m.peak / 2**30:.2f}" for m in mem.moments))
-        table.add_row("capacity", *(f"{m.capacity / 2**30:.2f}" for m in mem.moments))
+        table.add_row("[bold]peak", *(f"[bold]{units.gib(m.peak / 2**30)}" for m in mem.moments))
+        table.add_row("capacity", *(units.gib(m.capacity / 2**30) for m in mem.moments))
         table.add_row("fits", *("yes" if m.fits else "[red]NO" for m in mem.moments))
         out.print(table)
         out.print(f"vLLM KV cache: {mem.kv_cache_bytes / 2**30:.2f} GiB per GPU; one max_model_len request needs "
@@ -68,7 +69,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if record:
             worst = record["worst_case"]["moment_peaks_gib"]
             out.print("worst case (every sequence at the job's maximum), peak GiB: "
-                      + ", ".join(f"{k} {v:.1f}" for k, v in worst.items()))
+                      + ", ".join(f"{k} {units.gib(v)}" for k, v in worst.items()))
             for src in (mem.lengths.sources if mem.lengths else ()):
                 out.print(f"lengths: {src}")
             out.print(f"micro-batch: {mem.bound}")
@@ -78,7 +79,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         t = ev.throughput
         phases = ", ".join(f"{k} {v:.1f}s" for k, v in t.phases)
         step = step_time_label(t.step_time, setup.model.is_moe)
-        out.print(f"predicted {step} ({phases}); {t.throughput:.1f} tokens/s/GPU (estimate)")
+        out.print(f"predicted {step} ({phases}); {units.throughput(t.throughput)} tokens/s/GPU (estimate)")
     out.print(f"fits: {'yes' if ev.feasible else 'no'} (at step {setup.measure_step}); at the worst case the job "
               f"allows: {'yes' if ev.worst_fits else 'no'}")
     return 0

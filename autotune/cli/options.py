@@ -33,6 +33,22 @@ class CLIError(ValueError):
     pass
 
 
+def require_database(url: str) -> None:
+    """Commands that read a study need its database: a mistyped SQLite path must not create an empty one."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        u = make_url(url)
+    except ArgumentError:
+        return  # Store words the error
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:" \
+            and not Path(u.database).expanduser().exists():
+        raise CLIError(f"no study database at {url} ({Path(u.database).expanduser()} does not exist); pass the "
+                       "--storage that `autotune run` used, or start a study there with `autotune run --storage "
+                       f"{url} ...`")
+
+
 def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     p.add_argument("--model", required=model_required,
                    help="catalog name (see `autotune models`) or a Hugging Face model dir / config.json")
@@ -48,9 +64,10 @@ def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None
                    "(measured lengths of earlier trials take over; default: the job's maximum)")
 
 
-def _storage_args(p: argparse.ArgumentParser) -> None:
+def _storage_args(p: argparse.ArgumentParser, run: bool = False) -> None:
     p.add_argument("--storage", default=DEFAULT_STORAGE, help=f"SQLAlchemy URL (default {DEFAULT_STORAGE})")
-    p.add_argument("--study", help="study name (default: derived from model, cluster and job)")
+    p.add_argument("--study", help="study name (default: model, cluster and a hash of the job)" if run else
+                   "study name (needed when the database holds several studies; default: its only study)")
 
 
 def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:

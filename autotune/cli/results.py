@@ -5,17 +5,19 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-from autotune import verl
+from autotune import units, verl
 from autotune.candidate import Candidate
-from autotune.cli.options import CLIError, err, out
+from autotune.cli.options import CLIError, err, out, require_database
 from autotune.executors import placement_text
-from autotune.export import ExportInfo, export_text
-from autotune.labels import Labeller, study_reference
+from autotune.export import ExportInfo, export_text, missing_keys
+from autotune.labels import Labeller, provenance, study_reference
 from autotune.launch_script import read_script
 from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow
@@ -27,7 +29,10 @@ def _speed(row: TrialRow) -> str:
     if row.throughput is None:
         return "-"
     how = " [SIMULATED]" if row.simulated else (" replayed" if row.backend == "replay" else " measured")
-    return f"{row.throughput:.1f} tokens/s/GPU{how}"
+    return f"{units.throughput(row.throughput)} tokens/s/GPU{how}"
+
+
+REASON_WIDTH = 90  # characters of a reason in `status` (cut at a word, with an ellipsis; --json has it whole)
 
 
 def _layout(row: TrialRow) -> str:
@@ -36,6 +41,7 @@ def _layout(row: TrialRow) -> str:
 
 def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
     # Store gives the clear error for an unreachable database (Optuna's storage would take a second more to open)
+    require_database(args.storage)
     store = Store(args.storage)
     names = [s.name for s in store.list_studies()]
     if args.study:
@@ -55,7 +61,8 @@ def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
         "trial": row.number,
         "throughput": row.throughput,
         "simulated": row.simulated,
-        "measured": not row.simulated,
+        "measured": provenance(row.simulated, row.backend) == "measured",
+        "replayed": provenance(row.simulated, row.backend) == "replayed",
         "layout": _layout(row),
         "params": row.params,
         "verl_overrides": row.verl_overrides,
@@ -89,11 +96,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     cells = [(
         str(r.number), r.status, r.origin, labels(r.params, r.candidate_key),
         *((placement_text(r.placement) or "-",) if placed else ()),
-        "-" if r.throughput is None else f"{r.throughput:.1f}{' (sim)' if r.simulated else ''}",
-        "-" if r.predicted_throughput is None else f"{r.predicted_throughput:.1f}",
-        "-" if r.predicted_peak_gib is None else f"{r.predicted_peak_gib:.1f}",
-        "-" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.1f}",
-        "" if r.status == "ok" else r.reason[:70],
+        "-" if r.throughput is None else f"{units.throughput(r.throughput)}{' (sim)' if r.simulated else ''}",
+        "-" if r.predicted_throughput is None else units.throughput(r.predicted_throughput),
+        "-" if r.predicted_peak_gib is None else units.gib(r.predicted_peak_gib),
+        "-" if r.peak_memory_gib is None else units.gib(r.peak_memory_gib),
+        "" if r.status == "ok" else units.clip(r.reason, REASON_WIDTH),
     ) for r in shown]
     print_table(out, f"study {name}: {meta.model_name}, backend {meta.backend}{sim}", columns, cells)
     out.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
@@ -109,11 +116,9 @@ def cmd_best(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**_best_dict(best, name), "label": best_label}, indent=2, default=str))
         return 0
-    out.print(f"study {name}: best trial {best.number}, {_speed(best)}")
-    out.print(f"layout: {_layout(best)}")
-    out.print(f"label: {best_label}")
+    out.print(f"study {name}: best trial {best.number}, {_speed(best)} ({best_label})", markup=False)
     for k, v in best.params.items():
-        out.print(f"  {k:34} {v!r:>10}   {', '.join(verl.keys_for(k))}")
+        out.print(f"  {k + ':':35} {units.yaml_value(v):>13}   {', '.join(verl.keys_for(k))}", markup=False)
     return 0
 
 
@@ -130,7 +135,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         setup = setup_from_row(store.get_study(name))
         info = ExportInfo(name, row.number, row.throughput, row.simulated, _layout(row), setup.model.name,
                           memory_verdict=(row.predicted_memory or {}).get("verdict", ""),
-                          label=Labeller(setup.stock)(row.params))
+                          label=Labeller(setup.stock)(row.params),
+                          replayed=provenance(row.simulated, row.backend) == "replayed")
         text = read_script(args.like).render_like(Candidate(**row.params), header=f"# {info.headline()}\n"
                                                   "# autotune changed only the tuned keys of this script")
     if args.output:
@@ -140,24 +146,36 @@ def cmd_export(args: argparse.Namespace) -> int:
         err.print(f"wrote {args.output} (trial {row.number}{', SIMULATED' if row.simulated else ''})")
     else:
         sys.stdout.write(text)
+    missing = [] if args.like else missing_keys(setup_from_row(store.get_study(name)).job)
+    if missing:
+        err.print(f"autotune: fill in {', '.join(missing)} before running it: the study's job does not set "
+                  "them (see the export's header)", markup=False)
     return 0
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """Imported lazily: the core CLI works without the dashboard's dependencies."""
-    from autotune.dashboard import missing_dependencies, serve
+    from autotune.dashboard import bind, missing_dependencies, serve
 
     missing = missing_dependencies()
     if missing:
         raise CLIError(f"the dashboard needs {', '.join(missing)}: pip install -e '.[dashboard]'")
-    if args.storage.startswith("sqlite:///") and not Path(args.storage.removeprefix("sqlite:///")).expanduser().exists():
-        raise CLIError(f"no study database at {args.storage}; start a study with `autotune run --storage "
-                       f"{args.storage} ...` or pass the --storage that `autotune run` used")
+    require_database(args.storage)
     open_storage(args.storage)  # a clear error for an unreachable database
+    try:
+        sock = bind(args.host, args.port)
+    except socket.gaierror as e:
+        raise CLIError(f"--host {args.host}: {e.strerror or e}; give an address or name of this machine") from None
+    except OSError as e:
+        why = "in use by another program" if e.errno == errno.EADDRINUSE else (e.strerror or str(e)).lower()
+        raise CLIError(f"cannot serve on {args.host}:{args.port}: {why}; choose another port with --port") from None
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         err.print(f"autotune: the dashboard has no login; anyone who can reach {args.host}:{args.port} can read "
                   "the studies and edit notes.")
     out.print(f"autotune dashboard: http://{'localhost' if args.host in ('127.0.0.1', '::1') else args.host}:"
               f"{args.port}/ over {args.storage} (Ctrl-C to stop)")
-    serve(args.storage, args.host, args.port)
+    try:
+        serve(args.storage, args.host, args.port, sock)
+    except KeyboardInterrupt:  # Ctrl-C is how a dashboard is meant to end (uvicorn re-raises it once shut down)
+        err.print("autotune dashboard: stopped")
     return 0

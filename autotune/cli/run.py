@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+from autotune import units
 from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, _window, err, make_setup, out, parse_params
 from autotune.cli.results import _best_dict, _speed
@@ -117,7 +118,7 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
             summary = tuner.run(args.n_trials, args.timeout, on_trial=on_trial)
             summary["confirm"] = confirm_top(tuner, args.confirm, args.confirm_steps)
             for c in summary["confirm"].get("runs", []):
-                say.print(f"  confirm #{c['trial']}: {c['status']}: {c['reason'][:150]}")
+                say.print(f"  confirm #{c['trial']}: {c['status']}: {units.clip(c['reason'], 150)}")
                 if c.get("longest_response") is not None:
                     say.print(f"    longest response seen: {c['longest_response']:.0f} tokens")
             if args.confirm and summary["confirm"].get("skipped"):
@@ -138,7 +139,7 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
         return 0
-    out.print(f"{summary['launched']} trials launched ({summary['stopped']}); "
+    out.print(f"{report.launched} trials launched ({summary['stopped']}); "
               f"{counts['pruned']} candidates pruned before launch this run.")
     if best:
         out.print(f"best: trial {best.number}, {_speed(best)} ({report.best_label})")
@@ -202,5 +203,5 @@ def _print_script_notes(setup: Setup) -> None:
 
 
 def _trial_line(row: TrialRow, label: str) -> str:
-    why = row.reason[:80] if row.status != "ok" else ""
+    why = units.clip(row.reason, 80) if row.status != "ok" else ""
     return f"  #{row.number:<4} {row.status:<12} {_speed(row):<38} {label}  {why}"

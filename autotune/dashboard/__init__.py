@@ -1,7 +1,7 @@
 """`autotune dashboard`: a web page over the study database, for watching a tuning session while it runs.
 
 What was tried, what failed and why, and what wins: the studies list, a page per study (best configuration and its
-speed-up over verl's stock configuration, optimisation history, trials table, phase timings, memory, the shape of
+speed-up over verl's example configuration, optimisation history, trials table, phase timings, memory, the shape of
 the space, parameter importance, parallel coordinates, slice, timeline, failures) and a page per trial.
 
 autotune keeps Optuna's own tables next to its own in the same database, so the same database can also be opened
@@ -14,6 +14,7 @@ Needs the optional dependencies: pip install -e '.[dashboard]'.
 from __future__ import annotations
 
 import importlib.util
+import socket
 
 REQUIRED = ("fastapi", "uvicorn", "jinja2", "plotly")
 
@@ -22,10 +23,28 @@ def missing_dependencies() -> list[str]:
     return [m for m in REQUIRED if importlib.util.find_spec(m) is None]
 
 
-def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve the dashboard until interrupted."""
+def bind(host: str, port: int) -> socket.socket:
+    """The dashboard's listening socket, bound before anything is printed: a port in use is an OSError here, not a
+    traceback from inside uvicorn after the URL was announced."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, sock: socket.socket | None = None) -> None:
+    """Serve the dashboard until interrupted (on `sock` when given, bound by `bind`)."""
     import uvicorn
 
     from autotune.dashboard.app import create_app
 
-    uvicorn.run(create_app(storage_url, hosts=[host]), host=host, port=port, log_level="warning")
+    config = uvicorn.Config(create_app(storage_url, hosts=[host]), host=host, port=port, log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock or bind(host, port)])

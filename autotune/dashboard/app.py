@@ -26,10 +26,11 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from autotune import verl
+from autotune import units, verl
 from autotune.dashboard import data, failures, history, importance, plots, profiles, studies, table
 from autotune.estimate.throughput import step_error_percent
 from autotune.export import FORMATS
+from autotune.labels import provenance
 from autotune.store import Store, StoreError, StudyRow, TrialRow
 
 HERE = Path(__file__).resolve().parent
@@ -63,11 +64,12 @@ def quote(name: Any) -> str:
     return urllib.parse.quote(str(name), safe="")
 
 
-def fmt(x: Any, nd: int = 1) -> str:
+def fmt(x: Any, nd: int = units.THROUGHPUT_DECIMALS) -> str:
+    """A number as the CLI writes it (autotune.units: the same decimals, no thousands separators)."""
     if x is None:
         return "-"
     try:
-        return f"{float(x):,.{nd}f}"
+        return f"{float(x):.{nd}f}"
     except (TypeError, ValueError):
         return str(x)
 
@@ -124,6 +126,9 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["q"] = quote
     templates.env.filters["fmt"] = fmt
+    templates.env.globals["provenance"] = provenance
+    templates.env.globals["gib"] = units.GIB_DECIMALS
+    templates.env.filters["yaml"] = units.yaml_value
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     headers = {**SECURITY_HEADERS, "Content-Security-Policy": content_security_policy(HERE / "templates")}
 
@@ -204,9 +209,10 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
         return page(request, "_failures.html", study=st, f=failures.failures(store, name))
 
     @app.get("/api/study/{name:path}/version")
-    def api_version(name: str) -> dict[str, str]:
+    def api_version(name: str) -> dict[str, Any]:
+        """The page polls this: its version (refetch on change), running trials, and whether a tuner is at work."""
         get_study(name)
-        return {"version": data.version(store, name)}
+        return data.liveness(store, name)
 
     @app.get("/api/study/{name:path}/data")
     def api_data(name: str) -> Response:
@@ -277,7 +283,10 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
         row = get_trial(name, trial) if trial is not None else store.best(name)
         if row is None:
             raise HTTPException(404, f"study {name!r} has no trial that ran to its measured step yet")
-        text = export_text(store, name, row, fmt)
+        try:
+            text = export_text(store, name, row, fmt)
+        except ValueError as e:
+            raise HTTPException(404, str(e)) from None
         fname = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-trial{row.number}") + "." + EXPORT_EXT[fmt]
         return PlainTextResponse(text, media_type=EXPORT_MEDIA[fmt],
                                  headers={"Content-Disposition": f'attachment; filename="{fname}"'})

@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import math
 import re
 from typing import Any
 
 from sqlalchemy import case, func, select
 
+from autotune import units
 from autotune.candidate import Candidate
 from autotune.labels import label, study_reference
 from autotune.store import Store, StudyRow, TrialRow
 
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
-LAUNCHED_FAILURES = ("oom", "failed", "timeout", "config_error", "interrupted")
+LAUNCHED_FAILURES = ("oom", "failed", "timeout", "config_error")
+# Stopped (Ctrl-C, a dead tuner, a runner that could not go on) and re-queued, or never launched: not a failure of
+# its configuration, counted and listed apart.
+INTERRUPTED = "interrupted"
 REASON_CHARS = 300  # per distinct reason in the compact trial data; the trial page has the whole text
 
 _TABLE_COLS = (
@@ -54,15 +57,10 @@ def failure_class(status: str, reason: str) -> str:
     return {"oom": "OOM", "config_error": "config error"}.get(status, status)
 
 
-def _r(x: Any, nd: int = 2) -> float | None:
-    """A JSON-safe rounded float (NaN and None become null)."""
-    if x is None:
-        return None
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) or math.isinf(f) else round(f, nd)
+def _r(x: Any, nd: int = units.THROUGHPUT_DECIMALS) -> float | None:
+    """A JSON-safe float at the precision the views print (autotune.units: throughput, GiB and seconds alike), so
+    that the page shows the CLI's digits (NaN and None become null)."""
+    return units.rounded(x, nd)
 
 
 def _jsonable(v: Any) -> Any:
@@ -93,7 +91,7 @@ _REFS: dict[tuple[str, str], Candidate | None] = {}
 
 
 def reference(store: Store, study: StudyRow | str) -> Candidate | None:
-    """The reference of a study's labels (verl's stock configuration for its job and space), read once."""
+    """The reference of a study's labels (verl's example configuration for its job and space), read once."""
     name = study if isinstance(study, str) else study.name
     key = (store.url, name)
     if key not in _REFS:
@@ -106,20 +104,46 @@ def capacity_gib(study: StudyRow) -> float | None:
 
 def version(store: Store, study: str) -> str:
     """Changes whenever a trial is added, finishes or changes status: the page refetches its data then."""
+    return liveness(store, study)["version"]
+
+
+# A tuner writes at least this often while it works (a trial's heartbeat, a launch claim, a pruned candidate): a
+# study written to more recently is being tuned even when no trial is running at this instant (a simulated trial
+# lasts milliseconds; proposing and ranking write nothing running).
+ACTIVE_WITHIN_S = 90.0
+
+
+def liveness(store: Store, study: str) -> dict[str, Any]:
+    """The study's version, its running trials, and whether a tuner wrote to it within ACTIVE_WITHIN_S."""
     t = TrialRow
     q = select(
         func.count(), func.sum(case((t.status == "running", 1), else_=0)),
         func.sum(case((t.status == "ok", 1), else_=0)), func.max(t.finished_at), func.max(t.id),
+        func.max(t.started_at), func.max(t.heartbeat_at),
     ).where(t.study == study)
     with store.session() as s:
-        n, running, ok, last, max_id = s.execute(q).one()
-    return f"{n}-{running or 0}-{ok or 0}-{max_id or 0}-{_iso(last) or ''}"
+        n, running, ok, last, max_id, started, beat = s.execute(q).one()
+        touched = s.scalar(select(StudyRow.updated_at).where(StudyRow.name == study))
+    wrote = max((x for x in (last, started, beat, touched) if x is not None), default=None)
+    ago = (dt.datetime.now(dt.UTC).replace(tzinfo=None) - wrote).total_seconds() if wrote else None
+    return {"version": f"{n}-{running or 0}-{ok or 0}-{max_id or 0}-{_iso(last) or ''}",
+            "running": int(running or 0), "last_write_s": None if ago is None else round(max(ago, 0.0), 1),
+            "active": ago is not None and ago < ACTIVE_WITHIN_S}
 
+
+
+_STUDY_CACHES: list[dict[tuple[str, str], Any]] = []
+
+
+def study_cache() -> dict[tuple[str, str], Any]:
+    """A view's cache of a study's data, keyed by (storage URL, study): registered here so that forget() reaches
+    every view without this module importing them (they import it)."""
+    cache: dict[tuple[str, str], Any] = {}
+    _STUDY_CACHES.append(cache)
+    return cache
 
 
 def forget(store: Store, study: str) -> None:
     """Drop the cached data of a study after a change its version does not show (a note)."""
-    from autotune.dashboard import history, plots, table  # they import this module
-
-    for cache in (plots._DATA_CACHE, table._TABLE_CACHE, table._META_CACHE, history._HISTORY_CACHE):
+    for cache in _STUDY_CACHES:
         cache.pop((store.url, study), None)

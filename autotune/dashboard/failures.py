@@ -1,5 +1,6 @@
 """Why trials failed: failure classes with counts and an example each, the launched trials that failed with their
-log excerpts, and the end of one trial's log for its page.
+log excerpts, and the end of one trial's log for its page. An interrupted trial (stopped and re-queued, or never
+launched) is a class of its own, not a failure of its configuration.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def failures(store: Store, study: str) -> dict[str, Any]:
             .where(t.study == study, t.status.not_in(("ok", "running"))).group_by(t.status, t.reason)).all()
         q = (select(t.number, t.status, t.reason, t.log_excerpt, t.log_path, t.peak_memory_gib,
                     t.predicted_peak_gib, t.params)
-             .where(t.study == study, t.status.in_(LAUNCHED_FAILURES)).order_by(t.number.desc()))
+             .where(t.study == study, t.status.in_(LAUNCHED_FAILURES), t.launched.is_(True))
+             .order_by(t.number.desc()))
         rows = s.execute(q.limit(FAILURES_LISTED)).all()
     counts: dict[str, int] = {}
     examples: dict[str, tuple[int, str]] = {}
@@ -41,7 +43,9 @@ def failures(store: Store, study: str) -> dict[str, Any]:
         "reason": r.reason, "excerpt": (r.log_excerpt or "")[-4000:], "log_path": r.log_path,
         "mem": r.peak_memory_gib, "pred_mem": r.predicted_peak_gib, "layout": layout(r.params, ref),
     } for r in rows]
-    n_failed = sum(n for status, _, n, _ in groups if status in LAUNCHED_FAILURES)
+    with store.session() as s:
+        n_failed = s.scalar(select(func.count()).select_from(t).where(
+            t.study == study, t.status.in_(LAUNCHED_FAILURES), t.launched.is_(True))) or 0
     return {"counts": sorted(counts.items(), key=lambda kv: -kv[1]), "listed": listed, "n_failed": n_failed,
             "examples": examples}
 

@@ -10,12 +10,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from autotune.dashboard.data import REASON_CHARS, _r, failure_class, layout, reference, version
+from autotune.dashboard.data import REASON_CHARS, _r, failure_class, layout, reference, study_cache, version
 from autotune.store import Store, StudyRow, TrialRow
 
 HISTORY_POINTS = 2000
 HISTORY_BUCKETS = 150
-_HISTORY_CACHE: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+_HISTORY_CACHE: dict[tuple[str, str], tuple[str, dict[str, Any]]] = study_cache()
 
 
 def history(store: Store, study: StudyRow) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import select
 
+from autotune import units
 from autotune.candidate import Candidate
 from autotune.dashboard.data import (
     _TABLE_COLS,
@@ -22,6 +23,7 @@ from autotune.dashboard.data import (
     failure_class,
     layout,
     reference,
+    study_cache,
     version,
 )
 from autotune.store import Store, StudyRow, TrialRow
@@ -43,13 +45,12 @@ def trials_frame(store: Store, study: str) -> pd.DataFrame:
 
 
 
-def _col(series: pd.Series, nd: int = 2) -> list[Any]:
-    """A numeric column as a JSON list: rounded, NaN as null."""
-    x = pd.to_numeric(series, errors="coerce").round(nd)
-    return x.astype(object).where(x.notna(), None).tolist()
+def _col(series: pd.Series, nd: int = units.THROUGHPUT_DECIMALS) -> list[Any]:
+    """A numeric column as a JSON list: rounded as the CLI rounds (Python's round, not numpy's), NaN as null."""
+    return [units.rounded(v, nd) for v in pd.to_numeric(series, errors="coerce").tolist()]
 
 
-_DATA_CACHE: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+_DATA_CACHE: dict[tuple[str, str], tuple[str, dict[str, Any]]] = study_cache()
 
 
 

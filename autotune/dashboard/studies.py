@@ -1,5 +1,5 @@
 """The studies list and the head of a study's page: counts, best trial, and its speed-up over the reference
-configurations (verl's stock configuration, the first trial, the user's baseline), one grouped query each.
+configurations (verl's example configuration, the first trial, the user's baseline), one grouped query each.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from autotune.dashboard.data import LAUNCHED_FAILURES, _iso, _r, layout, reference
+from autotune.candidate import STOCK_NAME
+from autotune.dashboard.data import INTERRUPTED, LAUNCHED_FAILURES, _iso, _r, layout, reference
 from autotune.store import Store, StudyRow, TrialRow
 
 
@@ -55,7 +56,7 @@ def cluster_text(cluster: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Reference:
-    """A trial the best is compared with (verl's stock configuration, the first trial, the user's baseline)."""
+    """A trial the best is compared with (verl's example configuration, the first trial, the user's baseline)."""
 
     label: str
     number: int | None
@@ -89,7 +90,7 @@ def summary(store: Store, study: StudyRow) -> dict[str, Any]:
         def first(*where: Any) -> Any:
             return s.execute(select(*cols).where(t.study == study.name, *where).order_by(t.number).limit(1)).first()
 
-        refs_rows = [("verl's stock configuration", first(t.origin == "stock")),
+        refs_rows = [(STOCK_NAME, first(t.origin == "stock")),
                      ("the first trial", first(t.launched.is_(True)))]
         baseline = first(t.origin == "baseline")
         if baseline is not None:
@@ -105,6 +106,7 @@ def summary(store: Store, study: StudyRow) -> dict[str, Any]:
         "n": int(sum(counts.values())),
         "launched": int(launched),
         "failed": int(sum(v for k, v in counts.items() if k in LAUNCHED_FAILURES)),
+        "interrupted": int(counts.get(INTERRUPTED, 0)),
         "running": int(counts.get("running", 0)),
         "best": best_row,
         "best_layout": layout(best_row.params, reference(store, study)) if best_row else None,

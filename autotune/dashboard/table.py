@@ -17,14 +17,24 @@ from typing import Any
 from sqlalchemy import case, func, select
 
 from autotune.candidate import Candidate
-from autotune.dashboard.data import _TABLE_COLS, PHASES, REASON_CHARS, _r, failure_class, layout, reference, version
+from autotune.dashboard.data import (
+    _TABLE_COLS,
+    PHASES,
+    REASON_CHARS,
+    _r,
+    failure_class,
+    layout,
+    reference,
+    study_cache,
+    version,
+)
 from autotune.executors import placement_text
 from autotune.store import Store, StudyRow, TrialRow
 
 TABLE_PAGE = 50
 OPTIONS_MAX = 15  # a column with at most this many distinct values is filtered with a drop-down
-_TABLE_CACHE: dict[tuple[str, str], tuple[str, list[dict[str, Any]]]] = {}
-_META_CACHE: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+_TABLE_CACHE: dict[tuple[str, str], tuple[str, list[dict[str, Any]]]] = study_cache()
+_META_CACHE: dict[tuple[str, str], tuple[str, dict[str, Any]]] = study_cache()
 _NUM_COLS = (("number", "#"), ("throughput", "tokens/s/GPU"), ("predicted", "predicted"),
              ("pred_mem", "mem pred GiB"), ("mem", "mem meas GiB"), ("duration", "duration s"))
 

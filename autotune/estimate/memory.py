@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from autotune import verl
+from autotune import units, verl
 from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster
+from autotune.estimate.batching import BatchingPlan, plan_batching
 from autotune.estimate.lengths import Lengths, worst_case
 from autotune.job import Job
 from autotune.model import ModelArch
@@ -88,7 +89,12 @@ class MemoryEstimate:
     kv_bytes_per_token: float  # per GPU of a rollout replica
     notes: tuple[str, ...] = field(default=())
     lengths: Lengths | None = None  # the sequence lengths assumed
-    bound: str = ""  # what bounds a micro-batch, in words
+    batching: BatchingPlan | None = None  # the micro-batches at those lengths
+
+    @property
+    def bound(self) -> str:
+        """What bounds a micro-batch, in words."""
+        return self.batching.bound if self.batching else ""
 
     @property
     def peak(self) -> float:
@@ -109,7 +115,7 @@ class MemoryEstimate:
     def reasons(self) -> list[str]:
         """Why it does not fit, in words (empty when it fits)."""
         out = [
-            f"{m.name}: predicted {m.peak / GIB:.1f} GiB > {m.capacity / GIB:.1f} GiB "
+            f"{m.name}: predicted {units.gib(m.peak / GIB)} GiB > {units.gib(m.capacity / GIB)} GiB "
             f"(largest: {max(m.terms, key=lambda t: t[1])[0]})"
             for m in self.moments
             if not m.fits
@@ -205,50 +211,15 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
     return (attn + mlp) / t + cal.act_h * m.hidden_size / sp
 
 
-def micro_batch_tokens(job: Job, c: Candidate, log_prob: bool, lengths: Lengths | None = None) -> float:
-    """Tokens of one micro-batch on one GPU (after CP splits it).
-
-    Dynamic batching: the token budget bounds a micro-batch whatever the lengths (verl packs sequences up to it).
-    Without it: micro_batch_size sequences, unpadded (verl removes padding): the longest of the step and
-    micro_batch_size - 1 of mean length; in the worst case all at the job's maximum.
-    """
-    if c.use_dynamic_bsz:
-        return float(c.log_prob_max_token_len_per_gpu if log_prob else c.ppo_max_token_len_per_gpu)
-    ln = lengths or worst_case(job)
-    mbs = (c.log_prob_micro_batch_size_per_gpu if log_prob else c.ppo_micro_batch_size_per_gpu) or 1
-    return ((mbs - 1) * ln.seq_mean + ln.seq_max) / c.cp
-
-
-def micro_batch_bound(c: Candidate) -> str:
-    """What bounds a training micro-batch, in words (dynamic batching's budget, or micro-batch size x length)."""
-    if c.use_dynamic_bsz:
-        return (f"dynamic batching: the token budget (ppo_max_token_len_per_gpu={c.ppo_max_token_len_per_gpu}, "
-                f"log_prob_max_token_len_per_gpu={c.log_prob_max_token_len_per_gpu}) bounds a micro-batch "
-                "whatever the lengths")
-    return (f"no dynamic batching: ppo_micro_batch_size_per_gpu={c.ppo_micro_batch_size_per_gpu or 1} x sequence "
-            "length bounds a micro-batch, so it grows with the responses")
-
-
-def micro_batches_per_step(job: Job, cl: Cluster, c: Candidate, mean_seq_len: float) -> int:
-    """Micro-batches per mini-batch on one data-parallel rank (what the pipeline schedule sees)."""
-    dp = max(1, cl.world_size // (c.tp * c.pp * c.cp))
-    samples = job.ppo_mini_batch_size * job.rollout_n / dp
-    if c.use_dynamic_bsz:
-        return max(1, math.ceil(samples * mean_seq_len / (c.ppo_max_token_len_per_gpu * c.cp)))
-    return max(1, math.ceil(samples / (c.ppo_micro_batch_size_per_gpu or 1)))
-
-
 def activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration,
                      lengths: Lengths | None = None) -> float:
     """Activations held on the first pipeline stage at the peak of the 1F1B (or interleaved) schedule."""
-    return stage_activation_bytes(m, cl, job, c, cal, lengths)[0]
+    return stage_activation_bytes(m, c, cal, plan_batching(job, cl, c, lengths))[0]
 
 
-def stage_activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration,
-                           lengths: Lengths | None = None) -> tuple[float, float]:
+def stage_activation_bytes(m: ModelArch, c: Candidate, cal: Calibration, plan: BatchingPlan) -> tuple[float, float]:
     """(first stage: PP micro-batches in flight; last stage: one micro-batch, where the logits also live)."""
-    ln = lengths or worst_case(job)
-    s = micro_batch_tokens(job, c, log_prob=False, lengths=ln)
+    s = plan.update_tokens
     a_dense = act_bytes_per_token_layer(m, c, cal, False)
     a_moe = act_bytes_per_token_layer(m, c, cal, True)
     layers_chunk = m.num_layers / (c.pp * c.vpp_or_1)
@@ -266,9 +237,8 @@ def stage_activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, ca
     else:
         per_chunk = layers_chunk * a_layer
         transient = 0.0
-    m_batches = micro_batches_per_step(job, cl, c, mean_seq_len=ln.seq_mean)
     if c.pp > 1:
-        in_flight = min(c.pp, m_batches) * c.vpp_or_1
+        in_flight = min(c.pp, plan.update_micro_batches) * c.vpp_or_1
         if c.vpp_or_1 > 1:
             in_flight *= 1 + (c.pp - 1) / (c.pp * c.vpp_or_1)
     else:
@@ -326,6 +296,7 @@ def estimate_memory(
     What is on the GPU at each moment, and the verl/vLLM source line of each term: docs/memory_model.md.
     """
     ln = lengths or worst_case(job)
+    plan = plan_batching(job, cl, c, ln)
     has_ref, sleeps = job.has_ref_model, job.free_cache_engine  # read once: a job lookup is not free
     total = cl.gpu.memory_bytes
     states = model_state_bytes(m, cl, c)
@@ -370,7 +341,7 @@ def estimate_memory(
               "activations and CUDA graphs are all inside that share in vLLM 0.24)")
 
     # 4-5. Log-prob passes (forward only; vLLM asleep).
-    s_lp = micro_batch_tokens(job, c, log_prob=True, lengths=ln)
+    s_lp = plan.log_prob_tokens
     a_layer = max(act_bytes_per_token_layer(m, c, cal, m.is_moe), 0.0)
     lp_acts = s_lp * (a_layer + 4 * m.hidden_size)
     lp_logits = logits_bytes(m, c, s_lp, cal.logprob_logits_bytes, cal)
@@ -391,8 +362,8 @@ def estimate_memory(
                                     "reference forward (KL): reference weights loaded; actor as its flags leave it"))
 
     # 6. Update: the actor fully loaded (offload does not lower this peak), activations in flight, logits.
-    s = micro_batch_tokens(job, c, log_prob=False, lengths=ln)
-    first, last = stage_activation_bytes(m, cl, job, c, cal, ln)
+    s = plan.update_tokens
+    first, last = stage_activation_bytes(m, c, cal, plan)
     logit = logits_bytes(m, c, s, cal.logits_bytes, cal)
     # With PP the in-flight activations (first stage) and the logits (last stage) are on different GPUs.
     acts, logit = (first, 0.0) if c.pp > 1 and first > last + logit else (last, logit)
@@ -415,5 +386,4 @@ def estimate_memory(
     if has_ref:
         notes.append("reference model (KL) on the GPU " + ("only in its log-prob pass" if c.ref_offloaded
                                                             else "through the whole step (ref param_offload off)"))
-    return MemoryEstimate(tuple(moments), kv_cache, kv_needed, kv_per_token, tuple(notes), ln,
-                          micro_batch_bound(c))
+    return MemoryEstimate(tuple(moments), kv_cache, kv_needed, kv_per_token, tuple(notes), ln, plan)

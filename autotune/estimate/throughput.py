@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
-from autotune.estimate.memory import MemoryEstimate, estimate_memory, micro_batches_per_step, params_per_gpu
+from autotune.estimate.batching import BatchingPlan, plan_batching
+from autotune.estimate.lengths import Lengths
+from autotune.estimate.memory import MemoryEstimate, estimate_memory, params_per_gpu
 from autotune.estimate.step_error import STEP_TIME_ERROR
 from autotune.job import Job
 from autotune.model import ModelArch
@@ -77,6 +79,7 @@ class ThroughputEstimate:
     tokens_per_step: float
     world_size: int
     concurrency: float  # sequences decoded at once per rollout replica
+    batching: BatchingPlan | None = None  # the micro-batches at the workload's lengths
 
     @property
     def step_time(self) -> float:
@@ -180,13 +183,13 @@ def estimate_throughput(
     lr = wl.response_fraction * job.max_response_length
     seq_len = lp + lr
     tokens = seqs * seq_len
+    plan = plan_batching(job, cl, c, Lengths(lp, lp, lr, lr, ("workload",)))
 
     # gen: replicas of rollout_tp GPUs; decode batch limited by max_num_seqs and by KV blocks. Continuous batching
     # keeps the batch full only while sequences wait; then the longest responses decode alone. So a decode step
     # costs a fixed part (read the weights, TP all-reduces, scheduler) plus a part per sequence in the batch
     # (its FLOPs or its KV reads), and the number of steps is at least the longest response.
-    replicas = world / c.rollout_tp
-    per_replica = seqs / replicas
+    per_replica = plan.sequences_per_replica
     kv_tokens = max(mem.kv_cache_bytes, 0.0) / mem.kv_bytes_per_token
     conc = max(1.0, min(job.max_num_seqs, per_replica, kv_tokens / seq_len))
     hbm = g.hbm_tbps * 1e12 * eff.hbm
@@ -200,23 +203,17 @@ def estimate_throughput(
     gen = decode_steps * t_fixed + per_replica * lr * t_seq + prefill
 
     # Training-side efficiency of this layout.
-    mbs_tokens = (
-        c.ppo_max_token_len_per_gpu * c.cp
-        if c.use_dynamic_bsz
-        else (c.ppo_micro_batch_size_per_gpu or 1) * seq_len
-    )
     # A micro-batch's fixed cost (kernel launches, Python) weighs against its compute time: on a GPU slower than the
     # H100 the constant was calibrated on, fewer tokens amortise it. (Scaling the TP/CP penalty the same way, as
     # exposed collectives / compute, made dapo14b's H20 ordering worse: it stays as calibrated.)
     tokens_half = eff.tokens_half * g.bf16_tflops / REFERENCE_TFLOPS
-    tokens_gpu = mbs_tokens / c.cp
+    tokens_gpu = plan.update_tokens_typical
     size_eff = tokens_gpu / (tokens_gpu + tokens_half)
     tp_cost = eff.tp_penalty * 4096 / m.hidden_size
     layout_eff = 1 / (1 + tp_cost * (c.tp - 1)) / (1 + eff.cp_penalty * (c.cp - 1))
     if m.is_moe:  # grouped expert GEMMs, router and token permutation run below dense GEMM efficiency
         layout_eff *= eff.moe_train
-    n_micro = micro_batches_per_step(job, cl, c, seq_len)
-    bubble = (c.pp - 1) / (c.vpp_or_1 * n_micro) if c.pp > 1 else 0.0
+    bubble = (c.pp - 1) / (c.vpp_or_1 * plan.update_micro_batches) if c.pp > 1 else 0.0
 
     def share(compute: float) -> float:
         return 1 / (1 / compute + (peak / (g.hbm_tbps * 1e12)) / eff.intensity)
@@ -234,19 +231,16 @@ def estimate_throughput(
 
     # Data-parallel gradient reduce-scatter + parameter all-gather once per mini-batch.
     pc = params_per_gpu(m, c)
-    dp = world // (c.tp * c.pp * c.cp)
+    dp = plan.data_parallel
     mini_batches = job.train_batch_size / job.ppo_mini_batch_size * job.ppo_epochs
     link = g.link_gbps if world <= cl.gpus_per_node else g.inter_node_gbps
     if dp * c.cp > 1:
         update += mini_batches * pc.total * 6 / (link * 1e9)
 
-    lp_tokens = c.log_prob_max_token_len_per_gpu * c.cp if c.use_dynamic_bsz else (
-        (c.log_prob_micro_batch_size_per_gpu or 1) * seq_len
-    )
-    lp_size_eff = (lp_tokens / c.cp) / (lp_tokens / c.cp + tokens_half)
+    lp_gpu = plan.log_prob_tokens_typical
+    lp_size_eff = lp_gpu / (lp_gpu + tokens_half)
     fwd = f_train / 3 / (world * peak * share(eff.forward) * lp_size_eff * layout_eff)
-    lp_micro = max(1, math.ceil(seqs / dp * seq_len / lp_tokens))
-    fwd *= 1 + ((c.pp - 1) / lp_micro if c.pp > 1 else 0.0)
+    fwd *= 1 + ((c.pp - 1) / plan.log_prob_micro_batches if c.pp > 1 else 0.0)
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
 
     offload_bytes = (6 * pc.total if c.param_offload else 0.0) + (
@@ -265,4 +259,4 @@ def estimate_throughput(
     ]
     if job.has_ref_model:
         phases.insert(2, ("ref", fwd))
-    return ThroughputEstimate(tuple(phases), tokens, world, conc)
+    return ThroughputEstimate(tuple(phases), tokens, world, conc, plan)

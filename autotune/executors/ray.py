@@ -23,10 +23,8 @@ from typing import Any
 
 from autotune import verl
 from autotune.executors.base import Executor, Finished, Placement, interrupted, run_trial
-from autotune.runners import RunnerUnavailable
-from autotune.runners.base import Runner, StopSignal, TrialResult, TrialSpec, TrialStatus
-
-NAMESPACE = "autotune"
+from autotune.executors.verl_hook import NAMESPACE
+from autotune.runners.base import Runner, RunnerUnavailable, StopSignal, TrialResult, TrialSpec, TrialStatus
 
 
 class ExecutorError(RunnerUnavailable):

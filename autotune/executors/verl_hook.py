@@ -22,6 +22,8 @@ from typing import Any
 from autotune import verl, verl_shims
 
 ENV = "AUTOTUNE_PLACEMENT_GROUPS"
+# The Ray namespace the executor reserves its named groups in; verl's driver must join it to find them by name.
+NAMESPACE = "autotune"
 HOOK = "autotune.executors.verl_hook.install"
 
 

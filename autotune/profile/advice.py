@@ -13,7 +13,7 @@ from typing import Any
 
 from autotune.candidate import Candidate
 from autotune.estimate import MOMENT_WORDS
-from autotune.estimate.memory import micro_batches_per_step
+from autotune.estimate.batching import update_micro_batches
 from autotune.estimate.throughput import DEFAULT_WORKLOAD
 from autotune.profile import kinds as K
 from autotune.profile.analysis import Phase, ProfileAnalysis
@@ -83,7 +83,7 @@ def model_bubble(setup: Setup, cand: Candidate, micro_batches: int | None = None
         job = setup.job
         seq = DEFAULT_WORKLOAD.prompt_fraction * job.max_prompt_length + \
             DEFAULT_WORKLOAD.response_fraction * job.max_response_length
-        micro_batches = micro_batches_per_step(job, setup.cluster, cand, seq)
+        micro_batches = update_micro_batches(job, setup.cluster, cand, seq)
     return (cand.pp - 1) / (cand.vpp_or_1 * micro_batches) if cand.pp > 1 else 0.0, micro_batches
 
 

@@ -10,12 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune.cluster import detect_local_gpus
-from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.base import Runner, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.simulate import SimulateRunner
-
-
-class RunnerUnavailable(RuntimeError):
-    """A backend that cannot run here (missing package, no GPUs, not built yet)."""
 
 
 def _simulate(**_: Any) -> Runner:

@@ -104,6 +104,10 @@ class RunnerFatal(RuntimeError):
     """The runner cannot go on (GPUs still held after a trial, data missing): the study stops and says why."""
 
 
+class RunnerUnavailable(RuntimeError):
+    """A backend that cannot run here (missing package, no GPUs, not built yet)."""
+
+
 class Runner(ABC):
     """Runs one trial to a result. Implementations own launching, watching, and cleaning up."""
 

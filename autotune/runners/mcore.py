@@ -22,7 +22,8 @@ from typing import Any
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.doctor import stack_env
-from autotune.estimate.memory import estimate_memory, micro_batches_per_step
+from autotune.estimate.batching import update_micro_batches
+from autotune.estimate.memory import estimate_memory
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
@@ -70,7 +71,7 @@ def probe_spec(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, wo
     if cand.sequence_parallel and cand.tp > 1:
         tokens -= tokens % cand.tp
     local = dataclasses.replace(cluster, gpus_per_node=world, nodes=1)
-    n_micro = min(MAX_PROBE_MICROBATCHES, micro_batches_per_step(job, local, cand, job.max_seq_len))
+    n_micro = min(MAX_PROBE_MICROBATCHES, update_micro_batches(job, local, cand, job.max_seq_len))
     n_micro = max(n_micro, cand.pp)
     if cand.vpp:
         n_micro = math.ceil(n_micro / cand.pp) * cand.pp

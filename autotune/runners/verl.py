@@ -25,7 +25,7 @@ from typing import Any
 from autotune import verl, verl_shims
 from autotune.doctor import Diagnosis, run_doctor, stack_env
 from autotune.export import launch_argv
-from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
 from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
 from autotune.runners.progress import estimate
@@ -124,10 +124,9 @@ class VerlRunner(Runner):
         }
         if self.options.ray_address:
             from autotune.executors import verl_hook
-            from autotune.executors.ray import NAMESPACE
 
             extra[verl.RAY_ADDRESS_KEY] = self.options.ray_address
-            extra[verl.RAY_NAMESPACE_KEY] = NAMESPACE
+            extra[verl.RAY_NAMESPACE_KEY] = verl_hook.NAMESPACE
             groups = (spec.placement or {}).get("groups")
             if groups:  # verl adopts the groups the executor reserved (executors/verl_hook.py)
                 extra[verl.RAY_SETUP_HOOK_KEY] = verl_hook.HOOK
@@ -510,7 +509,6 @@ _CLI_OPTIONS = {f for f in VerlOptions.__dataclass_fields__}
 
 def make_verl_runner(**options: Any) -> VerlRunner:
     """The CLI's factory: VerlOptions fields only (a test entry point cannot be chosen from the command line)."""
-    from autotune.runners import RunnerUnavailable
     from autotune.runners.verl_preflight import verl_importable
 
     unknown = set(options) - _CLI_OPTIONS

@@ -39,8 +39,9 @@ function el(tag, attrs, text) {
   return e;
 }
 function fmtNum(v, nd) {
+  // As the CLI writes numbers (autotune/units.py): the server rounded them to these decimals; no separators.
   if (v === null || v === undefined) return '-';
-  if (typeof v === 'number') return v.toLocaleString(undefined, {maximumFractionDigits: nd ?? 2});
+  if (typeof v === 'number') return v.toFixed(nd ?? 1);
   return String(v);
 }
 function idxs(pred) {
@@ -133,7 +134,7 @@ function refTrials() {
   for (let i = 0; i < T.number.length; i++) if (T.throughput[i] !== null && (best < 0 || T.throughput[i] > T.throughput[best])) best = i;
   add(best, `best #${best >= 0 ? T.number[best] : ''}`);
   const stock = T.origin.indexOf('stock');
-  if (stock >= 0) add(stock, `stock #${T.number[stock]}`);
+  if (stock >= 0) add(stock, `verl example #${T.number[stock]}`);
   const first = T.launched.indexOf(true);
   if (first >= 0) add(first, `first #${T.number[first]}`);
   for (const n of state.selected) { const i = T.number.indexOf(n); add(i, `#${n}`); }
@@ -189,13 +190,13 @@ function drawMemory() {
     yaxis: {title: {text: 'peak GiB per GPU'}, rangemode: 'tozero'}});
 }
 
-function drawHeat(id, h, title) {
+function drawHeat(id, h) {  // its title is the HTML caption above it, where Plotly's toolbar cannot cover it
   if (!h || !h.x.length) return noData(id, 'No trial yet');
   plot(id, [{type: 'heatmap', x: h.x, y: h.y, z: h.z,
     text: h.text, texttemplate: '%{z:.0f}<br>%{text}', colorscale: 'Viridis', hoverongaps: false,
     colorbar: {title: {text: 'best tok/s/GPU'}},
     hovertemplate: `${h.xname}=%{x}, ${h.yname}=%{y}<br>best %{z:.1f} tokens/s/GPU${simTag()}<br>%{text}<extra></extra>`}],
-  {height: 360, title: {text: title, font: {size: 13}}, xaxis: {type: 'category', title: {text: h.xname}},
+  {height: 340, margin: {l: 60, r: 20, t: 30, b: 45}, xaxis: {type: 'category', title: {text: h.xname}},
     yaxis: {type: 'category', title: {text: h.yname}, automargin: true}});
 }
 
@@ -226,10 +227,23 @@ function drawParallel() {
   }).filter(d => new Set(d.values).size > 1);
   const thr = ok.map(i => T.throughput[i]);
   dims.push({label: 'tokens/s/GPU', values: thr});
-  plot('plot-parallel', [{type: 'parcoords', dimensions: dims, labelangle: -30, labelside: 'top',
-    labelfont: {size: 11},
+  // Labels apart: axes at least as far apart as the widest tick text (drawn left of its axis) needs, labels at
+  // 45 degrees (parallel, so they never cross) in a top margin as tall as the longest needs; wider than the card
+  // when there are many parameters (the card scrolls sideways).
+  const ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = `11px ${BASE_LAYOUT.font.family}`;
+  const px = t => Math.ceil(ctx.measureText(String(t)).width);
+  const ticks = dims.map(d => Math.max(px('0.000k'), ...(d.ticktext || []).map(px)));  // numbers: a few digits
+  const spacing = Math.max(...ticks) + 20;
+  const longest = Math.max(...dims.map(d => px(d.label)));
+  const margin = {l: 20 + ticks[0], r: 110, t: 40 + Math.ceil(longest * Math.SQRT1_2), b: 30};
+  const div = document.getElementById('plot-parallel');
+  const width = Math.max(div.parentElement.clientWidth, margin.l + margin.r + spacing * (dims.length - 1));
+  div.style.width = `${width}px`;
+  plot('plot-parallel', [{type: 'parcoords', dimensions: dims, labelangle: -45, labelside: 'top',
+    labelfont: {size: 11}, tickfont: {size: 11}, rangefont: {size: 10},
     line: {color: thr, colorscale: 'Viridis', showscale: true, colorbar: {title: {text: 'tok/s'}}}}],
-  {height: 480, margin: {l: 70, r: 80, t: 150, b: 30}});
+  {height: 330 + margin.t, width, margin});
 }
 
 function drawSlice() {
@@ -413,9 +427,8 @@ function timed(name, f) {
 }
 const DRAWERS = {
   'plot-phases': drawPhases, 'plot-memory': drawMemory,
-  'plot-heat-tp-pp': () => drawHeat('plot-heat-tp-pp', D.heat_tp_pp, 'best throughput by actor (TP, PP)'),
-  'plot-heat-rollout': () => drawHeat('plot-heat-rollout', D.heat_rollout,
-    'best throughput by rollout TP × gpu_memory_utilization'),
+  'plot-heat-tp-pp': () => drawHeat('plot-heat-tp-pp', D.heat_tp_pp),
+  'plot-heat-rollout': () => drawHeat('plot-heat-rollout', D.heat_rollout),
   'plot-parallel': drawParallel, 'plot-slice': drawSlice, 'plot-timeline': drawTimeline,
   'plot-failures': drawFailures, 'plot-importance': drawImportance, 'failures-body': loadFailures,
 };
@@ -493,7 +506,8 @@ async function poll() {
   try {
     const r = await fetch(`/api/study/${QS}/version`);
     if (!r.ok) throw new Error(`HTTP ${r.status}`);
-    const v = (await r.json()).version;
+    const live = await r.json();
+    const v = live.version;
     if (v !== version) {
       full = null;  // every view is redrawn from the new data, the ones in view now, the others when they come
       for (const id of Object.keys(DRAWERS)) dirty.add(id);
@@ -501,8 +515,11 @@ async function poll() {
       await refreshFragments();
       drawVisible();
     }
-    const running = Number((version.split('-')[1]) || 0);
-    setLive(running ? `live · ${running} running` : 'live · idle', running ? 'running' : 'idle');
+    // A tuner at work writes often even when no trial is running at this instant (proposing, pruning, a trial
+    // of milliseconds): "tuning" then, "idle" only when nothing has been written for a while.
+    if (live.running) setLive(`live · ${live.running} running`, 'running');
+    else if (live.active) setLive(`live · tuning (last write ${Math.round(live.last_write_s)} s ago)`, 'running');
+    else setLive('live · idle', 'idle');
   } catch (e) {
     setLive('offline: ' + e.message, 'offline');
   } finally {

@@ -35,7 +35,7 @@ function memory() {
   const terms = [...new Set(moments.flatMap(m => Object.keys(pm.moments[m].terms_gib)))];
   const traces = terms.map((t, k) => ({type: 'bar', name: esc(t), x: moments.map(esc),
     y: moments.map(m => pm.moments[m].terms_gib[t] ?? 0),
-    marker: {color: COLORS[k % COLORS.length]}, hovertemplate: `${esc(t)}: %{y:.2f} GiB<extra>%{x}</extra>`}));
+    marker: {color: COLORS[k % COLORS.length]}, hovertemplate: `${esc(t)}: %{y:.1f} GiB<extra>%{x}</extra>`}));
   const worst = pm.worst_case && pm.worst_case.moment_peaks_gib;
   if (worst) traces.push({type: 'scatter', mode: 'markers', name: 'worst case peak', x: moments.map(esc),
     y: moments.map(m => worst[m] ?? null), marker: {symbol: 'diamond', size: 11, color: '#111827'},

@@ -1,0 +1,93 @@
+"""A grid of candidates and everything the estimates derive from their micro-batches, as exact floats.
+
+`python -m tests.batching_grid > tests/data/batching_golden.json` wrote the golden file from the code before the
+batching plan existed (memory.py and throughput.py each cut the batch themselves); test_batching.py checks that
+the plan leaves every number bit-for-bit as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from typing import Any
+
+from autotune import constraints
+from autotune.candidate import Candidate
+from autotune.cluster import Cluster, get_gpu_type
+from autotune.estimate import evaluate
+from autotune.estimate.lengths import Lengths, worst_case
+from autotune.estimate.memory import DEFAULT_CALIBRATION, activation_bytes, estimate_memory
+from autotune.estimate.throughput import estimate_throughput
+from autotune.job import Job
+from autotune.model import get_model
+from autotune.runners.mcore import probe_spec
+from autotune.space import load_space, space_context
+
+PER_COMBO = 10
+
+
+def combos() -> list[tuple[str, Cluster, Job, Lengths | None]]:
+    short = Job.from_mapping({
+        "data.max_prompt_length": 1024, "data.max_response_length": 4096, "data.train_batch_size": 128,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 16, "actor_rollout_ref.rollout.n": 8,
+        "algorithm.use_kl_in_reward": True,
+    })
+    h100 = Cluster(get_gpu_type("h100"), 8, 1)
+    h200x2 = Cluster(get_gpu_type("h200"), 8, 2)
+    h20 = Cluster(get_gpu_type("h20"), 4, 1)
+    default = Job.default()
+    step = Lengths(1800.0, 2048.0, 1500.0, 3000.0, ("test",))
+    return [
+        ("qwen2.5-7b", h100, default, None),
+        ("qwen2.5-7b", h100, default, step),
+        ("qwen2.5-7b", h20, short, Lengths(700.0, 1024.0, 900.0, 2500.0, ("test",))),
+        ("qwen2.5-32b", h200x2, default, step),
+        ("qwen3-30b-a3b", h200x2, short, None),
+        ("qwen3-30b-a3b", h100, default, step),
+        ("qwen2.5-1.5b", h20, short, None),
+    ]
+
+
+def sample(i: int) -> list[Candidate]:
+    """PER_COMBO candidates of combo i that pass the static rules (drawn from its space, seeded)."""
+    name, cl, job, _ = combos()[i]
+    m = get_model(name)
+    space = load_space("moe" if m.is_moe else "dense")
+    ctx = space_context(m.is_moe, cl.world_size, cl.gpus_per_node, job.has_ref_model)
+    rng = random.Random(i)
+    out: dict[str, Candidate] = {}
+    for _ in range(4000):
+        if len(out) >= PER_COMBO:
+            break
+        cand = Candidate.from_params(space.sample(rng, ctx))
+        if cand.key() not in out and not list(constraints.check(m, cl, job, cand)):
+            out[cand.key()] = cand
+    return list(out.values())
+
+
+def values(i: int, cand: Candidate) -> list[Any]:
+    """Every number the estimates derive from the candidate's micro-batches (and the rest of the model with them)."""
+    name, cl, job, lengths = combos()[i]
+    m = get_model(name)
+    ln = lengths or worst_case(job)
+    mem = estimate_memory(m, cl, job, cand, lengths=ln)
+    thr = estimate_throughput(m, cl, job, cand, mem)
+    train = evaluate(m, cl, job, cand, "train", lengths).throughput
+    spec = probe_spec(m, cl, job, cand, min(cl.world_size, 4), "p")
+    return [
+        *(v for mo in mem.moments for _, v in mo.terms), mem.kv_cache_bytes, mem.kv_needed_bytes,
+        mem.kv_bytes_per_token, mem.bound, activation_bytes(m, cl, job, cand, DEFAULT_CALIBRATION, ln),
+        *(v for _, v in thr.phases), thr.tokens_per_step, thr.concurrency, *(v for _, v in train.phases),
+        spec["tokens_per_microbatch"], spec["num_microbatches"],
+    ]
+
+
+def golden() -> list[dict[str, Any]]:
+    return [{"combo": i, "params": c.params(), "values": values(i, c)}
+            for i in range(len(combos())) for c in sample(i)]
+
+
+if __name__ == "__main__":
+    json.dump(golden(), sys.stdout, separators=(",", ":"))
+    sys.stdout.write("\n")
