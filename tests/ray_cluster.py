@@ -13,24 +13,65 @@ from autotune.runners.simulate import SimulateRunner
 
 NODE_GPUS = 8
 NODE_CPUS = 3 * NODE_GPUS  # verl's bundle shape: {"CPU": 3, "GPU": 1} per GPU
+HANG_GUARD_S = 300.0  # only against a test hanging forever: every wait here ends on an event long before
+
+
+@contextmanager
+def _node_starts_for_this_machine() -> Iterator[None]:
+    """While the test cluster lives, its nodes start as on a loaded 2-core machine they can:
+
+    - Ray gives a starting node's raylet a fixed 30 s to register with the GCS (ray/_private/node.py): wait for the
+      registration itself instead;
+    - with ray[default] installed (the `ray` extra brings it, for `ray list placement-groups`), each node's dashboard
+      agent loads its full set of modules, which can miss the raylet's fixed wait for the agent's port and crash the
+      node: the nodes run Ray's minimal agents, as with plain `ray` (nothing autotune does uses those modules)."""
+    import ray._private.services as services
+    import ray._private.utils as utils
+
+    get_node, dependency_error = services.get_node, utils.get_dashboard_dependency_error
+
+    def patient_get_node(gcs_address: str, node_id: str) -> object:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while True:
+            try:
+                return get_node(gcs_address, node_id)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    services.get_node = patient_get_node
+    utils.get_dashboard_dependency_error = lambda: "autotune tests: minimal Ray agents"
+    try:
+        yield
+    finally:
+        services.get_node, utils.get_dashboard_dependency_error = get_node, dependency_error
+
+
+def dashboard_dependency_error() -> str | None:
+    """Ray's own verdict on whether ray[default] (dashboard, state API) is installed: None when it is."""
+    import ray._private.utils as utils
+
+    return utils.get_dashboard_dependency_error()
 
 
 @contextmanager
 def ray_cluster(nodes: int = 2) -> Iterator[object]:
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": NODE_CPUS + 4, "num_gpus": NODE_GPUS,
-                                                       "include_dashboard": False})
-    for _ in range(nodes - 1):
-        c.add_node(num_cpus=NODE_CPUS, num_gpus=NODE_GPUS)
-    c.wait_for_nodes()
-    try:
-        yield c
-    finally:
-        c.shutdown()
+    with _node_starts_for_this_machine():
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": NODE_CPUS + 4, "num_gpus": NODE_GPUS,
+                                                           "include_dashboard": False})
+        try:
+            for _ in range(nodes - 1):
+                c.add_node(num_cpus=NODE_CPUS, num_gpus=NODE_GPUS)
+            c.wait_for_nodes()
+            yield c
+        finally:
+            c.shutdown()
 
 
-def free_gpus(address: str, timeout: float = 20.0, want: float | None = None) -> float:
+def free_gpus(address: str, timeout: float = HANG_GUARD_S, want: float | None = None) -> float:
     """The cluster's available GPUs, once they reach `want` (or after `timeout`), from a separate connection."""
     import ray
 
@@ -51,19 +92,31 @@ def free_gpus(address: str, timeout: float = 20.0, want: float | None = None) ->
 
 class SlowSimulate(SimulateRunner):
     """The simulate runner taking `seconds` per trial (a GPU trial's duration, which cannot happen here), stopping
-    early when the executor says so, and recording how many ran at once and where."""
+    early when the executor says so, and recording how many ran at once and where.
 
-    def __init__(self, seconds: float = 0.6):
+    `together`: each trial first waits until that many run at once (an event, not a guess at how long proposing
+    takes; once reached the gate stays open, so the last trials of a study pass through)."""
+
+    def __init__(self, seconds: float = 0.6, together: int = 0):
         self.seconds, self.now, self.peak = seconds, 0, 0
         self.lock = threading.Lock()
         self.placements: list[dict] = []
+        self.gate = threading.Event()
+        self.together = together
+        if together <= 1:
+            self.gate.set()
 
     def run(self, spec: TrialSpec) -> TrialResult:
         with self.lock:
             self.now += 1
             self.peak = max(self.peak, self.now)
             self.placements.append(spec.placement)
+            if self.now >= self.together:
+                self.gate.set()
         try:
+            deadline = time.monotonic() + HANG_GUARD_S
+            while not self.gate.wait(0.05) and not _stopped(spec) and time.monotonic() < deadline:
+                pass
             if spec.stop is not None:
                 spec.stop.wait(self.seconds)
             else:
@@ -72,6 +125,10 @@ class SlowSimulate(SimulateRunner):
             with self.lock:
                 self.now -= 1
         return super().run(spec)
+
+
+def _stopped(spec: TrialSpec) -> bool:
+    return spec.stop is not None and spec.stop.is_set()
 
 
 def tuner_main(argv: list[str]) -> None:
@@ -92,5 +149,23 @@ def tuner_main(argv: list[str]) -> None:
         ex.close()
 
 
+def cli_main(argv: list[str]) -> int:
+    """`autotune ARGV` as a user runs it (the CLI's own main, signal handling and exit codes), its simulate backend's
+    trials taking SECONDS (the first argument) each: `python -m tests.ray_cluster cli SECONDS run ...`."""
+    import autotune.cli as cli
+    import autotune.cli.run as cli_run
+
+    seconds = float(argv[0])
+
+    def make_runner(name: str, **_: object) -> SimulateRunner:
+        assert name == "simulate", name
+        return SlowSimulate(seconds)
+
+    cli_run.make_runner = make_runner
+    return cli.main(argv[1:])
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "cli":
+        sys.exit(cli_main(sys.argv[2:]))
     tuner_main(sys.argv[1:])

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
-from autotune import cli
+from autotune import cli, study
 from autotune.dashboard import data, table
 from autotune.executors import make_executor
 from autotune.executors.ray import ExecutorError, RayExecutor
+from autotune.runners.base import RunnerFatal, TrialResult, TrialSpec
 from autotune.runners.simulate import SimulateRunner
 from autotune.study import Tuner
 from tests.conftest import make_setup
-from tests.ray_cluster import NODE_GPUS, SlowSimulate, free_gpus, ray_cluster
+from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, free_gpus, ray_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +29,7 @@ def cluster():
 
 def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_url, capsys):
     setup = make_setup(gpus=4)  # 4-GPU trials on 2 nodes x 8 GPUs: four fit at once
-    runner = SlowSimulate(4.0)  # long enough for the tuner to propose four (an ask costs ~0.3-1 s on 2 busy cores)
+    runner = SlowSimulate(0.2, together=4)  # each trial waits until four run at once (however long proposing takes)
     ex = RayExecutor(parallel=4, address=cluster.address)
     try:
         tuner = Tuner(setup, runner, sqlite_url, "par", executor=ex)
@@ -104,4 +107,139 @@ def test_replay_runs_through_the_ray_executor_from_the_cli(cluster, sqlite_url, 
 
     launched = [r for r in Store(sqlite_url).trials("rp") if r.launched]
     assert len(launched) == 3 and all(r.backend == "replay" and r.placement["gpus"] == 2 for r in launched)
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
+
+
+def test_a_cpu_shortage_is_refused_up_front_like_a_gpu_shortage(cluster, sqlite_url, capsys):
+    """The issue's cluster: a node with 8 GPUs and 2 CPUs. Each GPU's bundle asks 3 CPUs (verl's own shape, which
+    verl's workers need), so that node holds no trial: a job that would need it is refused at once, in one line."""
+    node = cluster.add_node(num_cpus=2, num_gpus=NODE_GPUS)
+    cluster.wait_for_nodes()
+    try:
+        ex = RayExecutor(parallel=1, address=cluster.address)
+        try:
+            assert ex.capacity(8) == 2 and ex.capacity(8, ("GPU",)) == 3  # the CPUs, not the GPUs, are short
+            with pytest.raises(ExecutorError) as e:
+                ex.check(3, 8)
+            msg = str(e.value)
+            assert "cannot hold one trial of 3 node(s) x 8 GPUs: short of CPU" in msg and "2 CPU, 8 GPU" in msg
+            assert '{"CPU": 3, "GPU": 1}' in msg and "--num-cpus" in msg
+            ex.check(2, 8)  # what the other nodes hold is still accepted
+        finally:
+            ex.close()
+        capsys.readouterr()
+        code = cli.main(["run", "--model", "qwen2.5-7b", "--gpus", "8", "--nodes", "3", "--executor", "ray",
+                         "--ray-address", cluster.address, "--storage", sqlite_url, "--study", "cpu"])
+        err = capsys.readouterr().err
+        assert code == 2 and "short of CPU" in err and len(err.strip().splitlines()) == 1, err
+    finally:
+        cluster.remove_node(node)
+    from autotune.store import Store
+
+    assert Store(sqlite_url).trials("cpu") == []  # refused before anything was asked
+
+
+class _Blind(RayExecutor):
+    """An executor whose up-front check passed on a cluster that changed since (a node left)."""
+
+    def check(self, nodes: int, gpus_per_node: int) -> None:
+        pass
+
+
+def test_an_infeasible_placement_group_ends_its_trial_with_the_reason(cluster, sqlite_url):
+    ex = _Blind(parallel=1, address=cluster.address)
+    try:
+        tuner = Tuner(make_setup(gpus=2 * NODE_GPUS), SimulateRunner(), sqlite_url, "inf", executor=ex)
+        with pytest.raises(RunnerFatal, match="could not be placed .* infeasible"):
+            tuner.run(n_trials=1)  # Ray's own state says no node can ever hold 16 bundles: no waiting
+    finally:
+        ex.close()
+    rows = [r for r in tuner.store.trials("inf") if r.launched]
+    assert len(rows) == 1 and rows[0].status == "interrupted" and "infeasible" in rows[0].reason
+    assert "re-queued on resume" in rows[0].reason
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
+
+
+def test_a_group_pending_past_the_deadline_ends_its_trial_with_the_reason(cluster, sqlite_url):
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    ex = RayExecutor(parallel=1, address=cluster.address, placement_timeout_s=2.0)
+    try:  # another job holds every GPU of the cluster: the trial's groups are feasible but never placed
+        blockers = [placement_group([{"GPU": 1}] * NODE_GPUS, strategy="STRICT_PACK") for _ in range(2)]
+        import ray
+
+        ray.get([b.ready() for b in blockers])
+        tuner = Tuner(make_setup(gpus=4), SimulateRunner(), sqlite_url, "pend", executor=ex)
+        with pytest.raises(RunnerFatal, match="did not free 1 x 4 bundles .* within 2 s"):
+            tuner.run(n_trials=1)
+        for b in blockers:
+            remove_placement_group(b)
+    finally:
+        ex.close()
+    row = next(r for r in tuner.store.trials("pend") if r.launched)
+    assert row.status == "interrupted" and "NO_RESOURCES" in row.reason, row.reason
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
+
+
+class _Held(SimulateRunner):
+    """Each trial runs until the test releases it (by trial number)."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, threading.Event] = {}
+        self.lock = threading.Lock()
+
+    def run(self, spec: TrialSpec) -> TrialResult:
+        go = threading.Event()
+        with self.lock:
+            self.running[spec.number] = go
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not go.wait(0.05) and not spec.stop.is_set() and time.monotonic() < deadline:
+            pass
+        return super().run(spec)
+
+
+class _Watched(Tuner):
+    """Releases one held trial per proposal and, at the next proposal, notes how the database shows it."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.checking: int | None = None
+        self.seen: list[tuple[int, str, bool]] = []  # (trial, its status at the next proposal, still in flight)
+        self.proposals = 0
+
+    def propose(self, inflight):
+        self.proposals += 1
+        ex, runner = self.executor, self.runner
+        if self.checking is not None:
+            row = self.store.trial(self.study_name, self.checking)
+            self.seen.append((self.checking, row.status, self.checking in inflight))
+            self.checking = None
+        with runner.lock:
+            held = [n for n, go in runner.running.items() if not go.is_set()]
+        if held:
+            runner.running[held[0]].set()
+            ex._trials[held[0]].thread.join(HANG_GUARD_S)  # the executor is done with it: finished, groups removed
+            self.checking = held[0]
+        return super().propose(inflight)
+
+
+def test_finished_trials_are_recorded_while_proposals_go_on(cluster, sqlite_url, tmp_path, monkeypatch):
+    """--parallel K on a space with fewer configurations than K: the tuner keeps proposing (duplicates, pruned) with
+    a slot free; a trial that ends meanwhile is recorded before the next proposal, never left `running`."""
+    space = tmp_path / "two.yaml"
+    space.write_text("name: two\ndimensions:\n  use_dynamic_bsz: {choices: [true]}\n  rollout_tp: {choices: [1, 2]}\n")
+    monkeypatch.setattr(study, "MAX_IDLE_ASKS", 12)  # then the space is spent and the run ends
+    ex = RayExecutor(parallel=4, address=cluster.address)
+    try:
+        tuner = _Watched(make_setup("qwen2.5-1.5b", gpus=2, space=str(space)), _Held(), sqlite_url, "poll",
+                         executor=ex)
+        summary = tuner.run(n_trials=6)
+    finally:
+        ex.close()
+    assert "exhausted" in summary["stopped"]
+    assert len(tuner.seen) >= 2, tuner.seen  # several trials ended while the tuner was proposing
+    for number, status, in_flight in tuner.seen:
+        assert status == "ok" and not in_flight, (number, status)  # recorded, its slot free for the proposal
+    rows = tuner.store.trials("poll")
+    assert not [r for r in rows if r.status == "running"]
     assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
