@@ -16,19 +16,23 @@ NODE_CPUS = 3 * NODE_GPUS  # verl's bundle shape: {"CPU": 3, "GPU": 1} per GPU
 HANG_GUARD_S = 300.0  # only against a test hanging forever: every wait here ends on an event long before
 
 
+def agent_ports() -> dict[str, int]:
+    """Ports for a node's Ray agents, chosen here: a raylet whose agents bind ports of their own choosing waits a
+    fixed 15 s for them to write the port files (ray/src/ray/raylet/node_manager.cc, WaitForPersistedPort), which a
+    loaded 2-core machine exceeds (the node crashes); with the ports given, it waits on nothing."""
+    from tests.conftest import free_port
+
+    names = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
+    return {name: free_port() for name in names}
+
+
 @contextmanager
 def _node_starts_for_this_machine() -> Iterator[None]:
-    """While the test cluster lives, its nodes start as on a loaded 2-core machine they can:
-
-    - Ray gives a starting node's raylet a fixed 30 s to register with the GCS (ray/_private/node.py): wait for the
-      registration itself instead;
-    - with ray[default] installed (the `ray` extra brings it, for `ray list placement-groups`), each node's dashboard
-      agent loads its full set of modules, which can miss the raylet's fixed wait for the agent's port and crash the
-      node: the nodes run Ray's minimal agents, as with plain `ray` (nothing autotune does uses those modules)."""
+    """While the test cluster lives, a node's start waits for its raylet to register with the GCS, not Ray's fixed
+    30 s (ray/_private/node.py) that a loaded machine can exceed."""
     import ray._private.services as services
-    import ray._private.utils as utils
 
-    get_node, dependency_error = services.get_node, utils.get_dashboard_dependency_error
+    get_node = services.get_node
 
     def patient_get_node(gcs_address: str, node_id: str) -> object:
         deadline = time.monotonic() + HANG_GUARD_S
@@ -41,11 +45,18 @@ def _node_starts_for_this_machine() -> Iterator[None]:
                 time.sleep(0.1)
 
     services.get_node = patient_get_node
-    utils.get_dashboard_dependency_error = lambda: "autotune tests: minimal Ray agents"
     try:
         yield
     finally:
-        services.get_node, utils.get_dashboard_dependency_error = get_node, dependency_error
+        services.get_node = get_node
+
+
+def add_node(cluster: object, **kw: object) -> object:
+    """A node (8 declared GPUs and verl's 3 CPUs per GPU unless given) joining `cluster`."""
+    with _node_starts_for_this_machine():
+        node = cluster.add_node(**{"num_cpus": NODE_CPUS, "num_gpus": NODE_GPUS, **agent_ports(), **kw})
+        cluster.wait_for_nodes()
+    return node
 
 
 def dashboard_dependency_error() -> str | None:
@@ -61,14 +72,13 @@ def ray_cluster(nodes: int = 2) -> Iterator[object]:
 
     with _node_starts_for_this_machine():
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": NODE_CPUS + 4, "num_gpus": NODE_GPUS,
-                                                           "include_dashboard": False})
-        try:
-            for _ in range(nodes - 1):
-                c.add_node(num_cpus=NODE_CPUS, num_gpus=NODE_GPUS)
-            c.wait_for_nodes()
-            yield c
-        finally:
-            c.shutdown()
+                                                           "include_dashboard": False, **agent_ports()})
+    try:
+        for _ in range(nodes - 1):
+            add_node(c)
+        yield c
+    finally:
+        c.shutdown()
 
 
 def free_gpus(address: str, timeout: float = HANG_GUARD_S, want: float | None = None) -> float:
@@ -165,7 +175,36 @@ def cli_main(argv: list[str]) -> int:
     return cli.main(argv[1:])
 
 
+@contextmanager
+def token_cluster(token: str, home: str) -> Iterator[str]:
+    """A one-node cluster (8 declared GPUs) that requires Ray's token authentication (RAY_AUTH_MODE=token), in a
+    process of its own (Ray reads the mode when it starts); yields its address. HOME is `home`: nothing touches the
+    machine's ~/.ray."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "HOME": home}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.ray_cluster", "serve"], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # the address, once the node is up
+        assert line.startswith("address "), f"the token cluster did not start ({proc.wait()})"
+        yield line.split()[1]
+    finally:
+        proc.stdin.close()  # the cluster shuts down
+        proc.wait(HANG_GUARD_S)
+
+
+def _serve() -> None:
+    with ray_cluster(1) as c:
+        print("address", c.address, flush=True)
+        sys.stdin.read()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "cli":
         sys.exit(cli_main(sys.argv[2:]))
+    if sys.argv[1] == "serve":
+        sys.exit(_serve())
     tuner_main(sys.argv[1:])

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,8 +18,8 @@ from autotune.executors.ray import ExecutorError, RayExecutor
 from autotune.runners.base import RunnerFatal, TrialResult, TrialSpec
 from autotune.runners.simulate import SimulateRunner
 from autotune.study import Tuner
-from tests.conftest import make_setup
-from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, free_gpus, ray_cluster
+from tests.conftest import REPO, make_setup
+from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, add_node, free_gpus, ray_cluster, token_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -113,8 +116,7 @@ def test_replay_runs_through_the_ray_executor_from_the_cli(cluster, sqlite_url, 
 def test_a_cpu_shortage_is_refused_up_front_like_a_gpu_shortage(cluster, sqlite_url, capsys):
     """The issue's cluster: a node with 8 GPUs and 2 CPUs. Each GPU's bundle asks 3 CPUs (verl's own shape, which
     verl's workers need), so that node holds no trial: a job that would need it is refused at once, in one line."""
-    node = cluster.add_node(num_cpus=2, num_gpus=NODE_GPUS)
-    cluster.wait_for_nodes()
+    node = add_node(cluster, num_cpus=2)
     try:
         ex = RayExecutor(parallel=1, address=cluster.address)
         try:
@@ -243,3 +245,36 @@ def test_finished_trials_are_recorded_while_proposals_go_on(cluster, sqlite_url,
     rows = tuner.store.trials("poll")
     assert not [r for r in rows if r.status == "running"]
     assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
+
+
+def _run_cli(address: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
+    """`autotune run --executor ray` as a user runs it, in a process of its own (Ray reads its auth mode at start)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    return subprocess.run([sys.executable, "-m", "autotune", "run", "--model", "qwen2.5-1.5b", "--gpus", "1",
+                           "--executor", "ray", "--ray-address", address, "--n-trials", "1", "--confirm", "0",
+                           "--storage", f"sqlite:///{tmp_path / 'auth.db'}", "--json"],
+                          cwd=REPO, env={**base, "PYTHONPATH": str(REPO), **env}, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+
+
+def test_a_cluster_that_requires_a_token_says_authentication_in_one_line(tmp_path):
+    """Ray 2.60's token authentication (RAY_AUTH_MODE=token on the cluster): a worker without the token, or with
+    another one, gets one line that says authentication failed and what to do, not Ray's warning a second and
+    then "cannot connect"; with the cluster's token it runs."""
+    token = "3f1c" * 16
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text(token)  # the issue's ~/.ray/auth_token, present but not sent
+    with token_cluster(token, str(tmp_path)) as address:
+        for env, said in [({"HOME": str(tmp_path)}, "this process sends none (Ray sends a token to an explicit "
+                                                    "--ray-address only with RAY_AUTH_MODE=token)"),
+                          ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64},
+                           "the cluster refused the token from RAY_AUTH_TOKEN")]:
+            out = _run_cli(address, tmp_path, **env)
+            err = out.stderr.strip().splitlines()
+            assert out.returncode == 2 and len(err) == 1, out.stderr[-3000:]
+            assert err[0].startswith(f"autotune: error: cannot connect to the Ray cluster at '{address}': "
+                                     "authentication failed") and said in err[0], err[0]
+            assert "InvalidAuthToken" in err[0] and "ray get-auth-token" in err[0]
+        ok = _run_cli(address, tmp_path, RAY_AUTH_MODE="token", HOME=str(tmp_path))  # the token file, sent
+        assert ok.returncode == 0, ok.stderr[-3000:]
+        assert json.loads(ok.stdout)["launched"] == 1
