@@ -216,6 +216,9 @@ class _Watched(Tuner):
             row = self.store.trial(self.study_name, self.checking)
             self.seen.append((self.checking, row.status, self.checking in inflight))
             self.checking = None
+        deadline = time.monotonic() + HANG_GUARD_S  # every submitted trial is running (an event, not a guess)
+        while not set(inflight) <= set(runner.running) and time.monotonic() < deadline:
+            time.sleep(0.05)
         with runner.lock:
             held = [n for n, go in runner.running.items() if not go.is_set()]
         if held:

@@ -184,7 +184,6 @@ class RayExecutor(Executor):
         self._done: queue.Queue[Finished] = queue.Queue()
         self._lock = threading.Lock()
         self._last_watch = 0.0
-        self._last_release = 0.0  # when a trial of ours last gave its groups back (the placement deadline's start)
 
     def describe(self) -> str:
         return f"ray at {self.gcs_address} (up to {self.parallel} trials at once)"
@@ -276,10 +275,10 @@ class RayExecutor(Executor):
 
     def _wait_ready(self, trial: _Trial) -> str | None:
         """Wait until the trial's groups are placed: None, or why they are not (the executor stops the trial, Ray
-        reports a group infeasible, or none was placed for placement_timeout_s since the later of the submission and
-        this executor's last release: waiting for our own trials to end is not counted against the deadline)."""
+        reports a group infeasible, or it stayed unplaced for placement_timeout_s while no other trial of this
+        executor held its groups: waiting for our own trials to end is not counted against the deadline)."""
         refs = [g.ready() for g in trial.groups]
-        last_look, infeasible_seen = 0.0, 0
+        last_look, infeasible_seen, waited_from = 0.0, 0, time.monotonic()
         while not trial.stop.is_set():
             ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0.2)
             if len(ready) == len(refs):
@@ -288,6 +287,9 @@ class RayExecutor(Executor):
             if now - last_look < 1.0:
                 continue
             last_look = now
+            with self._lock:
+                if any(t is not trial and t.placement is not None and not t.finished for t in self._trials.values()):
+                    waited_from = now  # one of ours holds GPUs: it ends (its watchdogs see to it), then we go on
             states = {n: _scheduling_state(g) for g, n in zip(trial.groups, trial.names, strict=True)}
             infeasible = [n for n, st in states.items() if st == "INFEASIBLE"]
             infeasible_seen = infeasible_seen + 1 if infeasible else 0
@@ -295,7 +297,7 @@ class RayExecutor(Executor):
             if infeasible_seen >= 2:  # twice a second apart: not a state of the moment
                 return (f"not placed: Ray reports its placement group {infeasible[0]} infeasible: no alive node has "
                         f"{shape} in total (the cluster changed since the tuner started?)")
-            if now - max(trial.submitted, self._last_release) > self.placement_timeout_s:
+            if now - waited_from > self.placement_timeout_s:
                 pending = ", ".join(sorted({st for st in states.values() if st})) or "pending"
                 return (f"not placed: the Ray cluster did not free {trial.spec.cluster.nodes} x {shape} within "
                         f"{self.placement_timeout_s:g} s (Ray's scheduling state: {pending}; other jobs hold them?)")
@@ -323,10 +325,8 @@ class RayExecutor(Executor):
                 pass
         while time.monotonic() - t0 < self.release_timeout_s:
             if all(placement_group_table(g).get("state") in ("REMOVED", None) for g in trial.groups):
-                self._last_release = time.monotonic()
                 return {"released": True, "seconds": round(time.monotonic() - t0, 3)}
             time.sleep(0.05)
-        self._last_release = time.monotonic()
         return {"released": False, "seconds": round(time.monotonic() - t0, 3)}
 
     def wait(self, timeout: float | None = None) -> list[Finished]:
