@@ -157,3 +157,40 @@ def no_leftovers(record, timeout: float = HANG_GUARD_S) -> bool:
 def _log(tmp_path, number: int) -> str:
     p = tmp_path / "node" / f"trial_{number:04d}" / "verl.log"
     return p.read_text(errors="replace") if p.exists() else ""
+
+
+def test_the_hook_adopts_only_groups_in_verls_own_bundle_shape(cluster, monkeypatch):
+    """verl's pool takes the reserved groups only when they are what it would have made itself: as many bundles, each
+    {"CPU": max_colocate_count, "GPU": 1} (its workers take 1 CPU and 1/max_colocate_count GPU each); other groups
+    leave verl's own behaviour (its free-GPU check, its own groups), never workers waiting for CPUs."""
+    import ray
+    import verl.single_controller.ray.base as pool_module
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+    from autotune.executors import verl_hook
+    from autotune.executors.ray import NAMESPACE
+
+    ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
+    try:
+        name = "autotune:hook-shape:t00000:n0"
+        ours = placement_group([{"CPU": 1, "GPU": 1}] * 2, strategy="STRICT_PACK", name=name)
+        ray.get(ours.ready())
+        monkeypatch.setenv(verl_hook.ENV, name)
+        verl_hook.patch(pool_module)
+
+        def pool(max_colocate_count: int) -> list:
+            mgr = pool_module.ResourcePoolManager(resource_pool_spec={"global_pool": [2]}, mapping={},
+                                                  max_colocate_count=max_colocate_count)
+            mgr.create_resource_pool()
+            return mgr.resource_pool_dict["global_pool"].get_placement_groups()
+
+        theirs = pool(3)  # verl's default shape is {"CPU": 3, "GPU": 1}: not these groups, verl makes its own
+        assert [g.id for g in theirs] != [ours.id]
+        assert placement_group_table(theirs[0])["bundles"][0] == {"CPU": 3.0, "GPU": 1.0}
+        for g in theirs:
+            remove_placement_group(g)
+        assert [g.id for g in pool(1)] == [ours.id]  # the same shape: adopted
+        remove_placement_group(ours)
+    finally:
+        ray.shutdown()
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
