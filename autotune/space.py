@@ -19,7 +19,10 @@ import yaml
 from autotune import verl
 from autotune.candidate import RECOMPUTE_CHOICES, Candidate
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+# The built-in spaces: inside the installed package (a wheel, `pip install .`: setup.py ships search_spaces/ there),
+# else at the checkout's top (a checkout, an editable install).
+_PACKAGED_SPACES = Path(__file__).resolve().parent / "search_spaces"
+SPACES_DIR = _PACKAGED_SPACES if _PACKAGED_SPACES.is_dir() else Path(__file__).resolve().parent.parent / "search_spaces"
 CONTEXT_NAMES = ("moe", "world_size", "gpus_per_node", "ref")  # ref: the job has a reference model (KL)
 OPS = ("eq", "ne", "gt", "ge", "lt", "le", "in")
 _TYPES: dict[str, tuple[type, ...]] = {

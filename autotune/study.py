@@ -247,10 +247,27 @@ class Tuner:
         stop_reason = "reached --n-trials"
         inflight: dict[int, _Inflight] = {}
         fatal: str | None = None
+
+        def collect(finished: list[Any]) -> str | None:  # record what the executor handed back; its fatal reason
+            found = None
+            for fin in finished:
+                pending = inflight.pop(fin.number)
+                self.finish(pending, fin.result, fin.duration_s, fin.placement)
+                found = found or fin.fatal
+                if pending.row.status == TrialStatus.OK.value and not pending.row.simulated:
+                    self.refresh_lengths()
+                if on_trial:
+                    on_trial(pending.row)
+            return found
+
         try:
             while True:
                 proposing = fatal is None
                 while proposing and len(inflight) < ex.parallel:
+                    if inflight:  # trials that ended meanwhile: recorded now, their slots free for this proposal
+                        fatal = fatal or collect(ex.poll())
+                        if fatal is not None:
+                            break
                     if self.launched_count() >= n_trials:
                         stop_reason, proposing = "reached --n-trials", False
                         if not inflight:
@@ -279,16 +296,9 @@ class Tuner:
                     why_idle.clear()
                     inflight[row.number] = pending
                     ex.submit(pending.spec, self.runner)
-                if not inflight:
+                if not inflight and fatal is None:
                     break
-                for fin in ex.wait():
-                    pending = inflight.pop(fin.number)
-                    self.finish(pending, fin.result, fin.duration_s, fin.placement)
-                    fatal = fatal or fin.fatal
-                    if pending.row.status == TrialStatus.OK.value and not pending.row.simulated:
-                        self.refresh_lengths()
-                    if on_trial:
-                        on_trial(pending.row)
+                fatal = fatal or collect(ex.wait())
                 if fatal is not None and not inflight:
                     raise RunnerFatal(fatal)
         except KeyboardInterrupt as e:

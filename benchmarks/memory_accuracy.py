@@ -11,7 +11,7 @@ probe's GPUs, token budget and micro-batch count; the training phase only, no vL
 - every configuration predicted to fit that went OOM (the goal: none), and predicted OOMs that ran;
 - the training throughput model against measured tokens/s/GPU (Spearman rank correlation and error);
 - the whole-step verdicts (at the measured step and at the worst case the job allows) on every Megatron row of the
-  verl_megatron_practice tables that ran or went OOM (../shared/reference, plus benchmarks/data/), with what verl
+  verl_megatron_practice tables that ran or went OOM (benchmarks/data/verl_megatron_practice/), with what verl
   does where a verdict is wrong.
 
     python -m benchmarks.memory_accuracy [-o benchmarks/results/memory_accuracy.md]
@@ -389,9 +389,9 @@ def verl_section(ref: Path, extra: Path = EXTRA_TABLES) -> tuple[list[str], dict
     lines = [
         "## verl runs that ran or went OOM (verl_megatron_practice)",
         "",
-        "Every Megatron row of the tables in ../shared/reference/verl_megatron_practice that reports a measurement "
-        "(it ran), and grpo_qwen2.5_7b.csv of the same repository (benchmarks/data/verl_megatron_practice/, the "
-        "only table there that marks OOMs), rebuilt as autotune candidates and jobs (the upstream scripts' "
+        "Every Megatron row of the verl_megatron_practice tables (benchmarks/data/verl_megatron_practice/) that "
+        "reports a measurement (it ran), and grpo_qwen2.5_7b.csv of the same repository (the only table there that "
+        "marks OOMs), rebuilt as autotune candidates and jobs (the upstream scripts' "
         "settings: offload, fused kernels, KL reference model, micro-batch sizes) and judged by the whole-step "
         "memory model (vLLM start, resharding, rollout, log-prob passes, update). 'At step 3' uses the table's "
         "response length where it gives one, else the worst case (every sequence at the job's maximum, which is "
@@ -416,8 +416,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, nargs="*", help="probe CSVs (default: benchmarks/results/mcore_*.csv)")
     ap.add_argument("-o", "--output", type=Path, default=RESULTS / "memory_accuracy.md")
-    ap.add_argument("--reference", type=Path, default=HERE.parent.parent / "shared" / "reference"
-                    / "verl_megatron_practice", help="the verl_megatron_practice tables")
+    ap.add_argument("--reference", type=Path, default=EXTRA_TABLES, help="the verl_megatron_practice tables")
     args = ap.parse_args()
     paths = args.csv or sorted(RESULTS.glob("mcore_*.csv"))
     text = report(paths, args.reference)

@@ -2,8 +2,11 @@
 
 Each round starts `autotune run` (the CLI's own `main`, in forked processes: no interpreter start-up per restart)
 for one or more workers on the same study. A worker is killed either by a fault point of its write path
-(autotune/faults.py: the N-th point, N drawn at random) or from outside after a random delay. When every kill
-is spent, one last round runs without faults. Then the study must hold: every Optuna trial final, one autotune
+(autotune/faults.py: the N-th point, N drawn at random) or from outside once the study holds M more launched trials
+than at the round's start (M drawn at random from 0, i.e. at start-up or recovery, to MAX_OUTSIDE), after a random
+delay under half a second. Both are counted in the study's own progress, not in seconds, so the kills are spent
+before the study is complete however fast or loaded the machine is. When every kill is spent, one last round runs
+without faults. Then the study must hold: every Optuna trial final, one autotune
 row per Optuna trial and the same status, exactly --n-trials launched trials that count, and no configuration
 launched twice.
 
@@ -26,9 +29,12 @@ from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
+from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from autotune import cli, faults
-from autotune.store import Store
+from autotune.store import Store, TrialRow
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # A space of 2,880 distinct configurations that all fit: 1000 launches need no exhausted region. It is a user's
@@ -45,6 +51,10 @@ dimensions:
   max_num_batched_tokens: {{choices: [{_MNBT}]}}
 """
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT")
+# Per kill, at most: MAX_POINT fault points (~5 a launched trial), or MAX_OUTSIDE launched trials of the study. With
+# two workers a round launches at most ~16 trials, so 90 kills (45 rounds) launch at most ~720 of the 1000.
+MAX_POINT = 40
+MAX_OUTSIDE = 8
 _OPTUNA_OF = {"ok": TrialState.COMPLETE, "oom": TrialState.PRUNED, "config_error": TrialState.PRUNED,
               "pruned": TrialState.PRUNED, "timeout": TrialState.FAIL, "failed": TrialState.FAIL,
               "interrupted": TrialState.FAIL}
@@ -119,23 +129,22 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
     while todo:
         report.rounds += 1
         procs = []
+        at_start = _launched(storage, study)
         for _ in range(workers):
             sig = todo.pop() if todo else None  # a worker left unkilled would run the study to its end
             inside = sig is not None and rng.random() < 0.75
-            plan = f"{sig}@{rng.randint(1, 80)}" if inside else None
+            plan = f"{sig}@{rng.randint(1, MAX_POINT)}" if inside else None
             p = ctx.Process(target=_worker, args=(argv, plan, log))
             p.start()
             procs.append((p, sig, inside))
         for p, sig, inside in procs:
             if sig and not inside:  # from outside, at a random moment (start-up, recovery, a trial, a write)
-                p.join(rng.uniform(0.3, 4.0))
+                _wait_launched(storage, study, at_start + rng.randint(0, MAX_OUTSIDE), p)
+                p.join(rng.uniform(0.0, 0.5))
                 if p.is_alive():
                     os.kill(p.pid, signal.Signals[sig])
+        _join([p for p, _, _ in procs], storage, study, log)
         for p, sig, inside in procs:
-            p.join(120)
-            if p.is_alive():
-                p.kill()
-                raise RuntimeError(f"worker {p.pid} hung; see {log}")
             if sig and p.exitcode != 0:
                 report.kills[sig] += 1
                 report.in_write_path += inside
@@ -150,17 +159,53 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
     procs = [ctx.Process(target=_worker, args=(argv, None, log)) for _ in range(workers)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(300)
+    _join(procs, storage, study, log)
     if any(p.exitcode != 0 for p in procs):
-        for p in procs:
-            if p.is_alive():
-                p.kill()
         raise RuntimeError(f"the final run exited {[p.exitcode for p in procs]}; see {log}: "
                            + Path(log).read_text()[-3000:])
     report.seconds = round(time.monotonic() - start, 1)
     check(storage, study, report)
     return report
+
+
+def _join(procs: list[multiprocessing.Process], storage: str, study: str, log: str) -> None:
+    """Until every worker has exited. A worker is hung (killed, RuntimeError) only when it is alive and the study
+    made no progress (no new launched trial) for HUNG_S: a loaded machine is slow, not hung."""
+    last, since = _launched(storage, study), time.monotonic()
+    while any(p.is_alive() for p in procs):
+        next(p for p in procs if p.is_alive()).join(1.0)
+        now = _launched(storage, study)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > HUNG_S:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            raise RuntimeError(f"workers {[p.pid for p in procs]} made no progress for {HUNG_S:g} s; see {log}")
+
+
+HUNG_S = 180.0
+
+
+def _launched(storage: str, study: str) -> int:
+    """Launched trials the study holds (0 before its tables exist). One COUNT on a connection of its own (no pool:
+    nothing open is inherited by the forked workers)."""
+    engine = _ENGINES.setdefault(storage, create_engine(storage, poolclass=NullPool))
+    try:
+        with engine.connect() as c:
+            return int(c.scalar(select(func.count()).select_from(TrialRow).where(
+                TrialRow.study == study, TrialRow.launched.is_(True))) or 0)
+    except SQLAlchemyError:  # the first worker has not created the tables yet
+        return 0
+
+
+_ENGINES: dict[str, Engine] = {}
+
+
+def _wait_launched(storage: str, study: str, target: int, proc: multiprocessing.Process) -> None:
+    """Until the study holds `target` launched trials, or the worker is gone (it was killed or finished)."""
+    while proc.is_alive() and _launched(storage, study) < target:
+        proc.join(0.1)
 
 
 def _done(storage: str, study: str, n_trials: int) -> bool:
@@ -190,7 +235,8 @@ HEADER = ["# Soak: kills at random moments, restarts, nothing lost", "",
           "AUTOTUNE_SOAK_MD=benchmarks/results/soak.md), which assert them. Simulate backend, on a 2-core "
           "machine shared with other jobs; each kill is followed by a restart of the same command; a kill `in write "
           "path` is sent by the worker to itself at a random fault point of the trial write path "
-          "(autotune/faults.py), the others from outside after a random delay. `interrupted` counts trials killed "
+          "(autotune/faults.py), the others from outside after a random number of launched trials (0-8) and a "
+          "random delay under 0.5 s. `interrupted` counts trials killed "
           "while running (re-queued and run again) and trials asked but never recorded (closed on restart).", "",
           "| storage | workers | --n-trials | launched | SIGKILL | SIGTERM | SIGINT | in write path | "
           "Optuna trials | autotune rows | interrupted | not final | trials lost | duplicates | seconds |",

@@ -16,7 +16,7 @@ leave-one-table-out for the constants fitted on these tables (benchmarks/step_ti
 Writes `benchmarks/results/step_time_error.md` and the error band the CLI and dashboard show,
 `autotune/estimate/step_error.py`.
 
-    python -m benchmarks.step_time_error [--reference ../shared/reference/verl_megatron_practice]
+    python -m benchmarks.step_time_error [--reference benchmarks/data/verl_megatron_practice]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the DAPO scripts' settings: offload on, fused kernels, gpu_memory_utilization 0.
 the measurement by Spearman rank correlation. The memory model's verdict on each row that ran is reported too:
 none of them should be predicted to OOM.
 
-    python benchmarks/throughput_rank.py [--reference ../shared/reference/verl_megatron_practice] [-o FILE.md]
+    python benchmarks/throughput_rank.py [--reference benchmarks/data/verl_megatron_practice] [-o FILE.md]
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from autotune.job import Job
 from autotune.model import get_model
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_REF = HERE.parent.parent / "shared" / "reference" / "verl_megatron_practice"
+# The measured tables, copied into this repository from the project's shared reference (SOURCE.txt says from where).
+DEFAULT_REF = HERE / "data" / "verl_megatron_practice"
 MODEL_NAMES = {
     "qwen2.5 7b math": "qwen2.5-7b",
     "qwen2.5-14b": "qwen2.5-14b",

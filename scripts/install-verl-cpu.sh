@@ -27,9 +27,12 @@ fi
 # TaskRunnerV1 actor, TransferQueue, the dataset and dataloader): tests/test_real_verl.py runs it this far.
 # TransferQueue without its deps (they pull Ray's dashboard extras); verl asks for 0.1.10.
 "${PIP[@]}" --no-deps TransferQueue==0.1.10
+# Pillow (verl's dataset and agent loop import PIL), uvicorn and fastapi (its rollout and reward servers) are
+# listed here: this script must stand alone in a fresh environment, not lean on what autotune's extras bring.
 "${PIP[@]}" datasets==5.2.0 torchdata==0.11.0 peft==0.21.2 accelerate==1.15.0 aiohttp==3.14.5 cachetools==6.2.4 \
-    pyzmq==27.3.0 msgspec==0.22.0 prometheus_client==0.26.0 psutil==7.2.2
-"$PY" -c 'import datasets, torchdata, peft, transfer_queue, aiohttp, cachetools
+    pyzmq==27.3.0 msgspec==0.22.0 prometheus_client==0.26.0 psutil==7.2.2 pillow==13.0.0 uvicorn==0.54.0 \
+    fastapi==0.165.0
+"$PY" -c 'import datasets, torchdata, peft, transfer_queue, aiohttp, cachetools, PIL, uvicorn, fastapi
 from verl.trainer.ppo.v1 import get_trainer_cls  # the TaskRunnerV1 path of verl.trainer.main_ppo'
 
 # 3. Check: verl's config composes and validates on this CPU-only machine.

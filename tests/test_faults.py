@@ -190,6 +190,7 @@ def _assert_whole(r: soak_mod.SoakReport) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a hang guard only: ~2 min on this machine alone, much more beside other jobs
 def test_soak_1000_trials_killed_90_times_two_workers_sqlite(fast_sqlite, tmp_path):
     """The issue's soak on one SQLite study worked by two workers at once: 1000 launched trials, 30 kills each of
     SIGKILL, SIGTERM and SIGINT (most at a random fault point of the write path), a restart after each."""

@@ -113,7 +113,6 @@ def test_breakdown_sums_to_peak_and_names_the_binding_moment(setup7b):
     assert est.reasons()[0].startswith("vllm_start") and any(r.startswith("update") for r in est.reasons())
 
 
-@pytest.mark.skipif(not DEFAULT_REF.exists(), reason="../shared/reference is not beside the checkout")
 def test_no_measured_qwen25_7b_configuration_is_predicted_to_oom():
     rows = [r for r in read_rows(Path(DEFAULT_REF) / "dapo7b.csv") if r.step]
     assert len(rows) >= 10

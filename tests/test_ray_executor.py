@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
-from autotune import cli
+from autotune import cli, study
 from autotune.dashboard import data, table
 from autotune.executors import make_executor
 from autotune.executors.ray import ExecutorError, RayExecutor
+from autotune.runners.base import RunnerFatal, TrialResult, TrialSpec
 from autotune.runners.simulate import SimulateRunner
 from autotune.study import Tuner
-from tests.conftest import make_setup
-from tests.ray_cluster import NODE_GPUS, SlowSimulate, free_gpus, ray_cluster
+from tests.conftest import REPO, make_setup
+from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, add_node, free_gpus, ray_cluster, token_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +32,7 @@ def cluster():
 
 def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_url, capsys):
     setup = make_setup(gpus=4)  # 4-GPU trials on 2 nodes x 8 GPUs: four fit at once
-    runner = SlowSimulate(4.0)  # long enough for the tuner to propose four (an ask costs ~0.3-1 s on 2 busy cores)
+    runner = SlowSimulate(0.2, together=4)  # each trial waits until four run at once (however long proposing takes)
     ex = RayExecutor(parallel=4, address=cluster.address)
     try:
         tuner = Tuner(setup, runner, sqlite_url, "par", executor=ex)
@@ -105,3 +111,173 @@ def test_replay_runs_through_the_ray_executor_from_the_cli(cluster, sqlite_url, 
     launched = [r for r in Store(sqlite_url).trials("rp") if r.launched]
     assert len(launched) == 3 and all(r.backend == "replay" and r.placement["gpus"] == 2 for r in launched)
     assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
+
+
+def test_a_cpu_shortage_is_refused_up_front_like_a_gpu_shortage(cluster, sqlite_url, capsys):
+    """The issue's cluster: a node with 8 GPUs and 2 CPUs. Each GPU's bundle asks 3 CPUs (verl's own shape, which
+    verl's workers need), so that node holds no trial: a job that would need it is refused at once, in one line."""
+    node = add_node(cluster, num_cpus=2)
+    try:
+        ex = RayExecutor(parallel=1, address=cluster.address)
+        try:
+            assert ex.capacity(8) == 2 and ex.capacity(8, ("GPU",)) == 3  # the CPUs, not the GPUs, are short
+            with pytest.raises(ExecutorError) as e:
+                ex.check(3, 8)
+            msg = str(e.value)
+            assert "cannot hold one trial of 3 node(s) x 8 GPUs: short of CPU" in msg and "2 CPU, 8 GPU" in msg
+            assert '{"CPU": 3, "GPU": 1}' in msg and "--num-cpus" in msg
+            ex.check(2, 8)  # what the other nodes hold is still accepted
+        finally:
+            ex.close()
+        capsys.readouterr()
+        code = cli.main(["run", "--model", "qwen2.5-7b", "--gpus", "8", "--nodes", "3", "--executor", "ray",
+                         "--ray-address", cluster.address, "--storage", sqlite_url, "--study", "cpu"])
+        err = capsys.readouterr().err
+        assert code == 2 and "short of CPU" in err and len(err.strip().splitlines()) == 1, err
+    finally:
+        cluster.remove_node(node)
+    from autotune.store import Store
+
+    assert Store(sqlite_url).trials("cpu") == []  # refused before anything was asked
+
+
+class _Blind(RayExecutor):
+    """An executor whose up-front check passed on a cluster that changed since (a node left)."""
+
+    def check(self, nodes: int, gpus_per_node: int) -> None:
+        pass
+
+
+def test_an_infeasible_placement_group_ends_its_trial_with_the_reason(cluster, sqlite_url):
+    ex = _Blind(parallel=1, address=cluster.address)
+    try:
+        tuner = Tuner(make_setup(gpus=2 * NODE_GPUS), SimulateRunner(), sqlite_url, "inf", executor=ex)
+        with pytest.raises(RunnerFatal, match="could not be placed .* infeasible"):
+            tuner.run(n_trials=1)  # Ray's own state says no node can ever hold 16 bundles: no waiting
+    finally:
+        ex.close()
+    rows = [r for r in tuner.store.trials("inf") if r.launched]
+    assert len(rows) == 1 and rows[0].status == "interrupted" and "infeasible" in rows[0].reason
+    assert "re-queued on resume" in rows[0].reason
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
+
+
+def test_a_group_pending_past_the_deadline_ends_its_trial_with_the_reason(cluster, sqlite_url):
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    ex = RayExecutor(parallel=1, address=cluster.address, placement_timeout_s=2.0)
+    try:  # another job holds every GPU of the cluster: the trial's groups are feasible but never placed
+        blockers = [placement_group([{"GPU": 1}] * NODE_GPUS, strategy="STRICT_PACK") for _ in range(2)]
+        import ray
+
+        ray.get([b.ready() for b in blockers])
+        tuner = Tuner(make_setup(gpus=4), SimulateRunner(), sqlite_url, "pend", executor=ex)
+        with pytest.raises(RunnerFatal, match="did not free 1 x 4 bundles .* within 2 s"):
+            tuner.run(n_trials=1)
+        for b in blockers:
+            remove_placement_group(b)
+    finally:
+        ex.close()
+    row = next(r for r in tuner.store.trials("pend") if r.launched)
+    assert row.status == "interrupted" and "NO_RESOURCES" in row.reason, row.reason
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
+
+
+class _Held(SimulateRunner):
+    """Each trial runs until the test releases it (by trial number)."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, threading.Event] = {}
+        self.lock = threading.Lock()
+
+    def run(self, spec: TrialSpec) -> TrialResult:
+        go = threading.Event()
+        with self.lock:
+            self.running[spec.number] = go
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not go.wait(0.05) and not spec.stop.is_set() and time.monotonic() < deadline:
+            pass
+        return super().run(spec)
+
+
+class _Watched(Tuner):
+    """Releases one held trial per proposal and, at the next proposal, notes how the database shows it."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.checking: int | None = None
+        self.seen: list[tuple[int, str, bool]] = []  # (trial, its status at the next proposal, still in flight)
+        self.proposals = 0
+
+    def propose(self, inflight):
+        self.proposals += 1
+        ex, runner = self.executor, self.runner
+        if self.checking is not None:
+            row = self.store.trial(self.study_name, self.checking)
+            self.seen.append((self.checking, row.status, self.checking in inflight))
+            self.checking = None
+        deadline = time.monotonic() + HANG_GUARD_S  # every submitted trial is running (an event, not a guess)
+        while not set(inflight) <= set(runner.running) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with runner.lock:
+            held = [n for n, go in runner.running.items() if not go.is_set()]
+        if held:
+            runner.running[held[0]].set()
+            ex._trials[held[0]].thread.join(HANG_GUARD_S)  # the executor is done with it: finished, groups removed
+            self.checking = held[0]
+        return super().propose(inflight)
+
+
+def test_finished_trials_are_recorded_while_proposals_go_on(cluster, sqlite_url, tmp_path, monkeypatch):
+    """--parallel K on a space with fewer configurations than K: the tuner keeps proposing (duplicates, pruned) with
+    a slot free; a trial that ends meanwhile is recorded before the next proposal, never left `running`."""
+    space = tmp_path / "two.yaml"
+    space.write_text("name: two\ndimensions:\n  use_dynamic_bsz: {choices: [true]}\n  rollout_tp: {choices: [1, 2]}\n")
+    monkeypatch.setattr(study, "MAX_IDLE_ASKS", 12)  # then the space is spent and the run ends
+    ex = RayExecutor(parallel=4, address=cluster.address)
+    try:
+        tuner = _Watched(make_setup("qwen2.5-1.5b", gpus=2, space=str(space)), _Held(), sqlite_url, "poll",
+                         executor=ex)
+        summary = tuner.run(n_trials=6)
+    finally:
+        ex.close()
+    assert "exhausted" in summary["stopped"]
+    assert len(tuner.seen) >= 2, tuner.seen  # several trials ended while the tuner was proposing
+    for number, status, in_flight in tuner.seen:
+        assert status == "ok" and not in_flight, (number, status)  # recorded, its slot free for the proposal
+    rows = tuner.store.trials("poll")
+    assert not [r for r in rows if r.status == "running"]
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
+
+
+def _run_cli(address: str, tmp_path, **env: str) -> subprocess.CompletedProcess:
+    """`autotune run --executor ray` as a user runs it, in a process of its own (Ray reads its auth mode at start)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    return subprocess.run([sys.executable, "-m", "autotune", "run", "--model", "qwen2.5-1.5b", "--gpus", "1",
+                           "--executor", "ray", "--ray-address", address, "--n-trials", "1", "--confirm", "0",
+                           "--storage", f"sqlite:///{tmp_path / 'auth.db'}", "--json"],
+                          cwd=REPO, env={**base, "PYTHONPATH": str(REPO), **env}, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+
+
+def test_a_cluster_that_requires_a_token_says_authentication_in_one_line(tmp_path):
+    """Ray 2.60's token authentication (RAY_AUTH_MODE=token on the cluster): a worker without the token, or with
+    another one, gets one line that says authentication failed and what to do, not Ray's warning a second and
+    then "cannot connect"; with the cluster's token it runs."""
+    token = "3f1c" * 16
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text(token)  # the issue's ~/.ray/auth_token, present but not sent
+    with token_cluster(token, str(tmp_path)) as address:
+        for env, said in [({"HOME": str(tmp_path)}, "this process sends none (Ray sends a token to an explicit "
+                                                    "--ray-address only with RAY_AUTH_MODE=token)"),
+                          ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64},
+                           "the cluster refused the token from RAY_AUTH_TOKEN")]:
+            out = _run_cli(address, tmp_path, **env)
+            err = out.stderr.strip().splitlines()
+            assert out.returncode == 2 and len(err) == 1, out.stderr[-3000:]
+            assert err[0].startswith(f"autotune: error: cannot connect to the Ray cluster at '{address}': "
+                                     "authentication failed") and said in err[0], err[0]
+            assert "InvalidAuthToken" in err[0] and "ray get-auth-token" in err[0]
+        ok = _run_cli(address, tmp_path, RAY_AUTH_MODE="token", HOME=str(tmp_path))  # the token file, sent
+        assert ok.returncode == 0, ok.stderr[-3000:]
+        assert json.loads(ok.stdout)["launched"] == 1

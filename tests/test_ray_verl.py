@@ -4,6 +4,7 @@ watchdogs, and a node that leaves mid-trial."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -16,7 +17,7 @@ from autotune.runners.verl import VerlRunner
 from autotune.study import Tuner
 from tests.conftest import make_setup
 from tests.fake_verl import ENTRY, env_for, fast_options, leftovers
-from tests.ray_cluster import NODE_CPUS, NODE_GPUS, free_gpus, ray_cluster
+from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, add_node, free_gpus, ray_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +28,30 @@ def cluster():
         yield c
 
 
+# Watchdogs that never fire in a trial that makes progress, however loaded the machine (a trial's start-up, Ray
+# joining and verl's import, is tens of seconds of CPU here); a test of a watchdog sets its own.
+PATIENT = {"stall_timeout_s": HANG_GUARD_S, "trial_timeout_s": 2 * HANG_GUARD_S}
+
+
 def ray_runner(address: str, record, **env: str) -> VerlRunner:
     """The verl runner as `--executor ray` makes it (ray_address set), with the double as entry point."""
-    opts = fast_options(ray_address=address, stall_timeout_s=20.0, trial_timeout_s=90.0, preflight=False)
+    opts = fast_options(ray_address=address, preflight=False, **PATIENT)
     return VerlRunner(opts, entry=ENTRY, env=env_for(record, **{"FAKE_VERL_TEARDOWN_S": "0.5",
                                                        "FAKE_VERL_STEP_S": "0.3", **env}))
+
+
+class PerTrial(VerlRunner):
+    """The verl runner with the watchdogs chosen per trial (one runner serves every trial of a study): the trial that
+    hangs gets a short stall timeout, the others PATIENT ones, so no trial is cut short by how slowly it started."""
+
+    def __init__(self, base: VerlRunner, short_stall_s: float, hangs: int):
+        super().__init__(base.options, entry=base.entry, env=base.env)
+        self.base, self.short_stall_s, self.hangs = base, short_stall_s, hangs
+
+    def run(self, spec):
+        opts = dataclasses.replace(self.base.options, stall_timeout_s=self.short_stall_s) \
+            if spec.number == self.hangs else self.base.options
+        return VerlRunner(opts, entry=self.base.entry, env=self.base.env).run(spec)
 
 
 def test_a_two_node_verl_trial_runs_in_the_executors_groups(cluster, tmp_path, sqlite_url):
@@ -66,9 +86,10 @@ def test_parallel_verl_trials_hang_and_oom_end_as_in_the_local_runner(cluster, t
     # runner shows four at once in test_ray_executor.py.
     ex = RayExecutor(parallel=2, address=cluster.address)
     try:
-        runner = ray_runner(ex.gcs_address, tmp_path / "rec.jsonl", FAKE_VERL_RULES=json.dumps(rules))
-        runner.options = fast_options(ray_address=ex.gcs_address, stall_timeout_s=35.0, trial_timeout_s=120.0,
-                                      preflight=False)
+        # The hanging trial's stall timeout counts from its launch until its first step, then from that step: it
+        # ends "no progress" either way; the OOM trial's failure class never depends on how slowly it started.
+        runner = PerTrial(ray_runner(ex.gcs_address, tmp_path / "rec.jsonl", FAKE_VERL_RULES=json.dumps(rules)),
+                          short_stall_s=15.0, hangs=0)
         tuner = Tuner(make_setup(gpus=8), runner, sqlite_url, "par", executor=ex, workdir=tmp_path)
         tuner.run(n_trials=2)
         rows = [r for r in tuner.store.trials("par") if r.launched]
@@ -92,24 +113,29 @@ def test_a_node_leaving_mid_trial_fails_the_trial_and_gives_the_gpus_back(cluste
     worker_node = next(iter(cluster.worker_nodes))  # the 2-node trial holds GPUs on it; it goes mid-trial
     ex = RayExecutor(parallel=1, address=cluster.address)
     try:
-        runner = ray_runner(ex.gcs_address, tmp_path / "rec.jsonl", FAKE_VERL_STEP_S="1.0")
-        runner.options = fast_options(ray_address=ex.gcs_address, stall_timeout_s=60.0, trial_timeout_s=120.0,
-                                      preflight=False)
+        # Steps of 1 s, but step 2 waits for the node to go (FAKE_VERL_HOLD_FILE): the trial is mid-run when it does.
+        hold = tmp_path / "node-removed"
+        runner = ray_runner(ex.gcs_address, tmp_path / "rec.jsonl", FAKE_VERL_STEP_S="1.0",
+                            FAKE_VERL_HOLD_FILE=str(hold))
         tuner = Tuner(make_setup(gpus=8, nodes=2), runner, sqlite_url, "node", executor=ex, workdir=tmp_path)
+        ran = threading.Event()
 
         def remove_when_running() -> None:
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
+            while not ran.is_set():
                 rows = [r for r in tuner.store.trials("node") if r.launched]
                 if rows and rows[0].log_path is None and "step:1" in _log(tmp_path, rows[0].number):
                     cluster.remove_node(worker_node)
+                    hold.touch()
                     return
                 time.sleep(0.2)
 
         killer = threading.Thread(target=remove_when_running, daemon=True)
         killer.start()
-        tuner.run(n_trials=1)  # measured step 3 of 1 s steps: the node goes after step 1
-        killer.join(5)
+        try:
+            tuner.run(n_trials=1)  # measured step 3: the node goes after step 1
+        finally:
+            ran.set()
+            killer.join(HANG_GUARD_S)
         row = next(r for r in tuner.store.trials("node") if r.launched)
     finally:
         ex.close()
@@ -118,11 +144,10 @@ def test_a_node_leaving_mid_trial_fails_the_trial_and_gives_the_gpus_back(cluste
     assert len(row.placement["nodes"]) == 2
     assert free_gpus(cluster.address, want=NODE_GPUS) == NODE_GPUS  # the remaining node's GPUs are all free
     assert no_leftovers(tmp_path / "rec.jsonl")
-    cluster.add_node(num_cpus=NODE_CPUS, num_gpus=NODE_GPUS)  # the module's cluster as it was
-    cluster.wait_for_nodes()
+    add_node(cluster)  # the module's cluster as it was
 
 
-def no_leftovers(record, timeout: float = 15.0) -> bool:
+def no_leftovers(record, timeout: float = HANG_GUARD_S) -> bool:
     deadline = time.monotonic() + timeout
     while leftovers(record) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -132,3 +157,40 @@ def no_leftovers(record, timeout: float = 15.0) -> bool:
 def _log(tmp_path, number: int) -> str:
     p = tmp_path / "node" / f"trial_{number:04d}" / "verl.log"
     return p.read_text(errors="replace") if p.exists() else ""
+
+
+def test_the_hook_adopts_only_groups_in_verls_own_bundle_shape(cluster, monkeypatch):
+    """verl's pool takes the reserved groups only when they are what it would have made itself: as many bundles, each
+    {"CPU": max_colocate_count, "GPU": 1} (its workers take 1 CPU and 1/max_colocate_count GPU each); other groups
+    leave verl's own behaviour (its free-GPU check, its own groups), never workers waiting for CPUs."""
+    import ray
+    import verl.single_controller.ray.base as pool_module
+    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+
+    from autotune.executors import verl_hook
+    from autotune.executors.ray import NAMESPACE
+
+    ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
+    try:
+        name = "autotune:hook-shape:t00000:n0"
+        ours = placement_group([{"CPU": 1, "GPU": 1}] * 2, strategy="STRICT_PACK", name=name)
+        ray.get(ours.ready())
+        monkeypatch.setenv(verl_hook.ENV, name)
+        verl_hook.patch(pool_module)
+
+        def pool(max_colocate_count: int) -> list:
+            mgr = pool_module.ResourcePoolManager(resource_pool_spec={"global_pool": [2]}, mapping={},
+                                                  max_colocate_count=max_colocate_count)
+            mgr.create_resource_pool()
+            return mgr.resource_pool_dict["global_pool"].get_placement_groups()
+
+        theirs = pool(3)  # verl's default shape is {"CPU": 3, "GPU": 1}: not these groups, verl makes its own
+        assert [g.id for g in theirs] != [ours.id]
+        assert placement_group_table(theirs[0])["bundles"][0] == {"CPU": 3.0, "GPU": 1.0}
+        for g in theirs:
+            remove_placement_group(g)
+        assert [g.id for g in pool(1)] == [ours.id]  # the same shape: adopted
+        remove_placement_group(ours)
+    finally:
+        ray.shutdown()
+    assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS

@@ -88,6 +88,7 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
                   "(a model estimate, not a measurement).[/]")
     else:
         say.print(f"autotune: backend {runner.describe()} on {setup.cluster.describe()}")
+    executor.check(setup.cluster.nodes, setup.cluster.gpus_per_node)  # before the study: a cluster too small says so
     requested = [_requested(setup, runner, e) for e in args.enqueue]
     tuner = Tuner(setup, runner, args.storage, args.study, seed=args.seed, n_model_seeds=args.model_seeds,
                   space_text=space_text, workdir=Path(args.workdir), prune_slower_than=args.prune_slower_than,

@@ -70,6 +70,12 @@ class Executor(ABC):
     def wait(self, timeout: float | None = None) -> list[Finished]:
         """Block until at least one trial finished (or `timeout`); return every finished one."""
 
+    def poll(self) -> list[Finished]:
+        """Trials finished by now, without blocking: the tuner records them between proposals, so that a finished
+        trial never waits as running while the next ones are proposed. The local executor runs its trial in
+        `wait`, so it has nothing finished before."""
+        return []
+
     @abstractmethod
     def stop_all(self, reason: str) -> list[Finished]:
         """Stop every running trial (Ctrl-C, a fatal error): each comes back INTERRUPTED with `reason`."""

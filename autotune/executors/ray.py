@@ -14,11 +14,14 @@ cluster): logs, live parsing, watchdogs and failure classes are the runner's own
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from autotune import verl
@@ -43,6 +46,85 @@ def _unreachable(address: str, timeout_s: float = 5.0) -> str:
             return ""
     except OSError as e:
         return f"nothing answers at {host}:{port} ({e.strerror or type(e).__name__})"
+
+
+def _auth_token() -> tuple[str, str]:
+    """The token Ray would send in token mode, and where it comes from (Ray's own order); ("", where) if none."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip(), "RAY_AUTH_TOKEN"
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
+    try:
+        return path.read_text().strip(), str(path)
+    except OSError:
+        return "", str(path)
+
+
+def _auth_refused(address: str, timeout_s: float = 5.0) -> str:
+    """Why the cluster's GCS refuses this process (token authentication), in words; "" when it accepts it, when it
+    cannot tell (no grpcio, which comes with ray[default]), or for "auto" and ray:// (Ray finds the token itself)."""
+    if address == "auto" or "://" in address:
+        return ""
+    try:
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return ""
+    token, where = _auth_token()
+    token_mode = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+    with grpc.insecure_channel(address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+
+        def refuses(metadata: list[tuple[str, str]] | None) -> bool:
+            try:
+                stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s, metadata=metadata)
+            except grpc.RpcError as e:
+                return e.code() == grpc.StatusCode.UNAUTHENTICATED
+            return False
+
+        if not refuses(None):
+            return ""
+        if not token_mode:
+            have = f"a token is in {where}, but " if token else ""
+            return ("authentication failed: the cluster requires Ray's token authentication (InvalidAuthToken) and "
+                    f"{have}this process sends none (Ray sends a token to an explicit --ray-address only with "
+                    "RAY_AUTH_MODE=token). Set RAY_AUTH_MODE=token, with the cluster's token in ~/.ray/auth_token "
+                    "or RAY_AUTH_TOKEN (`ray get-auth-token` on the head node prints it)")
+        if not token:
+            return (f"authentication failed: RAY_AUTH_MODE=token but no token found ({where} is missing); put the "
+                    "cluster's token there or in RAY_AUTH_TOKEN (`ray get-auth-token` on the head node prints it)")
+        if refuses([("authorization", f"Bearer {token}")]):
+            return (f"authentication failed: the cluster refused the token from {where} (InvalidAuthToken): it is "
+                    "not this cluster's token; `ray get-auth-token` on the head node prints the right one")
+    return ""
+
+
+class _own_signal_handlers:
+    """Keeps this process's SIGTERM/SIGINT handlers across ray.init: Ray's driver set-up replaces SIGTERM's with
+    `sys.exit(15)` and its core worker adds a native stack dump, so a SIGTERM would skip the tuner's own ending
+    (trials recorded interrupted, stopped on the cluster). Restoring the Python handler also removes the dump."""
+
+    def __enter__(self) -> None:
+        main = threading.current_thread() is threading.main_thread()
+        self.saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _bundle_text(bundle: dict[str, float]) -> str:
+    return "{" + ", ".join(f'"{r}": {v:g}' for r, v in bundle.items()) + "}"
+
+
+def _scheduling_state(group: Any) -> str:
+    """Ray's scheduling state of a placement group (QUEUED, NO_RESOURCES, INFEASIBLE, ...; GCS table, no dashboard)."""
+    from ray.util.placement_group import placement_group_table
+
+    try:
+        return placement_group_table(group).get("stats", {}).get("scheduling_state", "")
+    except Exception:  # noqa: BLE001 - removed meanwhile
+        return ""
 
 
 def group_name(study: str, number: int, node: int) -> str:
@@ -84,8 +166,12 @@ class RayExecutor(Executor):
                 raise ExecutorError(
                     f"cannot connect to the Ray cluster at {self.address!r}: {unreachable}. Start one with `ray start "
                     "--head`, then pass --ray-address HEAD:6379") from None
+            refused = _auth_refused(self.address)
+            if refused:  # Ray itself would retry for ~20 s, a warning line a second, then say "cannot connect"
+                raise ExecutorError(f"cannot connect to the Ray cluster at {self.address!r}: {refused}") from None
             try:
-                ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
+                with _own_signal_handlers():
+                    ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise ExecutorError(
                     f"cannot connect to the Ray cluster at {self.address!r}: {str(e).splitlines()[0]}. Start one "
@@ -101,18 +187,45 @@ class RayExecutor(Executor):
         return f"ray at {self.gcs_address} (up to {self.parallel} trials at once)"
 
     # Capacity -------------------------------------------------------------------------------------------------
-    def node_gpus(self) -> dict[str, float]:
-        """Total GPUs of each alive node, by node id."""
-        return {n["NodeID"]: n["Resources"].get("GPU", 0.0) for n in self._ray.nodes() if n["Alive"]}
+    @staticmethod
+    def bundle() -> dict[str, float]:
+        """What each GPU of a trial asks of its node: verl's own bundle (autotune/verl.py). verl needs that shape
+        (its workers take 1 CPU each, up to max_colocate_count of them per GPU), so it is never shrunk to fit."""
+        return {"CPU": float(verl.RAY_POOL_BUNDLE_CPU), "GPU": 1.0}
+
+    def node_resources(self) -> dict[str, dict[str, float]]:
+        """Total resources of each alive node, by node address/id."""
+        return {f"{n['NodeManagerAddress']}/{n['NodeID'][:8]}": n["Resources"] for n in self._ray.nodes()
+                if n["Alive"]}
+
+    def capacity(self, gpus_per_node: int, only: tuple[str, ...] | None = None) -> int:
+        """How many per-node groups of `gpus_per_node` bundles the cluster holds at once (counting `only` these
+        resources of the bundle, or all of them)."""
+        need = {r: v * gpus_per_node for r, v in self.bundle().items() if only is None or r in only}
+        return sum(min(int(res.get(r, 0.0) // v) for r, v in need.items())
+                   for res in self.node_resources().values())
 
     def check(self, nodes: int, gpus_per_node: int) -> None:
-        """Refuse a job the cluster can never hold (instead of waiting forever for its placement groups)."""
-        fits = sum(int(g // gpus_per_node) for g in self.node_gpus().values())
-        if fits < nodes:
-            have = ", ".join(f"{g:g}" for g in self.node_gpus().values()) or "none"
-            raise ExecutorError(
-                f"the Ray cluster at {self.gcs_address} cannot hold one trial of {nodes} node(s) x {gpus_per_node} "
-                f"GPUs (GPUs per alive node: {have}); add nodes, or tune for a smaller --nodes/--gpus")
+        """Refuse a job the cluster can never hold, whatever resource of its bundles is short (instead of waiting
+        forever for its placement groups)."""
+        if self.capacity(gpus_per_node) >= nodes:
+            return
+        bundle = self.bundle()
+        short = [r for r in bundle if self.capacity(gpus_per_node, (r,)) < nodes] or list(bundle)
+        need = ", ".join(f"{v * gpus_per_node:g} {r}" for r, v in bundle.items())
+        have = "; ".join(f"{node}: " + ", ".join(f"{res.get(r, 0.0):g} {r}" for r in bundle)
+                         for node, res in self.node_resources().items()) or "none"
+        todo = []
+        if "CPU" in short:
+            todo.append(f"start the nodes with more logical CPUs (Ray's count, not cores: `ray start --num-cpus "
+                        f"{int(bundle['CPU'] * max(gpus_per_node, 8))}` on an 8-GPU node)")
+        if "GPU" in short or len(todo) == 0:
+            todo.append("add nodes")
+        todo.append("or tune for a smaller --nodes/--gpus")
+        raise ExecutorError(
+            f"the Ray cluster at {self.gcs_address} cannot hold one trial of {nodes} node(s) x {gpus_per_node} GPUs: "
+            f"short of {' and '.join(short)}. Each GPU of a trial is a bundle {_bundle_text(bundle)} (verl's own "
+            f"shape), so each node of a trial needs {need}; alive nodes have {have}. To fix: {', '.join(todo)}")
 
     # Trials -------------------------------------------------------------------------------------------------
     def submit(self, spec: TrialSpec, runner: Runner) -> None:
@@ -121,7 +234,7 @@ class RayExecutor(Executor):
         gpn, nodes = spec.cluster.gpus_per_node, spec.cluster.nodes
         self.check(nodes, gpn)
         names = [group_name(spec.study, spec.number, i) for i in range(nodes)]
-        bundle = {"CPU": verl.RAY_POOL_BUNDLE_CPU, "GPU": 1}
+        bundle = self.bundle()
         groups = [placement_group([dict(bundle) for _ in range(gpn)], strategy=verl.RAY_POOL_STRATEGY, name=n)
                   for n in names]
         trial = _Trial(spec, runner, groups, names)
@@ -134,10 +247,12 @@ class RayExecutor(Executor):
         spec, runner = trial.spec, trial.runner
         fatal = None
         result: TrialResult | None = None
-        if not self._wait_ready(trial):
-            result = interrupted(runner, trial.stop.reason if trial.stop.is_set() else (
-                f"not placed: the Ray cluster did not free {spec.cluster.nodes} x {spec.cluster.gpus_per_node} GPUs "
-                f"within {self.placement_timeout_s:g} s; re-queued on resume"))
+        unplaced = self._wait_ready(trial)
+        if unplaced is not None:
+            result = interrupted(runner, unplaced if trial.stop.is_set() else f"{unplaced}; re-queued on resume")
+            if not trial.stop.is_set():  # every later trial has the same shape: the study stops and says why
+                fatal = (f"trial {spec.number} could not be placed on the Ray cluster at {self.gcs_address}: "
+                         f"{unplaced}. Run the same command again to resume once the cluster can hold it")
         else:
             trial.placement = self._placement(trial)
             placed = dataclasses.replace(spec, placement=trial.placement.as_dict(), stop=trial.stop)
@@ -156,14 +271,35 @@ class RayExecutor(Executor):
         trial.finished = True
         self._done.put(Finished(spec.number, result, time.monotonic() - trial.submitted, trial.placement, fatal))
 
-    def _wait_ready(self, trial: _Trial) -> bool:
-        deadline = time.monotonic() + self.placement_timeout_s
+    def _wait_ready(self, trial: _Trial) -> str | None:
+        """Wait until the trial's groups are placed: None, or why they are not (the executor stops the trial, Ray
+        reports a group infeasible, or it stayed unplaced for placement_timeout_s while no other trial of this
+        executor held its groups: waiting for our own trials to end is not counted against the deadline)."""
         refs = [g.ready() for g in trial.groups]
-        while time.monotonic() < deadline and not trial.stop.is_set():
+        last_look, infeasible_seen, waited_from = 0.0, 0, time.monotonic()
+        while not trial.stop.is_set():
             ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0.2)
             if len(ready) == len(refs):
-                return True
-        return False
+                return None
+            now = time.monotonic()
+            if now - last_look < 1.0:
+                continue
+            last_look = now
+            with self._lock:
+                if any(t is not trial and t.placement is not None and not t.finished for t in self._trials.values()):
+                    waited_from = now  # one of ours holds GPUs: it ends (its watchdogs see to it), then we go on
+            states = {n: _scheduling_state(g) for g, n in zip(trial.groups, trial.names, strict=True)}
+            infeasible = [n for n, st in states.items() if st == "INFEASIBLE"]
+            infeasible_seen = infeasible_seen + 1 if infeasible else 0
+            shape = f"{trial.spec.cluster.gpus_per_node} bundles {_bundle_text(self.bundle())}"
+            if infeasible_seen >= 2:  # twice a second apart: not a state of the moment
+                return (f"not placed: Ray reports its placement group {infeasible[0]} infeasible: no alive node has "
+                        f"{shape} in total (the cluster changed since the tuner started?)")
+            if now - waited_from > self.placement_timeout_s:
+                pending = ", ".join(sorted({st for st in states.values() if st})) or "pending"
+                return (f"not placed: the Ray cluster did not free {trial.spec.cluster.nodes} x {shape} within "
+                        f"{self.placement_timeout_s:g} s (Ray's scheduling state: {pending}; other jobs hold them?)")
+        return trial.stop.reason
 
     def _placement(self, trial: _Trial) -> Placement:
         from ray.util.placement_group import placement_group_table
@@ -196,17 +332,21 @@ class RayExecutor(Executor):
         done: list[Finished] = []
         while True:
             self._watch()
+            block = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
             try:
-                done.append(self._done.get(timeout=0.2))
+                done.append(self._done.get(timeout=block) if block > 0 else self._done.get_nowait())
                 while True:
                     done.append(self._done.get_nowait())
             except queue.Empty:
                 pass
-            if done or not self._trials or (deadline is not None and time.monotonic() > deadline):
+            if done or not self._trials or (deadline is not None and time.monotonic() >= deadline):
                 with self._lock:
                     for f in done:
                         self._trials.pop(f.number, None)
                 return done
+
+    def poll(self) -> list[Finished]:
+        return self.wait(timeout=0)
 
     def _watch(self) -> None:
         """Stop a trial whose node left the cluster: its groups are rescheduling, its processes there are gone."""

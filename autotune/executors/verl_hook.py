@@ -6,7 +6,8 @@ Why: verl's driver creates its own placement groups (one per node, `n_gpus_per_n
 the trial are not available, so verl would refuse, or wait for GPUs that another trial could take meanwhile. The
 executor reserves the groups in verl's own shape and names them in AUTOTUNE_PLACEMENT_GROUPS; this hook makes
 `RayResourcePool.get_placement_groups` return them (verl returns `self.pgs` when set, so its placement logic is
-otherwise unchanged) and skips the free-GPU check for that pool. Pools of another shape keep verl's behaviour.
+otherwise unchanged) and skips the free-GPU check for that pool. Only a pool with the groups' bundle counts and verl's
+own bundle for it ({"CPU": max_colocate_count, "GPU": 1}) adopts them; any other keeps verl's behaviour.
 The patch is applied when verl's module is imported, so workers that never import it pay nothing.
 """
 
@@ -43,13 +44,21 @@ def install() -> None:
         sys.meta_path.insert(0, _PatchOnImport())
 
 
-def _groups() -> tuple[list[Any], list[int]]:
+def _groups() -> tuple[list[Any], list[int], set[tuple[tuple[str, float], ...]]]:
+    """The trial's groups, their bundle counts, and the bundle shapes among them."""
     import ray
     from ray.util.placement_group import get_placement_group, placement_group_table
 
     pgs = [get_placement_group(n) for n in group_names()]
     ray.get([pg.ready() for pg in pgs])
-    return pgs, [len(placement_group_table(pg)["bundles"]) for pg in pgs]
+    tables = [placement_group_table(pg) for pg in pgs]
+    shapes = {tuple(sorted((str(k), float(v)) for k, v in b.items())) for t in tables for b in t["bundles"].values()}
+    return pgs, [len(t["bundles"]) for t in tables], shapes
+
+
+def verl_shape(max_colocate_count: int) -> tuple[tuple[str, float], ...]:
+    """The bundle verl's own pool would ask for (RayResourcePool.get_placement_groups, on GPUs)."""
+    return (("CPU", float(max_colocate_count)), ("GPU", 1.0))
 
 
 def patch(mod: Any) -> None:
@@ -59,16 +68,18 @@ def patch(mod: Any) -> None:
     orig_get, orig_check = pool_cls.get_placement_groups, mgr_cls._check_resource_available
     state: dict[str, Any] = {"adopted": False}
 
-    def matches(process_on_nodes: list[int]) -> bool:
+    def matches(process_on_nodes: list[int], max_colocate_count: int) -> bool:
+        """The pool is the one the groups were reserved for: as many bundles per node, each in verl's shape for it
+        (its workers take 1 CPU and 1/max_colocate_count GPU each); otherwise verl keeps its own behaviour."""
         if state["adopted"]:
             return False
-        _, sizes = _groups()
-        return sorted(process_on_nodes) == sorted(sizes)
+        _, sizes, shapes = _groups()
+        return sorted(process_on_nodes) == sorted(sizes) and shapes == {verl_shape(max_colocate_count)}
 
     def get_placement_groups(self: Any, strategy: str = "STRICT_PACK", name: str | None = None,
                              device_name: str = "cuda") -> Any:
-        if self.pgs is None and self.use_gpu and matches(list(self._store)):
-            pgs, _ = _groups()
+        if self.pgs is None and self.use_gpu and matches(list(self._store), self.max_colocate_count):
+            pgs, _, _ = _groups()
             self.pgs = mod.sort_placement_group_by_node_ip(pgs)  # verl's own order of nodes
             state["adopted"] = True
             print(f"autotune: verl resource pool {self.name_prefix!r} adopted the trial's placement groups "
@@ -78,7 +89,7 @@ def patch(mod: Any) -> None:
 
     def check(self: Any) -> None:
         specs = list(self.resource_pool_spec.values())
-        if len(specs) == 1 and matches(specs[0]):
+        if len(specs) == 1 and matches(specs[0], self.max_colocate_count):
             return  # the GPUs are in the trial's own groups, so they are not "available": that is expected
         orig_check(self)
 

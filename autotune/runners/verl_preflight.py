@@ -16,7 +16,7 @@ import io
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,28 +226,43 @@ def check_data(train_files: Any, train_batch_size: int) -> Preflight:
     return Preflight(True, skipped=f"rows not counted in {', '.join(uncounted)}" if uncounted else "")
 
 
-def unknown_keys(values: dict[str, Any]) -> list[str]:
-    """Keys of a job (key -> value) that verl's config does not have, each with the closest key verl has; [] when
-    verl is not installed here (nothing to check against). Hydra would refuse such a key at launch ("not in
-    struct"). A `+` key adds one on purpose and is not checked, nor is a key under an open mapping
-    (override_transformer_config). Read from verl's own flattened reference of its Megatron config (a YAML
-    file, no Hydra or torch import: milliseconds)."""
-    import difflib
-    import importlib.util
+# verl's config key set, snapshot of verl VERL_VERSION shipped with the package (scripts/verl_config_keys.py writes it):
+# the unknown-key check where verl is not installed.
+CONFIG_KEYS_SNAPSHOT = Path(__file__).resolve().parent.parent / "data" / "verl_config_keys.json"
 
+
+def config_schema() -> tuple[dict[str, Any], Callable[[str], bool], str]:
+    """verl's config key tree (a key maps to its sub-tree, or to a non-mapping for a value), whether an override
+    selects a config group (`model_engine=...`, not a key), and where both come from: the installed verl's flattened
+    reference of its Megatron config (a YAML file, no Hydra or torch import: milliseconds), else the snapshot."""
     spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.origin:
-        return []
-    ref = Path(spec.origin).parent / verl.CONFIG_REFERENCE
-    if not ref.is_file():
-        return []
-    import yaml
+    ref = Path(spec.origin).parent / verl.CONFIG_REFERENCE if spec is not None and spec.origin else None
+    if ref is not None and ref.is_file():
+        import yaml
 
-    root = yaml.safe_load(ref.read_text())
-    config_dir = str(ref.parent)
+        config_dir = str(ref.parent)
+        return yaml.safe_load(ref.read_text()), lambda key: _is_group(key, config_dir), "the installed verl"
+    snap = json.loads(CONFIG_KEYS_SNAPSHOT.read_text())
+    groups = set(snap["groups"])
+
+    def is_group(override: str) -> bool:
+        key = override.split("=", 1)[0].lstrip("+~")
+        return "@" in key or key.replace(".", "/") in groups
+
+    return snap["keys"], is_group, f"autotune's snapshot of verl {snap['verl_version']}'s keys (verl is not installed)"
+
+
+def unknown_keys(values: dict[str, Any]) -> list[str]:
+    """Keys of a job (key -> value) that verl's config does not have, each with the closest key verl has (checked
+    against the installed verl, else the snapshot shipped with autotune). Hydra would refuse such a key at launch
+    ("not in struct"). A `+` key adds one on purpose and is not checked, nor is a key under an open mapping
+    (override_transformer_config)."""
+    import difflib
+
+    root, is_group, _ = config_schema()
     found = []
     for key in values:
-        if key.startswith(("+", "~")) or _is_group(key, config_dir):
+        if key.startswith(("+", "~")) or is_group(key):
             continue
         node: Any = root
         parts = key.split(".")
