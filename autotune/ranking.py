@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from autotune import constraints
 from autotune.candidate import Candidate
 from autotune.estimate import MEMORY_MARGIN, Evaluation, estimate_memories, estimate_unchecked
 from autotune.estimate.correction import FEATURES, NO_CORRECTION, UNCERTAIN_TERMS, Correction, features
-from autotune.estimate.reads import NORMALIZATION_READS, NORMALIZED_FIELDS, reads_for
+from autotune.estimate.reads import DERIVED, NORMALIZATION_READS, NORMALIZED_FIELDS, OFFLOAD_REFERENCE, reads_for
 from autotune.space import Dimension
 
 # Predicted throughputs this close are equals: the model cannot tell them apart (its step-time error is larger).
@@ -42,11 +41,13 @@ FIELDS = Candidate.param_names()
 _FIELD_INDEX = {f: i for i, f in enumerate(FIELDS)}
 # Inner parts: knobs that the pieces of an estimate read only together with outer knobs, never with each other.
 INNER_PARTS: dict[str, frozenset[str]] = {
-    "micro-batches": frozenset({"ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu",
-                                "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"}),
+    "training": frozenset({"ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu",
+                           "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu", "recompute",
+                           "recompute_method", "recompute_num_layers", "recompute_modules", "use_fused_kernels"}),
     "rollout": frozenset({"rollout_tp", "gpu_memory_utilization", "max_num_batched_tokens"}),
 }
 KV = "vllm_kv_cache"
+_LAYOUT_KEY = operator.attrgetter("tp", "pp", "vpp", "cp", "ep", "etp")
 
 
 class InfeasibleSpaceError(ValueError):
@@ -90,13 +91,19 @@ def _getter(names: Sequence[str]) -> Callable[[Candidate], tuple]:
 
 @dataclass
 class _Factor:
+    """A piece of the estimate and the knobs it reads. An additive piece is the sum of a rest (read without the
+    offload knobs, evaluated with them off) and an offload share (read from the offload knobs and the layout)."""
+
     kind: str  # phase | moment | tokens | rule
     name: str
     reads: tuple[str, ...]
-    key: Callable[[Candidate], tuple] = field(repr=False, default=lambda c: ())
+    offload: tuple[str, ...] = ()  # additive: the offload knobs
+    shared: tuple[str, ...] = ()  # additive: what else the offload share reads
 
     def __post_init__(self) -> None:
-        self.key = _getter(self.reads)
+        rest = tuple(r for r in self.reads if r not in self.offload)
+        self.rest = rest if self.offload else self.reads
+        self.share = tuple(sorted(set(self.offload) | set(self.shared)))
 
 
 @dataclass
@@ -115,8 +122,12 @@ class Split:
     def __init__(self, space: Any, reads: Any, context: Mapping[str, Any]):
         names = set(space.names)
         part_of = {d: p for p, ds in INNER_PARTS.items() for d in ds if d in names}
-        factors = ([_Factor("phase", n, tuple(sorted(r))) for n, r in reads.phases.items()]
-                   + [_Factor("moment", n, tuple(sorted(r))) for n, r in reads.moments.items()]
+        def piece(kind: str, n: str, r: frozenset[str]) -> _Factor:
+            a, sh = reads.additive.get((kind, n), ((), ()))
+            return _Factor(kind, n, tuple(sorted(r)), tuple(sorted(a)), tuple(sorted(sh)))
+
+        factors = ([piece("phase", n, r) for n, r in reads.phases.items()]
+                   + [piece("moment", n, r) for n, r in reads.moments.items()]
                    + [_Factor("tokens", "tokens", tuple(sorted(reads.tokens)))]
                    + [_Factor("rule", n, tuple(sorted(r))) for n, r in reads.rules.items()])
         changed = True
@@ -138,6 +149,12 @@ class Split:
                     if cond.name in part_of and part_of.get(dim.name) != part_of[cond.name]:
                         del part_of[cond.name]
                         changed = True
+        # Knobs outside the space that normalisation derives from a part's knobs (recompute_method from recompute)
+        # belong to that part: their value follows its option.
+        for f, src in DERIVED.items():
+            owners = {part_of[x] for x in src if x in part_of}
+            if f not in names and len(owners) == 1:
+                part_of[f] = owners.pop()
         self.outer_dims = tuple(d for d in space.dimensions if d.name not in part_of)
         self.parts: list[_Part] = []
         home_of: dict[int, str] = {}
@@ -149,12 +166,16 @@ class Split:
             if not dims:
                 continue
             fs = [f for i, f in enumerate(factors) if home_of[i] == pname]
-            flds = tuple(d.name for d in dims)
+            flds = tuple(d.name for d in dims) + tuple(f for f in FIELDS if f not in names and part_of.get(f) == pname)
             ctx = {r for f in fs for r in f.reads if r not in flds}
             ctx |= {c.name for d in dims for c in d.when if c.name not in flds and c.name not in context}
             norm = tuple(sorted(NORMALIZATION_READS)) if set(flds) & NORMALIZED_FIELDS else ()
             self.parts.append(_Part(pname, dims, flds, fs, tuple(sorted(ctx | set(norm))), norm))
         self.outer_factors = [f for i, f in enumerate(factors) if home_of[i] == "outer"]
+        # The pieces that read only outer knobs (the constant phases, the tokens of a whole step, moments when the
+        # space tunes nothing they read): a part with one option, the block itself.
+        fixed = [f for f in self.outer_factors if f.kind != "rule"]
+        self.parts.append(_Part("outer", (), (), fixed, tuple(sorted({r for f in fixed for r in f.reads}))))
         inner = {f for p in self.parts for f in p.fields}
         self.outer_fields = tuple(f for f in FIELDS if f not in inner)
         self.rule_at: dict[int, list[_Factor]] = {}  # outer rules checked once their last outer dimension is set
@@ -206,10 +227,13 @@ class ModelRanking:
         self._cache: dict[tuple[str, str], dict[tuple, Any]] = {}
         self._options: dict[tuple, list] = {}
         self._tables: dict[tuple, _Table] = {}
-        self._pending: list[_Table] = []  # tables whose pieces are not filled in yet
+        self._every = [f for p in self.split.parts for f in p.factors]
+        # Where an additive piece's offload share is measured: the base with the offload knobs off.
+        self.reference = replace(self.base, **OFFLOAD_REFERENCE)
         self._blocks: list[_Block] | None = None
         self._closed: dict[str, list] = {}  # outer rule -> [count, example] (why settings were closed)
         self._views: dict[int, Any] = {}
+        self._index: dict[tuple, _Block] | None = None
         self._version = 0
 
     # -- building
@@ -222,7 +246,7 @@ class ModelRanking:
         sp, base = self.split, self.base
         blocks: list[_Block] = []
         seen: set[tuple] = set()
-        layout_key = _getter(("tp", "pp", "vpp", "cp", "ep", "etp"))
+        layout_key = _LAYOUT_KEY
         dims = sp.outer_dims
 
         def walk(i: int, values: dict[str, Any], params: dict[str, Any]) -> None:
@@ -250,10 +274,6 @@ class ModelRanking:
         if -1 in sp.rule_at and not self._outer_rules_pass(sp.rule_at[-1], {}):
             return []
         walk(0, dict(self.context), {})
-        self._cover()
-        for t in self._pending:
-            self._fill(t)
-        self._pending = []
         return blocks
 
     def _outer_rules_pass(self, rules: list[_Factor], params: dict[str, Any]) -> bool:
@@ -268,7 +288,7 @@ class ModelRanking:
 
     def _rule(self, f: _Factor, cand: Candidate) -> str | None:
         cache = self._cache.setdefault(("rule", f.name), {})
-        k = f.key(cand)
+        k = _getter(f.reads)(cand)
         if k not in cache:
             cache[k] = constraints.RULES[f.name](self.setup.model, self.setup.cluster, self.job, cand)
         return cache[k]
@@ -301,120 +321,99 @@ class ModelRanking:
         return self._options[key]
 
     def _table(self, part: _Part, outer: dict[str, Any], cand: Candidate) -> _Table:
-        """The part's options under this outer setting, with the keys of every piece; the values are filled once
-        every block is known (_fill), so that the model calls can be shared between blocks."""
+        """The part's options under this outer setting, every piece's value filled from the memo (the model is
+        called only for pieces not seen yet)."""
         options = self._part_options(part, outer, cand)
         tkey = (part.name, _getter(part.context)(cand), id(options))
         if tkey in self._tables:
             return self._tables[tkey]
+        n = len(options)
         ov = tuple(getattr(cand, f) for f in FIELDS)
         rows = [ov + vals for _, vals, _ in options]  # the full candidate's values: outer, then the option's
-        keys: list[list[tuple]] = []  # per piece, per option: the values of the knobs the piece reads
-        for f in part.factors:
-            at = [len(FIELDS) + part.fields.index(r) if r in part.fields else _FIELD_INDEX[r] for r in f.reads]
-            get = operator.itemgetter(*at) if len(at) > 1 else (lambda r, a=at: tuple(r[i] for i in a))
-            keys.append([get(r) for r in rows])
-        table = _Table([o[0] for o in options], [o[1] for o in options], [o[2] for o in options], {}, {},
-                       np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0, dtype=bool), [], None)
-        table.part, table.cand, table.rows, table.piece_keys = part, cand, rows, keys  # type: ignore[attr-defined]
-        self._tables[tkey] = table
-        self._pending.append(table)
-        return table
+        idx = [_FIELD_INDEX[f] for f in part.fields]
+        full = lambda j: _with(cand, idx, options[j][1])  # noqa: E731
 
-    def _cover(self) -> None:
-        """Call the model for every piece not yet known, sharing calls: each call answers every piece of its
-        candidate, so for each unknown piece (the most numerous kind first) the candidate that also answers the
-        most other unknown pieces is called (greedy set cover across blocks)."""
-        needed: dict[tuple, list[tuple[_Table, int]]] = {}
-        for t in self._pending:
-            for f, column in zip(t.part.factors, t.piece_keys, strict=True):  # type: ignore[attr-defined]
-                if f.kind == "rule":
-                    continue
-                cache = self._cache.setdefault((f.kind, f.name), {})
-                for j, k in enumerate(column):
-                    if k not in cache:
-                        needed.setdefault((f.kind, f.name, k), []).append((t, j))
-        if not needed:
-            return
-        per_kind: dict[tuple, int] = {}
-        for kind, name, _ in needed:
-            per_kind[(kind, name)] = per_kind.get((kind, name), 0) + 1
-        order = sorted(needed, key=lambda x: -per_kind[(x[0], x[1])])
-        left = set(needed)
-        every = [f for p in self.split.parts for f in p.factors] + self.split.outer_factors
-        for item in order:
-            if item not in left:
-                continue
+        def column(names: tuple[str, ...]) -> list[tuple]:
+            at = [len(FIELDS) + part.fields.index(r) if r in part.fields else _FIELD_INDEX[r] for r in names]
+            if len(at) == 1:
+                return [(r[at[0]],) for r in rows]
+            return [operator.itemgetter(*at)(r) for r in rows] if at else [()] * n
 
-            def gain(tj: tuple[_Table, int]) -> int:
-                t, j = tj
-                return sum((f.kind, f.name, col[j]) in left
-                           for f, col in zip(t.part.factors, t.piece_keys, strict=True))  # type: ignore[attr-defined]
-
-            t, j = max(needed[item][:6], key=gain)  # a few suffice: the rest are near-copies
-            cand = Candidate(*t.rows[j][: len(FIELDS)])  # type: ignore[attr-defined]
-            cand = _with(cand, [_FIELD_INDEX[f] for f in t.part.fields], t.values[j])  # type: ignore[attr-defined]
-            kinds = {(f.kind, f.name, col[j]) for f, col in zip(t.part.factors, t.piece_keys, strict=True)  # type: ignore[attr-defined]
-                     if (f.kind, f.name, col[j]) in left}
-            self._estimate(cand, any(k[0] != "moment" for k in kinds))
-            for f in every:
-                if f.kind != "rule":
-                    left.discard((f.kind, f.name, f.key(cand)))
-
-    def _fill(self, table: _Table) -> None:
-        part, keys, n = table.part, table.piece_keys, len(table.params)  # type: ignore[attr-defined]
         phases = [f for f in part.factors if f.kind == "phase"]
         moments = [f for f in part.factors if f.kind == "moment"]
-        table.times = {f.name: np.zeros(n) for f in phases}
-        table.feats = {f.name: np.zeros((n, len(FEATURES[f.name]))) for f in phases if f.name in FEATURES}
-        table.step = np.zeros((len(moments), n, 3))
-        table.worst = np.zeros((len(moments), n, 3))
-        table.kv = np.array([f.name == KV for f in moments], dtype=bool)
-        table.rule_ok = np.ones(n, dtype=bool)
-        table.why = [None] * n
+        table = _Table([o[0] for o in options], [o[1] for o in options], [o[2] for o in options],
+                       {f.name: np.zeros(n) for f in phases},
+                       {f.name: np.zeros((n, len(FEATURES[f.name]))) for f in phases if f.name in FEATURES},
+                       np.zeros((len(moments), n, 3)), np.zeros((len(moments), n, 3)),
+                       np.array([f.name == KV for f in moments], dtype=bool), np.ones(n, dtype=bool), [None] * n,
+                       None)
         table.moment_names = [f.name for f in moments]  # type: ignore[attr-defined]
-        idx = [_FIELD_INDEX[f] for f in part.fields]
-        full = lambda j: _with(table.cand, idx, table.values[j])  # noqa: E731  # type: ignore[attr-defined]
-        for i, f in enumerate(part.factors):
-            column, cache = keys[i], self._cache.setdefault((f.kind, f.name), {})
+        for f in part.factors:
             if f.kind == "rule":
-                rule = constraints.RULES[f.name]
-                for j in range(n):
-                    if column[j] not in cache:
-                        cache[column[j]] = rule(self.setup.model, self.setup.cluster, self.job, full(j))
-                    w = cache[column[j]]
-                    if w is not None:
+                cache, rule = self._cache.setdefault(("rule", f.name), {}), constraints.RULES[f.name]
+                for j, k in enumerate(column(f.reads)):
+                    if k not in cache:
+                        cache[k] = rule(self.setup.model, self.setup.cluster, self.job, full(j))
+                    if cache[k] is not None:
                         table.rule_ok[j] = False
-                        table.why[j] = table.why[j] or f"constraint {f.name}: {w}"
+                        table.why[j] = table.why[j] or f"constraint {f.name}: {cache[k]}"
                 continue
-            for j, k in enumerate(column):
-                if k not in cache:
-                    self._estimate(full(j), f.kind != "moment")
-            values = [cache[k] for k in column]
+            rest = self._cache.setdefault((f.kind, f.name), {})
+            keys = column(f.rest)
+            for j, k in enumerate(keys):
+                if k not in rest:
+                    self._estimate(self._offload_off(full(j), f) if f.offload else full(j), f.kind != "moment")
+            values = [rest[k] for k in keys]
             if not n:
                 continue
+            shares = None
+            if f.offload:
+                share = self._cache.setdefault((f.kind, f.name, "offload"), {})
+                skeys = column(f.share)
+                for j, k in enumerate(skeys):
+                    if k not in share:
+                        share[k] = self._offload_share(f, full(j))
+                shares = [share[k] for k in skeys]
             if f.kind == "phase":
                 table.times[f.name][:] = [v[0] for v in values]
+                if shares is not None:
+                    table.times[f.name] += np.array([v[0] for v in shares])
                 if f.name in table.feats:
                     table.feats[f.name][:] = np.array([v[1] for v in values])
             elif f.kind == "moment":
                 m = moments.index(f)
-                table.step[m] = np.array([v[0] for v in values])
-                table.worst[m] = np.array([v[1] for v in values])
+                both = np.array([v for v in values], dtype=float)  # (n, step|worst, peak|uncertain|capacity)
+                if shares is not None:
+                    both += np.array(shares, dtype=float)  # the share's capacity column is 0
+                table.step[m], table.worst[m] = both[:, 0], both[:, 1]
             else:
                 table.tokens = np.array(values, dtype=float)
-        del table.rows, table.piece_keys  # type: ignore[attr-defined]
+        self._tables[tkey] = table
+        return table
 
-    def _piece(self, f: _Factor, cand: Candidate) -> Any:
-        cache = self._cache.setdefault((f.kind, f.name), {})
-        k = f.key(cand)
-        if k not in cache:
-            self._estimate(cand)
-        return cache[k]
+    def _offload_off(self, cand: Candidate, f: _Factor) -> Candidate:
+        return replace(cand, **{k: OFFLOAD_REFERENCE[k] for k in f.offload})
+
+    def _offload_share(self, f: _Factor, cand: Candidate) -> Any:
+        """What the offload knobs add to an additive piece: its value minus its value with them off, both at a
+        reference setting of everything the share does not read."""
+        at = replace(self.reference, **{k: getattr(cand, k) for k in f.share})
+        off = self._offload_off(at, f)
+        return _sub(self._raw(at, f), self._raw(off, f))
+
+    def _raw(self, cand: Candidate, f: _Factor) -> Any:
+        s = self.setup
+        self.calls += 1
+        if f.kind == "moment":
+            mem, worst = estimate_memories(s.model, s.cluster, s.job, cand, s.objective, s.lengths, s.constants)
+            return (_moment(mem, f.name), _moment(worst, f.name))
+        ev = estimate_unchecked(s.model, s.cluster, s.job, cand, s.objective, s.lengths, s.constants)
+        return (dict(ev.throughput.phases).get(f.name, 0.0), None)
 
     def _estimate(self, cand: Candidate, time: bool = True) -> None:
-        """One call of the model; every piece it answers is memoised under the knobs that piece reads. Without
-        `time` only the memory model runs (the pieces still unknown are all memory moments)."""
+        """One call of the model; every piece it answers is memoised under the knobs that piece reads (an additive
+        piece's rest only when the candidate's offload knobs are off). Without `time` only the memory model runs
+        (the pieces still unknown are all memory moments)."""
         s = self.setup
         self.calls += 1
         if time:
@@ -424,11 +423,13 @@ class ModelRanking:
         else:
             mem, worst = estimate_memories(s.model, s.cluster, s.job, cand, s.objective, s.lengths, s.constants)
             thr, phases = None, {}
-        for f in [*(f for p in self.split.parts for f in p.factors), *self.split.outer_factors]:
+        for f in self._every:
             if f.kind == "rule" or (thr is None and f.kind != "moment"):
                 continue
+            if f.offload and any(getattr(cand, k) != OFFLOAD_REFERENCE[k] for k in f.offload):
+                continue
             cache = self._cache.setdefault((f.kind, f.name), {})
-            k = f.key(cand)
+            k = _getter(f.rest)(cand)
             if k in cache:
                 continue
             if f.kind == "phase":
@@ -477,32 +478,14 @@ class ModelRanking:
             j = int(np.argmin(np.where(ok, time, np.inf)))
             mins.append(time[j])
             picks.append(j)
-        tokens = self._outer_tokens(b)
-        if tok_part is None:
-            total = sum(mins) + self._outer_time(b, corr)
-            return tokens / (total * self.world), tuple(picks)
-        t = b.tables[tok_part]
+        t = b.tables[tok_part]  # the part whose options set the tokens of a step (the outer one: a constant)
         time, fits, safe_ok = self._view(t, corr)
         ok = safe_ok if safe else fits
-        rest = sum(m for i, m in enumerate(mins) if i != tok_part) + self._outer_time(b, corr)
+        rest = sum(m for i, m in enumerate(mins) if i != tok_part)
         thr = np.where(ok, t.tokens / ((time + rest) * self.world), -np.inf)
         j = int(np.argmax(thr))
         picks[tok_part] = j
         return float(thr[j]), tuple(picks)
-
-    def _outer_time(self, b: _Block, corr: Correction) -> float:
-        total = 0.0
-        for f in self.split.outer_factors:
-            if f.kind == "phase":
-                t, x = self._piece(f, b.cand)
-                fit = corr.phase_fit(f.name) if corr.active and x is not None else None
-                total += t * (math.exp(float(np.dot(x, fit.mean))) if fit is not None else 1.0)
-        return total
-
-    def _outer_tokens(self, b: _Block) -> float:
-        f = next(f for f in self.split.outer_factors + [x for p in self.split.parts for x in p.factors]
-                 if f.kind == "tokens")
-        return self._piece(f, b.cand) if f in self.split.outer_factors else 1.0
 
     def _combos(self, b: _Block, corr: Correction, safe: bool) -> list[tuple[float, tuple[int, ...]]]:
         """Every runnable (or safe) setting of a block, best first."""
@@ -513,11 +496,9 @@ class ModelRanking:
             parts.append((t, ok, time))
         if any(len(ok) == 0 for _, ok, _ in parts):
             return []
-        tokens = self._outer_tokens(b)
-        base = self._outer_time(b, corr)
         out = []
         for combo in itertools.product(*(ok for _, ok, _ in parts)):
-            total, tok = base, tokens
+            total, tok = 0.0, 1.0
             for (t, _, time), j in zip(parts, combo, strict=True):
                 total += time[j]
                 if t.tokens is not None:
@@ -586,31 +567,19 @@ class ModelRanking:
         return safe if safe is not None and safe.throughput >= top.throughput * (1 - tolerance) else top
 
     def seeds(self, k: int, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = ()) -> list[Pick]:
-        """The best setting, then the best of each next-best parallel layout (near-copies of the best teach a
-        study little), k in all."""
+        """The best setting, then the best setting of each next-best parallel layout (near-copies of the best teach
+        a study little), k in all; `exclude` (launched candidates) are not proposed."""
         first = self.best(corr, exclude)
         if first is None or k <= 0:
             return []
-        out = [first]
-        layouts = {_getter(("tp", "pp", "vpp", "cp", "ep", "etp"))(first.candidate)}
         groups: dict[tuple, list[_Block]] = {}
         for b in self.blocks():
             groups.setdefault(b.layout, []).append(b)
-        skip = {self._address(c)[0] for c in exclude}
-        scored = []
-        for lay, bs in groups.items():
-            if lay in layouts:
-                continue
-            bests = [(r, b) for b in bs if b.key not in skip for r in [self._block_best(b, corr, False)] if r]
-            if bests:
-                scored.append((max(r[0] for r, _ in bests), lay, bs))
-        scored.sort(key=lambda x: -x[0])
-        for _, _, bs in scored[: k - 1]:
-            sub = _Sub(self, bs)
-            pick = sub.best(corr, exclude)
-            if pick is not None:
-                out.append(pick)
-        return out
+        first_layout = _LAYOUT_KEY(first.candidate)
+        picks = [p for lay, bs in groups.items() if lay != first_layout
+                 for p in [_Sub(self, bs).best(corr, exclude)] if p is not None]
+        picks.sort(key=lambda p: -p.throughput)
+        return [first, *picks[: k - 1]]
 
     def count(self, corr: Correction = NO_CORRECTION) -> int:
         """Distinct runnable settings of the space (by the corrected model), exactly."""
@@ -627,11 +596,11 @@ class ModelRanking:
     def runnable(self, cand: Candidate, corr: Correction = NO_CORRECTION) -> bool:
         """Whether a candidate is one of the runnable settings of the space (in it, and predicted to run)."""
         outer, parts = self._address(cand)
-        for b in self.blocks():
-            if b.key == outer:
-                return all(k in t.keys and bool(self._view(t, corr)[1][t.keys.index(k)])
-                           for t, k in zip(b.tables, parts, strict=True))
-        return False
+        if self._index is None:
+            self._index = {b.key: b for b in self.blocks()}
+        b = self._index.get(outer)
+        return b is not None and all(k in t.keys and bool(self._view(t, corr)[1][t.keys.index(k)])
+                                     for t, k in zip(b.tables, parts, strict=True))
 
     def explain(self) -> str:
         """Why no setting can run: the rules (and memory moments) that close every layout, with counts and an
@@ -676,6 +645,12 @@ def _with(cand: Candidate, idx: list[int], vals: tuple) -> Candidate:
     for i, v in zip(idx, vals, strict=True):
         values[i] = v
     return Candidate(*values)
+
+
+def _sub(a: Any, b: Any) -> Any:
+    if isinstance(a[0], tuple):
+        return tuple((x[0] - y[0], x[1] - y[1], 0.0) for x, y in zip(a, b, strict=True))
+    return (a[0] - b[0], None)
 
 
 def _moment(mem: Any, name: str) -> tuple[float, float, float]:
@@ -765,8 +740,22 @@ class DomainRanking:
                          for i, (rule, (n, ex)) in enumerate(top))
 
 
+_MEMO: dict[tuple, ModelRanking | DomainRanking] = {}
+_MEMO_SIZE = 4
+
+
 def make_ranking(setup: Any, domain: Sequence[Candidate] | None = None) -> ModelRanking | DomainRanking:
-    return DomainRanking(setup, domain) if domain is not None else ModelRanking(setup)
+    """The ranking of a study's space (or of a runner's finite domain). The last few are kept in this process:
+    tuners of the same setup (a resumed study, several workers in one process, tests) share one."""
+    import json
+
+    key = (json.dumps(setup.fingerprint(), sort_keys=True), repr(setup.lengths), setup.objective,
+           repr(setup.constants), None if domain is None else tuple(c.key() for c in domain))
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_SIZE:
+            del _MEMO[next(iter(_MEMO))]
+        _MEMO[key] = DomainRanking(setup, domain) if domain is not None else ModelRanking(setup)
+    return _MEMO[key]
 
 
 def infeasible_message(setup: Any, ranking: ModelRanking | DomainRanking) -> str:

@@ -105,3 +105,31 @@ def test_every_rule_says_what_it_reads():
 def test_lengths_are_what_at_step_makes():
     job = Job.default()
     assert at_step(job, response_length=1500.0).response_mean == 1500.0
+
+
+@pytest.mark.parametrize("name", list(SETUPS))
+def test_additive_pieces_are_the_sum_the_ranking_takes(name):
+    """An additive piece = its value with the offload knobs off + what they add at a reference setting of
+    everything else (estimate/reads.py's claim, as autotune/ranking.py computes it)."""
+    from autotune.estimate.reads import OFFLOAD_REFERENCE
+
+    setup = SETUPS[name]()
+    reads = reads_for(setup.objective, setup.job)
+    rng = random.Random(5)
+    reference = dataclasses.replace(setup.base, **OFFLOAD_REFERENCE)
+    checked = 0
+    for a in _random_candidates(setup, rng, 40):
+        for (kind, piece), (offload, shared) in reads.additive.items():
+            keys = [k for k in _values(setup, a) if k[0] == kind and k[1] == piece]
+            off = dataclasses.replace(a, **{k: OFFLOAD_REFERENCE[k] for k in offload})
+            at = dataclasses.replace(reference, **{k: getattr(a, k) for k in offload | shared})
+            at_off = dataclasses.replace(at, **{k: OFFLOAD_REFERENCE[k] for k in offload})
+            va, voff, vat, vatoff = (_values(setup, c) for c in (a, off, at, at_off))
+            for k in keys:
+                if kind == "phase":
+                    assert va[k] == pytest.approx(voff[k] + vat[k] - vatoff[k], rel=1e-9, abs=1e-9)
+                else:
+                    for i in range(2):
+                        assert va[k][i] == pytest.approx(voff[k][i] + vat[k][i] - vatoff[k][i], rel=1e-9, abs=2)
+                checked += 1
+    assert checked > 20 or not reads.additive

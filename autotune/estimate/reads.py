@@ -12,7 +12,7 @@ slower) until it is listed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autotune.candidate import Candidate
 from autotune.job import Job
@@ -28,13 +28,21 @@ _RECOMPUTE = frozenset({"recompute", "recompute_method", "recompute_num_layers",
 _VLLM = frozenset({"rollout_tp", "gpu_memory_utilization", "max_num_batched_tokens"})
 _UTIL = frozenset({"gpu_memory_utilization"})
 
-# What Candidate.normalized() reads to change other knobs (sequence parallel off with TP 1, no VPP without PP, the
-# recompute details, the micro-batch settings with or without dynamic batching).
-NORMALIZATION_READS = frozenset({"tp", "pp", "recompute", "recompute_method", "recompute_num_layers",
-                                 "recompute_modules", "use_dynamic_bsz"})
-NORMALIZED_FIELDS = frozenset({"sequence_parallel", "vpp", "recompute_method", "recompute_num_layers",
-                               "recompute_modules", "ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu",
-                               "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu"})
+# What Candidate.normalized() derives from what: sequence parallel off with TP 1, no VPP without PP, the recompute
+# details from the recompute granularity, the micro-batch settings with or without dynamic batching.
+DERIVED: dict[str, frozenset[str]] = {
+    "sequence_parallel": frozenset({"tp"}),
+    "vpp": frozenset({"pp"}),
+    "recompute_method": frozenset({"recompute"}),
+    "recompute_num_layers": frozenset({"recompute", "recompute_method"}),
+    "recompute_modules": frozenset({"recompute"}),
+    "ppo_max_token_len_per_gpu": frozenset({"use_dynamic_bsz"}),
+    "log_prob_max_token_len_per_gpu": frozenset({"use_dynamic_bsz"}),
+    "ppo_micro_batch_size_per_gpu": frozenset({"use_dynamic_bsz"}),
+    "log_prob_micro_batch_size_per_gpu": frozenset({"use_dynamic_bsz"}),
+}
+NORMALIZATION_READS = frozenset().union(*DERIVED.values())
+NORMALIZED_FIELDS = frozenset(DERIVED)
 
 # Static rules (autotune/constraints.py RULES).
 RULE_READS: dict[str, frozenset[str]] = {
@@ -52,6 +60,15 @@ RULE_READS: dict[str, frozenset[str]] = {
 }
 
 
+# Pieces that are a sum of a part reading the offload flags (with the parameter layout) and a part reading the rest:
+# the weights, gradients and optimizer states kept on the GPU in a log-prob pass, and the host<->device copies of
+# offload in a phase's time. piece -> (the offload knobs, what else their part reads). The ranking then evaluates
+# the rest once for every offload setting. tests/test_reads.py checks the sums on random candidates.
+OFFLOAD_REFERENCE = {"param_offload": False, "optimizer_offload": False, "ref_param_offload": None}
+_ADD_STATES = (frozenset(OFFLOAD_REFERENCE), _STATES)
+_ADD_COPIES = (frozenset({"param_offload", "optimizer_offload"}), _STATES | {"cp"})
+
+
 @dataclass(frozen=True)
 class Reads:
     """The knobs each piece of one study's estimate reads (they depend on the objective and on the job)."""
@@ -60,6 +77,7 @@ class Reads:
     moments: dict[str, frozenset[str]]  # memory moment -> knobs its peak reads ("vllm_kv_cache": the KV check)
     tokens: frozenset[str]  # knobs the tokens per step read (none for a whole step: the job fixes them)
     rules: dict[str, frozenset[str]]
+    additive: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
 
 def reads_for(objective: str, job: Job) -> Reads:
@@ -73,7 +91,8 @@ def reads_for(objective: str, job: Job) -> Reads:
     update_time = (_LAYOUT - {"sequence_parallel"}) | _TRAIN_MB | {"recompute", "recompute_modules"} | _OFFLOAD
     if objective == "train":
         rules.pop("rollout_tp", None)
-        return Reads({"update_actor": update_time}, {"update": update}, frozenset({"cp"}) | _TRAIN_MB, rules)
+        return Reads({"update_actor": update_time}, {"update": update}, frozenset({"cp"}) | _TRAIN_MB, rules,
+                     {("phase", "update_actor"): _ADD_COPIES})
     # Without free_cache_engine vLLM never sleeps: its whole share (gpu_memory_utilization) is in every moment.
     asleep = frozenset() if job.free_cache_engine else _UTIL
     log_prob = ((_LAYOUT - {"vpp"}) | _LP_MB | {"recompute", "recompute_modules", "use_fused_kernels"} | _OFFLOAD
@@ -94,7 +113,11 @@ def reads_for(objective: str, job: Job) -> Reads:
         "update": update | asleep,
         "vllm_kv_cache": _VLLM,
     }
+    additive = {("phase", "update_actor"): _ADD_COPIES, ("phase", "old_log_prob"): _ADD_COPIES,
+                ("moment", "old_log_prob"): _ADD_STATES}
     if job.has_ref_model:
         phases["ref"] = lp_time
         moments["ref_log_prob"] = log_prob
-    return Reads(phases, moments, frozenset(), rules)
+        additive[("moment", "ref_log_prob")] = _ADD_STATES
+        additive[("moment", "update")] = (frozenset({"param_offload", "ref_param_offload"}), _STATES)
+    return Reads(phases, moments, frozenset(), rules, additive)
