@@ -69,6 +69,10 @@ class Learning:
         if not self.enabled:
             return None
         if names:
+            missing = [n for n in names if self.store.get_study(n) is None]
+            if missing:
+                raise ValueError(f"--warm-start {missing[0]}: no such study in this database; studies there: "
+                                 f"{', '.join(s.name for s in self.store.list_studies()) or 'none'}")
             rows = [r for r in (self.store.correction(n) for n in names) if r is not None and r.trials > 0]
         else:
             rows = [r for r in self.store.corrections(self.gpu, self.family, self.objective) if r.study != self.study]

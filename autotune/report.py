@@ -79,13 +79,14 @@ class StudyReport:
     pruned: dict[str, int] = field(default_factory=dict)  # kind -> count
     pruned_detail: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> detail -> count
     no_baseline: bool = True
+    model: str = ""  # what the study learned of the model's errors (autotune/learning.py), in words
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
-                 label: Callable[[dict[str, Any]], str]) -> StudyReport:
+                 label: Callable[[dict[str, Any]], str], model: str = "") -> StudyReport:
     """The report of a study from its trial rows (any order), its best trial and its GPU count."""
     ordered = sorted(rows, key=lambda r: r.number)
     best_thr = _at_measured_step(best) if best else None
@@ -112,7 +113,7 @@ def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
         simulated=any(r.simulated for r in launched),
         replayed=bool(launched) and all(r.backend == "replay" for r in launched), pruned=dict(kinds.most_common()),
         pruned_detail={k: dict(v.most_common()) for k, v in detail.items()},
-        no_baseline=not any(r.what.startswith("your") for r in refs),
+        no_baseline=not any(r.what.startswith("your") for r in refs), model=model,
     )
 
 
@@ -167,4 +168,6 @@ def report_lines(rep: StudyReport) -> list[str]:
             sub = rep.pruned_detail.get(kind)
             parts.append(f"{kind} {n}" + (" (" + ", ".join(f"{k} {v}" for k, v in sub.items()) + ")" if sub else ""))
         lines.append(f"pruned in this study, by kind: {'; '.join(parts)}")
+    if rep.model:
+        lines.append(rep.model)
     return lines

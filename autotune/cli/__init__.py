@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="stop launching after this many seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-seeds", type=int, default=4, help="best candidates by the model to try first")
+    p.add_argument("--warm-start", action="append", metavar="STUDY",
+                   help="seed a new study's model correction with this earlier study's (repeatable; default: the "
+                   "studies of the same database with the same GPU type and model family)")
+    p.add_argument("--no-warm-start", action="store_true", help="start a new study's model uncorrected")
     p.add_argument("--workdir", default="trials", help="per-trial folders go under WORKDIR/<study>/")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     g = p.add_argument_group("executor (where trials run)")
@@ -90,7 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "only the tuned keys changed")
 
     p = sub.add_parser("estimate", help="memory and throughput estimate of the job's own configuration")
-    _setup_args(p)
+    _setup_args(p, model_required=False)
+    p.add_argument("--storage", default=DEFAULT_STORAGE, help="with --study: the study database")
+    p.add_argument("--study", help="predict with this study's learned correction of the model (on the study's own "
+                   "model, cluster and job unless --model is given)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="change a parameter (search-space names, e.g. tp=4, use_dynamic_bsz=true)")
     p.add_argument("--json", action="store_true")

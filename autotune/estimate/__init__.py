@@ -197,14 +197,26 @@ def memory_verdict(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation,
     if not ev.feasible:
         return {"fits": False, "worst_case_fits": False, "oom_response_length": None,
                 "oom_moment": ev.memory.binding.name, "verdict": f"OOM at step {measure_step}: " + ev.prune_reason()}
+    limit = _limit_words(ev)
+    extra = {"at_limit": ev.at_limit, "headroom_gib": round(ev.headroom / 2**30, 2)}
     if ev.worst_fits:
-        return {"fits": True, "worst_case_fits": True, "oom_response_length": None, "oom_moment": None,
-                "verdict": f"fits at step {measure_step} and at the longest sequences the job allows"}
+        return {"fits": True, "worst_case_fits": True, "oom_response_length": None, "oom_moment": None, **extra,
+                "verdict": f"fits at step {measure_step} and at the longest sequences the job allows{limit}"}
     late = oom_response_length(model, cluster, job, ev.candidate, lengths) if objective == "step" else None
     n, moment = late if late else (job.max_response_length, _first_oom(ev.worst_memory))
-    return {"fits": True, "worst_case_fits": False, "oom_response_length": n, "oom_moment": moment,
+    return {"fits": True, "worst_case_fits": False, "oom_response_length": n, "oom_moment": moment, **extra,
             "verdict": f"fits at step {measure_step}; OOM in {MOMENT_WORDS.get(moment, moment)} once responses "
-                       f"reach {n} tokens"}
+                       f"reach {n} tokens{limit}"}
+
+
+def _limit_words(ev: Evaluation) -> str:
+    """"; at the limit: ..." when the predicted peak is within the memory model's expected error of the capacity."""
+    if not ev.at_limit:
+        return ""
+    m = min(ev.memory.moments, key=lambda x: x.capacity - x.peak)
+    return (f"; at the limit: predicted {m.peak / 2**30:.1f} of {m.capacity / 2**30:.1f} GiB in "
+            f"{MOMENT_WORDS.get(m.name, m.name)}, within the memory model's expected error "
+            f"({MEMORY_MARGIN:.0%}): it may run out of memory")
 
 
 def _training_memory(mem: MemoryEstimate) -> MemoryEstimate:
@@ -240,7 +252,7 @@ def memory_record(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation, 
     doc = ev.memory.as_dict()
     doc.update(
         verdict=v["verdict"], worst_case_fits=v["worst_case_fits"], oom_response_length=v["oom_response_length"],
-        oom_moment=v["oom_moment"],
+        oom_moment=v["oom_moment"], at_limit=v.get("at_limit", False), headroom_gib=v.get("headroom_gib"),
         moment_peaks_gib={m.name: round(m.peak / 2**30, 3) for m in ev.memory.moments},
         worst_case={
             "fits": worst.fits, "peak_gib": round(worst.peak / 2**30, 3), "binding_moment": worst.binding.name,
