@@ -448,7 +448,7 @@ class ModelRanking:
         for name, raw in t.times.items():
             fit = corr.phase_fit(name) if corr.active else None
             time += raw * (np.exp(t.feats[name] @ np.array(fit.mean)) if fit is not None else 1.0)
-        f = corr.memory_factor if (corr.memory_n or corr.warm) else 1.0
+        f = corr.memory_factor_used
         fits, wfits, limit = t.rule_ok.copy(), np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
         if len(t.step):
             peak = t.step[:, :, 0] + (f - 1.0) * t.step[:, :, 1]
@@ -603,22 +603,28 @@ class ModelRanking:
                                      for t, k in zip(b.tables, parts, strict=True))
 
     def explain(self) -> str:
-        """Why no setting can run: the rules (and memory moments) that close every layout, with counts and an
-        example each. The same words for every --seed: it comes from the rules, not from samples."""
-        counts: dict[str, list] = {k: list(v) for k, v in self._closed.items()}
+        """Why no setting can run: the rules that close the layouts (and the other outer knobs), then what closes
+        every setting of a part in the layouts left (rules, memory moments), with counts and an example each. The
+        same words for every --seed: it comes from the rules, not from samples."""
+        inner: dict[str, list] = {}
+        left = 0
         for b in self.blocks():
-            for part, t in zip(self.split.parts, b.tables, strict=True):
+            left += 1
+            for t in b.tables:
                 if self._view(t, NO_CORRECTION)[1].any():
                     continue
                 for j in range(len(t.params)):
                     why = t.why[j] or self._memory_why(t, j)
                     rule = why.split(":", 1)[0].removeprefix("constraint ").strip()
-                    slot = counts.setdefault(f"{rule} ({part.name})" if rule.startswith("memory") else rule,
-                                             [0, why.split(": ", 1)[-1]])
-                    slot[0] += 1
-        top = sorted(counts.items(), key=lambda kv: -kv[1][0])
-        return "; ".join(f"{rule} x{n} (e.g. {ex})" if i < 3 else f"{rule} x{n}"
-                         for i, (rule, (n, ex)) in enumerate(top))
+                    inner.setdefault(rule, [0, why.split(": ", 1)[-1]])[0] += 1
+        parts = []
+        if self._closed:
+            parts.append("the layouts break " + _counted(self._closed))
+        if inner:
+            where = f"the {left} layout setting{'s' if left != 1 else ''} left" if self._closed else "every layout"
+            parts.append(f"{where} ha{'ve' if left != 1 else 's'} no runnable "
+                         f"{' or '.join(p.name for p in self.split.parts if p.dims)} setting: " + _counted(inner))
+        return "; ".join(parts)
 
     def _memory_why(self, t: _Table, j: int) -> str:
         for m, name in enumerate(t.moment_names):  # type: ignore[attr-defined]
@@ -626,7 +632,7 @@ class ModelRanking:
             if peak > cap:
                 if name == KV:
                     return f"memory (vllm_kv_cache): {cap / 2**30:.2f} GiB of KV cache cannot hold one request"
-                return f"memory ({name}): predicted OOM: {name}: {peak / 2**30:.1f} GiB > {cap / 2**30:.1f} GiB"
+                return f"memory ({name}): predicted {peak / 2**30:.1f} GiB > {cap / 2**30:.1f} GiB"
         return "memory: predicted OOM"
 
 
@@ -636,6 +642,12 @@ class _Sub(ModelRanking):
     def __init__(self, parent: ModelRanking, blocks: list[_Block]):
         self.__dict__.update(parent.__dict__)
         self._blocks = blocks
+
+
+def _counted(counts: dict[str, list]) -> str:
+    """"rule xN (e.g. message), ..." most frequent first, an example for the first three."""
+    top = sorted(counts.items(), key=lambda kv: -kv[1][0])
+    return ", ".join(f"{rule} x{n} (e.g. {ex})" if i < 3 else f"{rule} x{n}" for i, (rule, (n, ex)) in enumerate(top))
 
 
 def _with(cand: Candidate, idx: list[int], vals: tuple) -> Candidate:
@@ -761,5 +773,4 @@ def make_ranking(setup: Any, domain: Sequence[Candidate] | None = None) -> Model
 def infeasible_message(setup: Any, ranking: ModelRanking | DomainRanking) -> str:
     s = setup
     return (f"no setting of space {s.space.name!r} can run {s.model.name} on {s.cluster.describe()} with job "
-            f"{s.job.source}: the rules close every setting: {ranking.explain()}. Change --gpus/--nodes, the job or "
-            "the space")
+            f"{s.job.source}: {ranking.explain()}. Change --gpus/--nodes, the job or the space")

@@ -130,7 +130,14 @@ class Correction:
 
     @property
     def memory_factor(self) -> float:
+        """The fitted factor on the uncertain memory terms (posterior mean), as shown."""
         return math.exp(self.memory_log)
+
+    @property
+    def memory_factor_used(self) -> float:
+        """The factor verdicts use: one posterior sd above the mean, so that a few low peaks do not talk the study
+        into launching what the model predicted to run out of memory."""
+        return math.exp(self.memory_log + self.memory_sd) if (self.memory_n or self.warm) else 1.0
 
     def log_sd(self, phase: str, cand: Candidate, job: Job) -> float:
         """Posterior sd of log(true / corrected) for a phase's time of this candidate (the model's doubt)."""
@@ -157,7 +164,7 @@ class Correction:
 
     def memory_delta(self, moment: Moment) -> float:
         unc = sum(v for k, v in moment.terms if k in UNCERTAIN_TERMS)
-        return (self.memory_factor - 1.0) * unc
+        return (self.memory_factor_used - 1.0) * unc
 
     def correct_memory(self, mem: MemoryEstimate) -> MemoryEstimate:
         if self.memory_n == 0 and not self.warm:
@@ -277,6 +284,10 @@ def fit(observations: Iterable[Observation], job: Job, start: Correction = NO_CO
 def _measured_phase(o: Observation, phase: str) -> tuple[float, float] | None:
     """(measured seconds, noise sd) of one phase: measured directly, else the whole step's ratio spread evenly
     (a noisier observation of every phase: only the total was measured)."""
+    if len(o.predicted_phases) == 1 and o.measured_throughput and o.predicted_throughput:
+        # One phase is the whole objective (the training step of mcore probes and train tables): the measured
+        # throughput says its time exactly for the model's tokens per step, whatever the probe's own batch was.
+        return o.predicted_phases[phase] * o.predicted_throughput / o.measured_throughput, NOISE_SD
     if o.measured_phases.get(phase):
         return float(o.measured_phases[phase]), NOISE_SD
     if len(o.predicted_phases) == 1 and o.measured_phases.get("step"):  # a training-only step is the one phase
