@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from autotune import verl
@@ -73,7 +73,7 @@ class Candidate:
         return c
 
     def params(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in _NAMES}  # every field is a plain value: asdict's copy is moot
 
     def applied_params(self) -> dict[str, Any]:
         """params() with the values verl ignores for this candidate made null (recompute modules without
@@ -136,6 +136,8 @@ class Candidate:
                 out[key] = value
         return out
 
+
+_NAMES = Candidate.param_names()
 
 # verl's own Megatron GRPO example (examples/grpo_trainer/run_qwen2-7b_math_megatron.sh in verl) on top of the
 # config defaults: what a user gets by starting from verl's documentation.

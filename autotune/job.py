@@ -5,6 +5,7 @@ autotune reads the shape of the workload from these keys and keeps every key it 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -92,10 +93,16 @@ class Job:
 
     @property
     def mapping(self) -> dict[str, Any]:
+        return dict(self._lookup)
+
+    @functools.cached_property
+    def _lookup(self) -> dict[str, Any]:
+        # Built once: estimates read the job's keys thousands of times while a space is ranked.
         return dict(self.overrides)
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self.mapping.get(key, self.mapping.get("+" + key, default))
+        lookup = self._lookup
+        return lookup[key] if key in lookup else lookup.get("+" + key, default)
 
     def _int(self, key: str) -> int:
         value = self.get(key, DEFAULT_JOB.get(key))
@@ -104,58 +111,58 @@ class Job:
         except (TypeError, ValueError):
             raise JobError(f"{self.source}: {key} must be an integer, got {value!r}") from None
 
-    @property
+    @functools.cached_property
     def max_prompt_length(self) -> int:
         return self._int(verl.MAX_PROMPT_LENGTH)
 
-    @property
+    @functools.cached_property
     def max_response_length(self) -> int:
         return self._int(verl.MAX_RESPONSE_LENGTH)
 
-    @property
+    @functools.cached_property
     def max_seq_len(self) -> int:
         return self.max_prompt_length + self.max_response_length
 
-    @property
+    @functools.cached_property
     def max_model_len(self) -> int:
         value = self.get(verl.MAX_MODEL_LEN)
         return int(value) if value else self.max_seq_len
 
-    @property
+    @functools.cached_property
     def train_batch_size(self) -> int:
         return self._int(verl.TRAIN_BATCH_SIZE)
 
-    @property
+    @functools.cached_property
     def ppo_mini_batch_size(self) -> int:
         return self._int(verl.PPO_MINI_BATCH_SIZE)
 
-    @property
+    @functools.cached_property
     def rollout_n(self) -> int:
         return self._int(verl.ROLLOUT_N)
 
-    @property
+    @functools.cached_property
     def ppo_epochs(self) -> int:
         return int(self.get(verl.PPO_EPOCHS, 1) or 1)
 
-    @property
+    @functools.cached_property
     def has_ref_model(self) -> bool:
         """The reference model exists only for a KL loss or a KL penalty in the reward."""
         return _truthy(self.get(verl.USE_KL_LOSS)) or _truthy(self.get(verl.USE_KL_IN_REWARD))
 
-    @property
+    @functools.cached_property
     def max_num_seqs(self) -> int:
         return int(self.get(verl.MAX_NUM_SEQS, 256) or 256)
 
-    @property
+    @functools.cached_property
     def enforce_eager(self) -> bool:
         return _truthy(self.get(verl.ENFORCE_EAGER))
 
-    @property
+    @functools.cached_property
     def rope_fusion(self) -> bool:
         """Whether the job turns on Megatron's fused RoPE kernel; the throughput model counts it only when set."""
         return _truthy(self.get(verl.ROPE_FUSION))
 
-    @property
+    @functools.cached_property
     def free_cache_engine(self) -> bool:
         """verl's default True: vLLM sleeps (frees its weights and KV cache) outside the rollout."""
         value = self.get(verl.FREE_CACHE_ENGINE)

@@ -74,6 +74,12 @@ class ModelArch:
         return self.num_layers - self.num_moe_layers
 
     def attention_params_per_layer(self) -> int:
+        cached = self.__dict__.get("_attention_params")
+        if cached is None:
+            cached = self.__dict__["_attention_params"] = self._attention_params()
+        return cached
+
+    def _attention_params(self) -> int:
         h = self.hidden_size
         if self.is_mla:
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
@@ -99,6 +105,12 @@ class ModelArch:
         return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
 
     def total_params(self) -> int:
+        cached = self.__dict__.get("_total_params")  # estimates ask for it many times per candidate
+        if cached is None:
+            cached = self.__dict__["_total_params"] = self._count_params()
+        return cached
+
+    def _count_params(self) -> int:
         per_dense = self.attention_params_per_layer() + self.dense_mlp_params_per_layer(False)
         per_moe = (
             self.attention_params_per_layer()

@@ -87,13 +87,14 @@ class StudyReport:
     pruned_detail: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> detail -> count
     no_baseline: bool = True
     interrupted: int = 0  # launched runs stopped and re-queued (not counted in `launched`; their time is)
+    model: str = ""  # what the study learned of the model's errors (autotune/learning.py), in words
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
-                 label: Callable[[dict[str, Any]], str]) -> StudyReport:
+                 label: Callable[[dict[str, Any]], str], model: str = "") -> StudyReport:
     """The report of a study from its trial rows (any order), its best trial and its GPU count."""
     ordered = sorted(rows, key=lambda r: r.number)
     best_thr = _at_measured_step(best) if best else None
@@ -123,7 +124,7 @@ def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
         launched=len(launched), gpus=gpus, gpu_hours=seconds * gpus / 3600.0, simulated=simulated,
         replayed=replayed, pruned=dict(kinds.most_common()),
         pruned_detail={k: dict(v.most_common()) for k, v in detail.items()},
-        no_baseline=not any(r.what.startswith("your") for r in refs), interrupted=len(ran) - len(launched),
+        no_baseline=not any(r.what.startswith("your") for r in refs), interrupted=len(ran) - len(launched), model=model,
     )
 
 
@@ -182,4 +183,6 @@ def report_lines(rep: StudyReport) -> list[str]:
             sub = rep.pruned_detail.get(kind)
             parts.append(f"{kind} {n}" + (" (" + ", ".join(f"{k} {v}" for k, v in sub.items()) + ")" if sub else ""))
         lines.append(f"pruned in this study, by kind: {'; '.join(parts)}")
+    if rep.model:
+        lines.append(rep.model)
     return lines

@@ -14,7 +14,8 @@ from typing import Any
 
 from autotune.candidate import STOCK, Candidate
 from autotune.cluster import Cluster, GPUType
-from autotune.estimate import Evaluation, evaluate, memory_record
+from autotune.estimate import DEFAULT_CONSTANTS, Evaluation, ModelConstants, evaluate, memory_record
+from autotune.estimate.correction import NO_CORRECTION, Correction
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.job import Job
 from autotune.model import ModelArch
@@ -40,6 +41,9 @@ class Setup:
     response_length: float | None = None  # --response-length: the user's estimate of the mean response
     prompt_lengths: tuple[float, float, str] | None = None  # (mean, max, source) from the job's data
     measured_lengths: tuple[tuple[tuple[str, float], ...], ...] = ()  # earlier trials' length metrics
+    # What the study has learned of the model's errors (autotune/learning.py); identity until a trial is measured.
+    correction: Correction = NO_CORRECTION
+    constants: ModelConstants = DEFAULT_CONSTANTS  # the models' constants (benchmarks perturb them)
 
     @property
     def lengths(self) -> Lengths | None:
@@ -92,7 +96,11 @@ class Setup:
         return f"{self.model.name}-{self.cluster.describe()}-{self.job.fingerprint()}"
 
     def evaluate(self, cand: Candidate) -> Evaluation:
-        return evaluate(self.model, self.cluster, self.job, cand, self.objective, self.lengths)
+        """The model's verdict on a candidate, with the study's learned correction."""
+        return self.correction.apply(self.evaluate_uncorrected(cand), self.job)
+
+    def evaluate_uncorrected(self, cand: Candidate) -> Evaluation:
+        return evaluate(self.model, self.cluster, self.job, cand, self.objective, self.lengths, self.constants)
 
     def memory_record(self, ev: Evaluation) -> dict[str, Any] | None:
         """What a trial row keeps of the memory estimate: per-moment breakdown, both verdicts, lengths, in words."""

@@ -150,6 +150,21 @@ class ProfileRow(Base):
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
 
 
+class CorrectionRow(Base):
+    """A study's learned correction of the model (autotune/learning.py), refitted after each measured trial; what
+    `status`, the dashboard, `estimate --study` and later studies' warm starts read."""
+
+    __tablename__ = "autotune_corrections"
+
+    study: Mapped[str] = mapped_column(String(255), ForeignKey("autotune_studies.name"), primary_key=True)
+    gpu: Mapped[str] = mapped_column(String(64), default="")  # GPU type: warm starts match on it
+    family: Mapped[str] = mapped_column(String(255), default="")  # model family (architecture), likewise
+    objective: Mapped[str] = mapped_column(String(32), default="step")
+    trials: Mapped[int] = mapped_column(Integer, default=0)  # measured trials of this study it was fitted on
+    doc: Mapped[dict] = mapped_column(JSON)  # Correction.as_dict()
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -203,6 +218,53 @@ class Store:
     def set_study_note(self, name: str, note: str) -> None:
         with self.session() as s:
             s.execute(update(StudyRow).where(StudyRow.name == name).values(note=note))
+
+    # Learned corrections of the model
+    def save_correction(self, row: CorrectionRow) -> None:
+        with self.session() as s:
+            row.updated_at = utcnow()
+            s.merge(row)
+
+    def correction(self, study: str) -> CorrectionRow | None:
+        with self.session() as s:
+            return s.get(CorrectionRow, study)
+
+    def corrections(self, gpu: str | None = None, family: str | None = None, objective: str | None = None
+                    ) -> list[CorrectionRow]:
+        """Saved corrections with at least one measured trial, newest first (optionally of one GPU type, model
+        family and objective)."""
+        q = select(CorrectionRow).where(CorrectionRow.trials > 0)
+        for col, value in ((CorrectionRow.gpu, gpu), (CorrectionRow.family, family),
+                           (CorrectionRow.objective, objective)):
+            if value is not None:
+                q = q.where(col == value)
+        with self.session() as s:
+            return list(s.scalars(q.order_by(CorrectionRow.updated_at.desc())))
+
+    def launched_configurations(self, study: str, exclude: tuple[str, ...] = ()) -> list[Any]:
+        """(number, origin, status, reason, candidate_key, params, simulated) of launched trials, statuses in
+        `exclude` left out: what the study's plan must not propose again."""
+        t = TrialRow
+        q = select(t.number, t.origin, t.status, t.reason, t.candidate_key, t.params, t.simulated).where(
+            t.study == study, t.launched.is_(True))
+        if exclude:
+            q = q.where(t.status.not_in(exclude))
+        with self.session() as s:
+            return list(s.execute(q.order_by(t.number)))
+
+    def measured_trials(self, study: str) -> list[TrialRow]:
+        """Launched trials that measured something (ok or oom, not simulated): what the model learns from."""
+        t = TrialRow
+        with self.session() as s:
+            return list(s.scalars(select(t).where(t.study == study, t.launched.is_(True), t.simulated.is_(False),
+                                                  t.status.in_(("ok", "oom"))).order_by(t.number)))
+
+    def origins(self, study: str) -> list[Any]:
+        """(origin, status, reason, launched) of trials seeded by the plan (every origin but the sampler's)."""
+        t = TrialRow
+        with self.session() as s:
+            return list(s.execute(select(t.origin, t.status, t.reason, t.launched).where(
+                t.study == study, t.origin != "sampler").order_by(t.number)))
 
     # Trials
     def add_trial(self, row: TrialRow) -> int:

@@ -26,11 +26,14 @@ from autotune import faults, verl
 from autotune.candidate import Candidate
 from autotune.executors.base import Executor, Placement
 from autotune.executors.local import LocalExecutor
-from autotune.ranking import InfeasibleSpaceError, explain_infeasible, rank_candidates
+from autotune.learning import Learning
+from autotune.plan import REFERENCES, Plan
+from autotune.ranking import InfeasibleSpaceError, infeasible_message, make_ranking
 from autotune.recovery import OPTUNA_STATE, Recovery
 from autotune.report import prune_kind
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.progress import TrialProgress
+from autotune.samplers import ModelSampler
 from autotune.setup import Setup, StudyMismatchError
 from autotune.store import (
     REQUESTED,
@@ -49,7 +52,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HEARTBEAT_S = 30.0
 PLACEMENT_POLL_S = 0.5
-MAX_IDLE_ASKS = 300  # asks in a row that launch nothing: the space holds nothing new that can run
+MAX_IDLE_ASKS = 300  # a safety net: the plan proposes its next runnable candidate long before this
 NOT_COUNTED = (TrialStatus.INTERRUPTED.value,)  # launched but re-queued: --n-trials counts its re-run instead
 
 
@@ -81,6 +84,8 @@ class Tuner:
         measure_from: int | None = None,
         executor: Executor | None = None,
         requested: list[dict[str, Any]] | None = None,
+        learn: bool = True,
+        warm_start: bool | list[str] = True,
     ):
         self.setup = setup
         # Configurations the user asked to launch first (--enqueue), full parameter sets: launched even when the
@@ -100,21 +105,48 @@ class Tuner:
         self.n_trials: int | None = None  # the launch budget of the current run (None: unbounded)
         self.storage = open_storage(storage_url)
         self.store = Store(storage_url)
-        self._seeds: list[tuple[dict[str, Any], Any]] | None = None
-        if self.store.get_study(self.study_name) is None:
-            self._seeds = self._rank()  # before anything is written: an infeasible space is refused as it is
+        self.notes: list[str] = []  # what the tuner did that users should hear of (a warm start)
+        self.idle = 0  # proposals in a row that launched nothing
+        new = self.store.get_study(self.study_name) is None
+        self.learning = Learning(self.store, self.study_name, setup, enabled=learn)
+        if new and warm_start:
+            said = self.learning.warm_start(warm_start if isinstance(warm_start, list) else None)
+            if said:
+                self.notes.append(said)
+        self.setup = dataclasses.replace(setup, correction=self.learning.current)
+        self._domain = runner.domain(setup.job)
+        if new:  # before anything is written: an infeasible space is refused as it is
+            if self.ranking().best(self.setup.correction) is None:
+                raise InfeasibleSpaceError(infeasible_message(self.setup, self.ranking()))
         self._check_or_create(space_text)
+        if new:
+            self.learning.save()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.TPESampler(
+            tpe = optuna.samplers.TPESampler(
                 seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=5
             )
+        self.sampler = ModelSampler(tpe)
         self.study = optuna.create_study(
-            study_name=self.study_name, storage=self.storage, sampler=sampler, direction="maximize",
+            study_name=self.study_name, storage=self.storage, sampler=self.sampler, direction="maximize",
             load_if_exists=True,
         )
         self.recovery = Recovery(self.study, self.storage, self.store, self.study_name, runner, self.executor,
                                  setup.base, self._enqueue)
+        self.plan = Plan(self.store, self.study_name, lambda: self.setup, self.ranking, n_model_seeds,
+                         self._references(), learn, NOT_COUNTED)
+
+    def ranking(self) -> Any:
+        """The model's exact ranking of the space for the current setup (rebuilt when the known lengths change)."""
+        return make_ranking(self.setup, self._domain)
+
+    def _references(self) -> list[tuple[str, dict[str, Any]]]:
+        s = self.setup
+        refs = [("stock", s.stock.params())]
+        if set(s.job.baseline_params()) & set(s.space.names):
+            # The job sets keys the space tunes: that is the user's current configuration, their reference.
+            refs.insert(0, ("baseline", s.base.params()))
+        return refs
 
     # Set-up and resume
     def _check_or_create(self, space_text: str | None) -> None:
@@ -186,33 +218,15 @@ class Tuner:
         return queued
 
     def seed_study(self) -> None:
-        """First run of a study: the reference configurations, then the model's best candidates."""
-        if any(t.user_attrs.get("origin") != REQUESTED for t in self.study.get_trials(deepcopy=False)):
-            return
-        s = self.setup
-        ranked = self._seeds if self._seeds is not None else self._rank()
-        refs = [("stock", s.stock.params())]
-        if set(s.job.baseline_params()) & set(s.space.names):
-            # The job sets keys the space tunes: that is the user's current configuration, their reference.
-            refs.insert(0, ("baseline", s.base.params()))
-        seeds = [("model-seed", s.space.project(p, s.context)) for p, _ in ranked]
-        # The model's favourite first, then the references (the user's and verl's stock), then the other seeds.
-        for origin, params in seeds[:1] + refs + seeds[1:]:
-            if origin == "model-seed":
-                self.study.enqueue_trial(params, user_attrs={"origin": origin})
-            else:
-                self._enqueue(params, origin=origin)
+        """Nothing to queue: the plan (autotune/plan.py) proposes the model's seeds and the references when their
+        turn comes, from what the database holds, so a budget spent before them leaves them for the next run."""
+        self.plan.refresh()
 
-    def _rank(self) -> list[tuple[dict[str, Any], Any]]:
-        """The model's best candidates of the space; InfeasibleSpaceError (one line, why) when none can run."""
-        s = self.setup
-        refuse = lambda c: self.runner.refuse(c, s.job)  # noqa: E731
-        ranked = rank_candidates(s.model, s.cluster, s.job, s.space, s.base, k=self.n_model_seeds, seed=self.seed,
-                                 objective=s.objective, refuse=refuse, lengths=s.lengths)
-        if not ranked:
-            raise InfeasibleSpaceError(explain_infeasible(s.model, s.cluster, s.job, s.space, s.base, seed=self.seed,
-                                                          objective=s.objective, refuse=refuse))
-        return ranked
+    def refit(self) -> None:
+        """Refit the model's correction on the study's measured trials; later verdicts and rankings use it."""
+        corr = self.learning.refit(self.setup)
+        if corr is not self.setup.correction:
+            self.setup = dataclasses.replace(self.setup, correction=corr)
 
     # The loop
     def launched_count(self) -> int:
@@ -240,9 +254,10 @@ class Tuner:
         self.reclaim(self.recover())
         self.refresh_lengths()
         self.enqueue_requested()
+        self.refit()
         self.seed_study()
         start = time.monotonic()
-        idle = 0
+        self.idle = 0
         why_idle: dict[str, int] = {}  # prune kinds of the proposals since the last launch
         stop_reason = "reached --n-trials"
         inflight: dict[int, _Inflight] = {}
@@ -277,22 +292,21 @@ class Tuner:
                             proposing = self.launched_count() < n_trials or self._waiting()
                     elif timeout_s is not None and time.monotonic() - start > timeout_s:
                         stop_reason, proposing = "reached --timeout", False
-                    elif idle >= MAX_IDLE_ASKS:
+                    elif self.plan.exhausted:
+                        stop_reason, proposing = "the space is exhausted: every runnable candidate was launched", False
+                    elif self.idle >= MAX_IDLE_ASKS:
                         top = ", ".join(f"{k} x{n}" for k, n in sorted(why_idle.items(), key=lambda kv: -kv[1])[:4])
-                        stop_reason = (f"no new runnable candidate in {MAX_IDLE_ASKS} proposals: the space is "
-                                       f"exhausted ({top})")
+                        stop_reason = f"no new runnable candidate in {MAX_IDLE_ASKS} proposals ({top})"
                         proposing = False
                     if not proposing:
                         break
                     row, pending = self.propose(inflight)
                     if pending is None:
-                        idle += 1
                         kind = _reason_kind(row.reason or "")
                         why_idle[kind] = why_idle.get(kind, 0) + 1
                         if on_trial:
                             on_trial(row)
                         continue
-                    idle = 0
                     why_idle.clear()
                     inflight[row.number] = pending
                     ex.submit(pending.spec, self.runner)
@@ -313,7 +327,10 @@ class Tuner:
                             0.0, None)
             raise
         self.store.touch_study(self.study_name)
-        return {"study": self.study_name, "launched": self.launched_count(), "stopped": stop_reason}
+        left = self.plan.left()
+        stop_reason += f" ({left} runnable candidate{'s' if left != 1 else ''} of the space not launched)"
+        return {"study": self.study_name, "launched": self.launched_count(), "stopped": stop_reason,
+                "runnable_left": left, "model": self.setup.correction.summary()}
 
     def step(self) -> TrialRow:
         """One Optuna trial, synchronously: pruned before launch, or launched through the runner in this thread."""
@@ -343,15 +360,33 @@ class Tuner:
         """Ask Optuna for one trial and build it: pruned before launch (recorded, told; no pending), or recorded
         RUNNING and returned pending with its spec, for an executor to run. `inflight`: this tuner's running trials.
         """
+        self._plan_next()
         trial = self.study.ask()
         faults.point("asked")
         try:
-            return self._record(trial)
+            row, pending = self._record(trial)
+            self.idle = 0 if pending is not None else self.idle + 1
+            self.plan.note(row)
+            return row, pending
         except (TrialTaken, optuna.exceptions.UpdateFinishedTrialError):
             # A recovery (another worker starting while we were between ask and record) closed this trial.
             return self.store.trial(self.study_name, trial.number) or TrialRow(
                 study=self.study_name, number=trial.number, status=TrialStatus.INTERRUPTED.value,
                 launched=False), None
+
+    def _plan_next(self) -> None:
+        """The plan's proposal for the trial about to be asked: the references go through Optuna's queue (they may
+        lie outside the space), the model's proposals through the ModelSampler; none is TPE's turn."""
+        nxt = self.plan.next(self.idle)
+        self.sampler.hold(None)
+        if nxt is None:
+            return
+        if nxt.origin in REFERENCES:
+            waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+            if not any(t.user_attrs.get("origin") == nxt.origin for t in waiting):
+                self._enqueue(nxt.params, origin=nxt.origin)
+        else:
+            self.sampler.hold(nxt)
 
     def _record(self, trial: optuna.Trial) -> tuple[TrialRow, _Inflight | None]:
         attrs = trial.user_attrs
@@ -367,7 +402,8 @@ class Tuner:
             self.study.tell(trial, state=TrialState.FAIL)
             raise ValueError(f"trial {trial.number}: cannot build a candidate: {e}") from e
         ev = s.evaluate(cand)
-        origin = attrs.get("origin", "sampler")
+        planned = self.sampler.planned(trial.number)
+        origin = attrs.get("origin") or (planned.origin if planned is not None else "sampler")
         row = TrialRow(
             study=self.study_name, number=trial.number, status=TrialStatus.RUNNING.value, origin=origin,
             backend=self.runner.name, simulated=self.runner.simulated, candidate_key=cand.key(),
@@ -430,6 +466,9 @@ class Tuner:
             pending.row.placement = placement.as_dict()
         self._finish(pending.row, result, duration)
         self._tell(pending.trial, result.status, result.throughput, result.reason, pending.cand)
+        self.plan.note(pending.row, finished=True)
+        if pending.row.launched and not pending.row.simulated and pending.row.status in ("ok", "oom"):
+            self.refit()  # learn from every measurement
 
     def refresh_lengths(self) -> None:
         """Fold the measured sequence lengths of this study's trials (at the measured step) into the setup.

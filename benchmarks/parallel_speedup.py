@@ -74,7 +74,8 @@ class _Reached(Exception):
     pass
 
 
-def run_one(path: Path, k: int, seed: int, seeds_first: bool, workdir: Path) -> dict[str, Any]:
+def run_one(path: Path, k: int, seed: int, seeds_first: bool, workdir: Path, constants: Any = None
+            ) -> dict[str, Any]:
     from autotune.runners.replay import ReplayRunner, ReplayTable
     from autotune.study import Tuner
 
@@ -92,12 +93,15 @@ def run_one(path: Path, k: int, seed: int, seeds_first: bool, workdir: Path) -> 
         return STARTUP_S + median_step
 
     ex = VirtualClockExecutor(k, duration)
-    name = f"{path.stem}-k{k}-s{seed}-{'seeded' if seeds_first else 'unseeded'}"
+    config = "perturbed" if constants is not None else ("seeded" if seeds_first else "unseeded")
+    if constants is not None:  # the model's constants deliberately wrong (benchmarks/perturbed_search.py)
+        setup = dataclasses.replace(setup, constants=constants)
+    name = f"{path.stem}-k{k}-s{seed}-{config}"
     tuner = Tuner(setup, runner, f"sqlite:///{workdir / (name + '.db')}", name, seed=seed,
                   n_model_seeds=4 if seeds_first else 0, space_text=table.space_text(), workdir=workdir,
-                  executor=ex)
+                  executor=ex, warm_start=False)
     done: list[tuple[float, float]] = []  # (duration, gpus) of finished launched trials
-    out: dict[str, Any] = {"landscape": path.stem, "k": k, "seed": seed, "seeded": seeds_first}
+    out: dict[str, Any] = {"landscape": path.stem, "k": k, "seed": seed, "seeded": seeds_first, "config": config}
     statuses: list[str] = []
 
     def on_trial(row: Any) -> None:
@@ -123,16 +127,17 @@ def run_one(path: Path, k: int, seed: int, seeds_first: bool, workdir: Path) -> 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
-    keys = sorted({(r["landscape"], r["seeded"]) for r in runs})
-    for land, seeded in keys:
-        mine = [r for r in runs if r["landscape"] == land and r["seeded"] == seeded]
+    keys = sorted({(r["landscape"], r.get("config") or ("seeded" if r["seeded"] else "unseeded")) for r in runs})
+    for land, config in keys:
+        mine = [r for r in runs if r["landscape"] == land
+                and (r.get("config") or ("seeded" if r["seeded"] else "unseeded")) == config]
         base = [r for r in mine if r["k"] == 1]
         b_wall = statistics.median(r["wall_s"] for r in base if r["wall_s"] is not None)
         b_gpu = statistics.median(r["gpu_h"] for r in base if r["gpu_h"] is not None)
         for k in sorted({r["k"] for r in mine}):
             rk = [r for r in mine if r["k"] == k and r["wall_s"] is not None]
             wall, gpu = statistics.median(r["wall_s"] for r in rk), statistics.median(r["gpu_h"] for r in rk)
-            rows.append({"landscape": land, "config": "seeded" if seeded else "unseeded", "k": k,
+            rows.append({"landscape": land, "config": config, "k": k,
                          "wall_h": round(wall / 3600, 3), "gpu_h": round(gpu, 3),
                          "wall_vs_k1": round(wall / b_wall, 3), "gpu_h_vs_k1": round(gpu / b_gpu, 3),
                          "launched_median": statistics.median(r["launched"] for r in rk),
@@ -165,7 +170,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--ks", type=int, nargs="*", default=list(KS))
     ap.add_argument("--out", default=str(RESULTS / "parallel_speedup"))
+    ap.add_argument("--perturbations", type=int, default=0,
+                    help="instead: the model's constants perturbed (benchmarks/perturbed_search.py, seeds 0..N-1), "
+                    "autotune as shipped with learning")
     args = ap.parse_args(argv)
+    if args.perturbations:
+        return main_perturbed(args)
     tables = [Path(t) for t in args.tables] if args.tables else sorted(LANDSCAPES.glob("*.csv"))
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -181,6 +191,30 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.out + ".md").write_text(markdown(rows, args.seeds))
     Path(args.out + ".runs.json").unlink(missing_ok=True)
     print(markdown(rows, args.seeds))
+
+
+def main_perturbed(args: argparse.Namespace) -> None:
+    """K = 1, 2, 4, 8 on every landscape with the model wrong: one run per perturbation (its seed is the tuner's)."""
+    from benchmarks.perturbed_search import perturbed
+
+    tables = [Path(t) for t in args.tables] if args.tables else sorted(LANDSCAPES.glob("*.csv"))
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in tables:
+            for k in args.ks:
+                for p in range(args.perturbations):
+                    runs.append(run_one(path, k, p, True, Path(tmp), constants=perturbed(p)))
+                    print(json.dumps(runs[-1]), flush=True)
+    rows = summarize(runs)
+    out = args.out if args.out != str(RESULTS / "parallel_speedup") else str(RESULTS / "parallel_speedup_perturbed")
+    Path(out + ".json").write_text(json.dumps({"runs": runs, "summary": rows}, indent=1))
+    text = markdown(rows, args.perturbations).replace(
+        f"`python -m benchmarks.parallel_speedup --seeds {args.perturbations}`",
+        f"`python -m benchmarks.parallel_speedup --perturbations {args.perturbations}`: the model's constants "
+        "perturbed (each x U(0.6, 1.4), seeds 0-" + str(args.perturbations - 1) + ", as benchmarks/perturbed_search.py"
+        "), autotune as shipped with learning;")
+    Path(out + ".md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

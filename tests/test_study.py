@@ -177,17 +177,18 @@ def test_infeasible_space_is_refused_before_anything_is_written(sqlite_url):
     assert "bad" not in optuna.get_all_study_names(sqlite_url)
 
 
-def test_a_space_whose_settings_are_all_launched_stops_as_exhausted(sqlite_url, monkeypatch):
-    from autotune import study as study_mod
+def test_a_space_whose_settings_are_all_launched_stops_as_exhausted(sqlite_url):
     from autotune.space import parse_space
 
-    monkeypatch.setattr(study_mod, "MAX_IDLE_ASKS", 20)
     space = parse_space("name: one\ndimensions:\n  tp: {choices: [4]}\n  use_dynamic_bsz: {choices: [true]}\n",
                         "one.yaml")
     setup = dataclasses.replace(make_setup(), space=space)
-    summary = Tuner(setup, SimulateRunner(), sqlite_url, "one", space_text="x").run(n_trials=3)
+    tuner = Tuner(setup, SimulateRunner(), sqlite_url, "one", space_text="x")
+    summary = tuner.run(n_trials=3)
     assert summary["launched"] == 1 and "exhausted" in summary["stopped"]
-    assert "(duplicate x19, batch_divisibility x1)" in summary["stopped"]  # why, with counts (stock: not dynamic)
+    assert summary["runnable_left"] == 0 and "(0 runnable candidates of the space not launched)" in summary["stopped"]
+    # It knows, exactly: no 300 proposals of duplicates before it stops.
+    assert len(tuner.store.trials("one")) < 10
 
 
 def test_statuses_are_the_documented_set():
@@ -247,3 +248,61 @@ def test_parameters_that_do_not_apply_are_null_and_do_not_make_a_new_configurati
     for r in tuner.store.trials("s"):
         assert (r.params["recompute_modules"] is None) == (r.params["recompute"] != "selective")
         assert (r.params["ppo_max_token_len_per_gpu"] is None) == (not r.params["use_dynamic_bsz"])
+
+
+SMALL = """name: small
+dimensions:
+  tp: {choices: [1, 2]}
+  use_dynamic_bsz: {choices: [true]}
+  ppo_max_token_len_per_gpu: {choices: [12288, 16384]}
+  rollout_tp: {choices: [1, 2]}
+  gpu_memory_utilization: {choices: [0.5, 0.6, 0.7]}
+"""
+
+
+def _small_setup():
+    from autotune.space import parse_space
+
+    return dataclasses.replace(make_setup("qwen2.5-1.5b"), space=parse_space(SMALL, "small.yaml"))
+
+
+def test_the_first_launch_of_a_simulate_study_is_the_models_optimum(sqlite_url):
+    setup = make_setup(gpus=2)
+    tuner = Tuner(setup, SimulateRunner(), sqlite_url, "s")
+    tuner.run(n_trials=1)
+    first = next(r for r in tuner.store.trials("s") if r.launched)
+    best = tuner.ranking().best()
+    assert first.origin == "model-seed" and first.candidate_key == best.candidate.key()
+    assert first.throughput == pytest.approx(best.throughput)
+
+
+def test_seeds_left_by_a_spent_budget_launch_first_when_it_grows(tmp_path):
+    """--n-trials 1, then 5: the model's other seeds are launched (not recorded as pruned forever), and the study
+    holds what a fresh 5-trial study holds."""
+    setup = make_setup(gpus=2)
+    resumed = f"sqlite:///{tmp_path / 'a.db'}"
+    Tuner(setup, SimulateRunner(), resumed, "s").run(n_trials=1)
+    again = Tuner(setup, SimulateRunner(), resumed, "s")
+    again.run(n_trials=5)
+    fresh = Tuner(setup, SimulateRunner(), f"sqlite:///{tmp_path / 'b.db'}", "s")
+    fresh.run(n_trials=5)
+    rows = again.store.trials("s")
+    assert not [r for r in rows if "already holds" in (r.reason or "")]
+    seeds = [r.candidate_key for r in rows if r.origin == "model-seed" and r.launched]
+    assert seeds == [p.candidate.key() for p in again.ranking().seeds(4)]  # every layout that can run, best first
+    key = lambda tuner: [(r.origin, r.candidate_key) for r in tuner.store.trials("s") if r.launched]  # noqa: E731
+    assert key(again) == key(fresh)
+
+
+def test_a_study_runs_until_no_runnable_candidate_is_left_and_says_how_many_remain(sqlite_url):
+    setup = _small_setup()
+    tuner = Tuner(setup, SimulateRunner(), sqlite_url, "s", space_text="x")
+    runnable = tuner.ranking().count()
+    assert 1 < runnable <= 24
+    s1 = tuner.run(n_trials=3)
+    assert s1["runnable_left"] == runnable - 3
+    assert f"({runnable - 3} runnable candidates of the space not launched)" in s1["stopped"]
+    s2 = Tuner(setup, SimulateRunner(), sqlite_url, "s", space_text="x").run(n_trials=100)
+    assert s2["launched"] == runnable and s2["runnable_left"] == 0 and "exhausted" in s2["stopped"]
+    s3 = Tuner(setup, SimulateRunner(), sqlite_url, "s", space_text="x").run(n_trials=100)
+    assert s3["launched"] == runnable  # nothing more: the space really is spent

@@ -138,6 +138,10 @@ def test_confirmation_averages_later_steps_and_demotes_a_late_oom(tmp_path: Path
             # The longest responses it saw (the double's response_length/max grows 400 tokens a step).
             assert conf["longest_response"] == 1800.0 + 400 * 6
             assert "longest response 4200 tokens" in a.reason
+            if conf["peak_memory_gib"] is not None:  # the measured headroom of the confirmation run
+                cap = tuner.setup.cluster.gpu.memory_gib
+                assert conf["headroom_gib"] == pytest.approx(cap - conf["peak_memory_gib"], abs=0.01)
+                assert "headroom" in a.reason
     best = tuner.store.best("conf")
     assert best is not None and best.extra["confirm"]["status"] == "ok"
     assert leftovers(rec) == []

@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enqueue", action="append", default=[], metavar="NAME=VALUE,...",
                    help="launch this configuration first (the job's own, changed by these parameters), even when "
                    "the memory model predicts OOM: to check a verdict (static rules still apply); repeatable")
+    p.add_argument("--warm-start", action="append", metavar="STUDY",
+                   help="seed a new study's model correction with this earlier study's (repeatable; default: the "
+                   "studies of the same database with the same GPU type and model family)")
+    p.add_argument("--no-warm-start", action="store_true", help="start a new study's model uncorrected")
     p.add_argument("--workdir", default="trials", help="per-trial folders go under WORKDIR/<study>/")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     g = p.add_argument_group("executor (where trials run)")
@@ -110,7 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "only the tuned keys changed")
 
     p = sub.add_parser("estimate", help="memory and throughput estimate of the job's own configuration")
-    _setup_args(p)
+    _setup_args(p, model_required=False)
+    p.add_argument("--storage", default=DEFAULT_STORAGE, help="with --study: the study database")
+    p.add_argument("--study", help="predict with this study's learned correction of the model (on the study's own "
+                   "model, cluster and job unless --model is given)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="change a parameter (search-space names, e.g. tp=4, use_dynamic_bsz=true)")
     p.add_argument("--json", action="store_true")

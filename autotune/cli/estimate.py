@@ -21,8 +21,31 @@ from autotune.estimate import evaluate
 from autotune.estimate.throughput import error_band, step_time_label
 
 
+def _study_setup(args: argparse.Namespace) -> Any:
+    """--study NAME: that study's correction of the model applied, on the study's own setup unless --model (and the
+    other setup options) describe another one."""
+    from autotune.learning import saved_correction
+    from autotune.setup import setup_from_row
+    from autotune.store import Store
+
+    store = Store(args.storage)
+    row = store.get_study(args.study)
+    if row is None:
+        names = ", ".join(s.name for s in store.list_studies()) or "none"
+        raise CLIError(f"no study {args.study!r} in {args.storage}; studies there: {names}")
+    setup = make_setup(args)[0] if args.model else setup_from_row(row)
+    corr = saved_correction(store, args.study)
+    return dataclasses.replace(setup, correction=corr), corr
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
-    setup, _ = make_setup(args)
+    if not args.model and not getattr(args, "study", None):
+        raise CLIError("--model is required (or --study NAME: a recorded study's model, cluster and job, with what it "
+                       "learned of the model's errors)")
+    if getattr(args, "study", None):
+        setup, corr = _study_setup(args)
+    else:
+        setup, corr = make_setup(args)[0], None
     cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
     ev = setup.evaluate(cand)
     record = setup.memory_record(ev)
@@ -42,10 +65,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if ev.throughput else None,
         "estimate": "model estimate, not a measurement",
     }
+    if corr is not None:
+        doc["model_correction"] = {"study": args.study, **corr.as_dict()}
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
     out.print(f"{setup.model.name} on {setup.cluster.describe()}, job {setup.job.source}: {cand.layout()}")
+    if corr is not None:
+        out.print(f"with study {args.study}'s correction: {corr.summary()}", markup=False)
     for v in ev.violations:
         out.print(f"[red]breaks {v.rule}:[/] {v.message}")
     if ev.memory:

@@ -15,10 +15,12 @@ from typing import Any
 from autotune import units, verl
 from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, err, out, require_database
+from autotune.estimate import MEMORY_MARGIN
 from autotune.executors import placement_text
 from autotune.export import ExportInfo, export_text, missing_keys
 from autotune.labels import Labeller, provenance, study_reference
 from autotune.launch_script import read_script
+from autotune.learning import saved_correction
 from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow
 from autotune.study import open_storage
@@ -55,7 +57,17 @@ def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
     return store, names[0]
 
 
+def _at_limit(predicted_gib: float | None, capacity_gib: float) -> bool:
+    """Predicted to fit within the memory model's expected error of the GPU's capacity (estimate.MEMORY_MARGIN)."""
+    return predicted_gib is not None and capacity_gib * (1 - MEMORY_MARGIN) < predicted_gib <= capacity_gib
+
+
+def _capacity_gib(meta: Any) -> float:
+    return float((meta.cluster or {}).get("gpu", {}).get("memory_gib") or 0.0)
+
+
 def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
+    mem = row.predicted_memory or {}
     return {
         "study": study,
         "trial": row.number,
@@ -69,7 +81,9 @@ def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
         "predicted_throughput": row.predicted_throughput,
         "predicted_peak_gib": row.predicted_peak_gib,
         "peak_memory_gib": row.peak_memory_gib,
-        "memory_verdict": (row.predicted_memory or {}).get("verdict"),
+        "memory_verdict": mem.get("verdict"),
+        "at_limit": mem.get("at_limit", False),
+        "predicted_headroom_gib": mem.get("headroom_gib"),
     }
 
 
@@ -79,13 +93,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     shown = store.trial_summaries(name, launched_only=not args.all)
     counts = store.status_counts(name)
     labels = Labeller(study_reference(meta))
+    model = saved_correction(store, name)
+    cap = _capacity_gib(meta)
     if args.json:
         print(json.dumps({
             "study": name, "backend": meta.backend, "simulated": meta.simulated,
-            "counts": counts,
+            "counts": counts, "model": model.as_dict(),
             "trials": [{**{k: getattr(r, k) for k in (
                 "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
                 "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": Candidate(**r.params).layout(),
+                "at_limit": _at_limit(r.predicted_peak_gib, cap),
                 "label": labels(r.params, r.candidate_key), "placement": r.placement} for r in shown],
         }, indent=2, default=str))
         return 0
@@ -98,12 +115,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         *((placement_text(r.placement) or "-",) if placed else ()),
         "-" if r.throughput is None else f"{units.throughput(r.throughput)}{' (sim)' if r.simulated else ''}",
         "-" if r.predicted_throughput is None else units.throughput(r.predicted_throughput),
-        "-" if r.predicted_peak_gib is None else units.gib(r.predicted_peak_gib),
+        "-" if r.predicted_peak_gib is None else units.gib(r.predicted_peak_gib)
+        + (" (at limit)" if _at_limit(r.predicted_peak_gib, cap) else ""),
         "-" if r.peak_memory_gib is None else units.gib(r.peak_memory_gib),
         "" if r.status == "ok" else units.clip(r.reason, REASON_WIDTH),
     ) for r in shown]
     print_table(out, f"study {name}: {meta.model_name}, backend {meta.backend}{sim}", columns, cells)
     out.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+    out.print(model.summary(), markup=False)
+    if any(_at_limit(r.predicted_peak_gib, cap) for r in shown):
+        out.print(f"(at limit): predicted within the memory model's expected error ({MEMORY_MARGIN:.0%}) of the "
+                  f"{cap:.1f} GiB of a GPU; it may run out of memory", markup=False)
     return 0
 
 
@@ -114,9 +136,14 @@ def cmd_best(args: argparse.Namespace) -> int:
         raise CLIError(f"study {name!r} has no trial that ran to its measured step yet")
     best_label = Labeller(study_reference(store.get_study(name)))(best.params)
     if args.json:
-        print(json.dumps({**_best_dict(best, name), "label": best_label}, indent=2, default=str))
+        print(json.dumps({**_best_dict(best, name), "label": best_label,
+                          "model": saved_correction(store, name).as_dict()}, indent=2, default=str))
         return 0
     out.print(f"study {name}: best trial {best.number}, {_speed(best)} ({best_label})", markup=False)
+    verdict = (best.predicted_memory or {}).get("verdict")
+    if verdict:
+        out.print(f"memory: {verdict} (model estimate)", markup=False)
+    out.print(saved_correction(store, name).summary(), markup=False)
     for k, v in best.params.items():
         out.print(f"  {k + ':':35} {units.yaml_value(v):>13}   {', '.join(verl.keys_for(k))}", markup=False)
     return 0

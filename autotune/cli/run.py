@@ -93,7 +93,11 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
     tuner = Tuner(setup, runner, args.storage, args.study, seed=args.seed, n_model_seeds=args.model_seeds,
                   space_text=space_text, workdir=Path(args.workdir), prune_slower_than=args.prune_slower_than,
                   prune_after=args.prune_after, measure_from=_window(args)[0], executor=executor,
-                  requested=requested)
+                  requested=requested,
+
+                  warm_start=False if args.no_warm_start else (args.warm_start or True))
+    for note in tuner.notes:
+        say.print(f"autotune: {note}", markup=False)
     if executor.name != "local":
         say.print(f"autotune: executor {executor.describe()}")
     say.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
@@ -122,6 +126,10 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
                 say.print(f"  confirm #{c['trial']}: {c['status']}: {units.clip(c['reason'], 150)}")
                 if c.get("longest_response") is not None:
                     say.print(f"    longest response seen: {c['longest_response']:.0f} tokens")
+                if c.get("headroom_gib") is not None:
+                    say.print(f"    memory headroom measured: {c['headroom_gib']:.1f} GiB"
+                              + (f" (predicted {c['predicted_headroom_gib']:.1f})"
+                                 if c.get("predicted_headroom_gib") is not None else ""))
             if args.confirm and summary["confirm"].get("skipped"):
                 say.print(f"confirmation skipped: {summary['confirm']['skipped']}")
         except KeyboardInterrupt:
@@ -145,7 +153,7 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
     if best:
         out.print(f"best: trial {best.number}, {_speed(best)} ({report.best_label})")
         if (best.predicted_memory or {}).get("verdict"):
-            late = best.predicted_memory.get("worst_case_fits") is False
+            late = best.predicted_memory.get("worst_case_fits") is False or bool(best.predicted_memory.get("at_limit"))
             out.print(f"{'[yellow]' if late else ''}memory: {best.predicted_memory['verdict']} (model estimate)"
                       f"{'[/]' if late else ''}")
     else:
@@ -172,7 +180,7 @@ def _live_line(tuner: Tuner, bar: RunProgress, labels: Labeller, args: argparse.
 def _run_report(tuner: Tuner, best: TrialRow | None, labels: Labeller) -> StudyReport:
     """What the study is worth (autotune.report): speed-ups over the references, GPU time, prunes by kind."""
     rows = tuner.store.trials(tuner.study_name)
-    return study_report(rows, best, tuner.setup.cluster.world_size, labels)
+    return study_report(rows, best, tuner.setup.cluster.world_size, labels, model=tuner.setup.correction.summary())
 
 
 def _replay_setup(args: argparse.Namespace) -> tuple[Setup, str, Any]:

@@ -112,4 +112,13 @@ def summary(store: Store, study: StudyRow) -> dict[str, Any]:
         "best_layout": layout(best_row.params, reference(store, study)) if best_row else None,
         "refs": [r.as_dict(best) for r in refs],
         "last_update": _iso(last),
+        "model": model_note(store, study),
     }
+
+
+def model_note(store: Store, study: StudyRow) -> str:
+    """What the study learned of the model's errors ("model corrected on 3 measured trials: update_actor x0.82"),
+    for the study page; simulated studies say that nothing was measured."""
+    from autotune.learning import saved_correction
+
+    return saved_correction(store, study.name).summary()

@@ -8,10 +8,27 @@ from autotune import constraints
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.estimate.lengths import Lengths, worst_case
-from autotune.estimate.memory import DEFAULT_CALIBRATION, PROBE_CALIBRATION, MemoryEstimate, estimate_memory
-from autotune.estimate.throughput import ThroughputEstimate, Workload, estimate_throughput
+from autotune.estimate.memory import (
+    DEFAULT_CALIBRATION,
+    PROBE_CALIBRATION,
+    Calibration,
+    MemoryEstimate,
+    estimate_memory,
+)
+from autotune.estimate.throughput import (
+    DEFAULT_EFFICIENCY,
+    Efficiency,
+    ThroughputEstimate,
+    Workload,
+    estimate_throughput,
+)
 from autotune.job import Job
 from autotune.model import ModelArch
+
+# The memory model's expected error: the mean absolute error of its predicted peak against 94 Megatron-core probes
+# (benchmarks/results/memory_accuracy.md, 6.0%). A candidate predicted within this share of the capacity is "at the
+# limit": it may fit or not, and the study prefers a safer one among near-equals.
+MEMORY_MARGIN = 0.06
 
 
 @dataclass(frozen=True)
@@ -37,8 +54,23 @@ class Evaluation:
         return self.feasible and self.worst_memory is not None and self.worst_memory.fits
 
     @property
+    def at_limit(self) -> bool:
+        """Predicted to fit, but so close to the capacity that the memory model's expected error could tip it."""
+        if self.memory is None or not self.feasible:
+            return False
+        return any(m.peak > m.capacity * (1 - MEMORY_MARGIN) for m in self.memory.moments)
+
+    @property
+    def headroom(self) -> float | None:
+        """Bytes between the tightest moment's predicted peak and the capacity (at the measured step's lengths)."""
+        if self.memory is None:
+            return None
+        return min(m.capacity - m.peak for m in self.memory.moments)
+
+    @property
     def safe(self) -> bool:
-        return self.worst_fits
+        """Fits at the worst case the job allows and not at the limit: what the study prefers among near-equals."""
+        return self.worst_fits and not self.at_limit
 
     @property
     def predicted_throughput(self) -> float:
@@ -62,8 +94,22 @@ _ROLLOUT_ONLY_RULES = ("rollout_tp",)  # rules about vLLM, which a training-only
 _NO_VLLM_TERMS = ("vllm_asleep", "vllm_budget", "ref_params")  # not in a training-only process
 
 
+@dataclass(frozen=True)
+class ModelConstants:
+    """The models' free constants: the time model's efficiencies and the memory model's calibrations (verl's, and
+    the Megatron-core probes' for the training-only objective). A study uses the defaults; the search benchmarks
+    perturb them to see how the search copes with a model that is wrong."""
+
+    efficiency: Efficiency = DEFAULT_EFFICIENCY
+    calibration: Calibration = DEFAULT_CALIBRATION
+    probe_calibration: Calibration = PROBE_CALIBRATION
+
+
+DEFAULT_CONSTANTS = ModelConstants()
+
+
 def evaluate(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, objective: str = "step",
-             lengths: Lengths | None = None) -> Evaluation:
+             lengths: Lengths | None = None, constants: ModelConstants = DEFAULT_CONSTANTS) -> Evaluation:
     """Constraints, then memory at the step's lengths and at the worst case (default: both the worst case)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
@@ -72,15 +118,34 @@ def evaluate(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, obje
         violations = tuple(v for v in violations if v.rule not in _ROLLOUT_ONLY_RULES)
     if violations:
         return Evaluation(cand, violations, None, None)
+    return estimate_unchecked(model, cluster, job, cand, objective, lengths, constants)
+
+
+def estimate_unchecked(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, objective: str = "step",
+                       lengths: Lengths | None = None, constants: ModelConstants = DEFAULT_CONSTANTS) -> Evaluation:
+    """Memory and time of a candidate without the static rules (the ranking checks those rule by rule, and needs
+    the estimates of candidates that break a rule elsewhere)."""
+    mem, worst = estimate_memories(model, cluster, job, cand, objective, lengths, constants)
+    eff = constants.efficiency
+    if objective == "step":
+        return Evaluation(cand, (), mem, estimate_throughput(model, cluster, job, cand, mem, eff=eff),
+                          None if mem is worst else worst)
+    return Evaluation(cand, (), mem, _training_throughput(model, cluster, job, cand, mem, eff),
+                      None if mem is worst else worst)
+
+
+def estimate_memories(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate, objective: str = "step",
+                      lengths: Lengths | None = None, constants: ModelConstants = DEFAULT_CONSTANTS
+                      ) -> tuple[MemoryEstimate, MemoryEstimate]:
+    """(memory at the step's lengths, at the worst case the job allows) as the objective sees it; the same object
+    twice when the step's lengths are the worst case."""
     # The training-only objective is what Megatron-core probes measure: their local layer spec's activations.
-    cal = PROBE_CALIBRATION if objective == "train" else DEFAULT_CALIBRATION
+    cal = constants.probe_calibration if objective == "train" else constants.calibration
     worst = estimate_memory(model, cluster, job, cand, cal)
     mem = worst if lengths is None or lengths.worst_case else estimate_memory(model, cluster, job, cand, cal, lengths)
-    if objective == "step":
-        return Evaluation(cand, (), mem, estimate_throughput(model, cluster, job, cand, mem),
-                          None if mem is worst else worst)
-    return Evaluation(cand, (), _training_memory(mem), _training_throughput(model, cluster, job, cand, mem),
-                      None if mem is worst else _training_memory(worst))
+    if objective == "train":
+        return (_training_memory(mem), _training_memory(worst)) if mem is not worst else (_training_memory(mem),) * 2
+    return mem, worst
 
 
 def oom_response_length(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate,
@@ -132,14 +197,26 @@ def memory_verdict(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation,
     if not ev.feasible:
         return {"fits": False, "worst_case_fits": False, "oom_response_length": None,
                 "oom_moment": ev.memory.binding.name, "verdict": f"OOM at step {measure_step}: " + ev.prune_reason()}
+    limit = _limit_words(ev)
+    extra = {"at_limit": ev.at_limit, "headroom_gib": round(ev.headroom / 2**30, 2)}
     if ev.worst_fits:
-        return {"fits": True, "worst_case_fits": True, "oom_response_length": None, "oom_moment": None,
-                "verdict": f"fits at step {measure_step} and at the longest sequences the job allows"}
+        return {"fits": True, "worst_case_fits": True, "oom_response_length": None, "oom_moment": None, **extra,
+                "verdict": f"fits at step {measure_step} and at the longest sequences the job allows{limit}"}
     late = oom_response_length(model, cluster, job, ev.candidate, lengths) if objective == "step" else None
     n, moment = late if late else (job.max_response_length, _first_oom(ev.worst_memory))
-    return {"fits": True, "worst_case_fits": False, "oom_response_length": n, "oom_moment": moment,
+    return {"fits": True, "worst_case_fits": False, "oom_response_length": n, "oom_moment": moment, **extra,
             "verdict": f"fits at step {measure_step}; OOM in {MOMENT_WORDS.get(moment, moment)} once responses "
-                       f"reach {n} tokens"}
+                       f"reach {n} tokens{limit}"}
+
+
+def _limit_words(ev: Evaluation) -> str:
+    """"; at the limit: ..." when the predicted peak is within the memory model's expected error of the capacity."""
+    if not ev.at_limit:
+        return ""
+    m = min(ev.memory.moments, key=lambda x: x.capacity - x.peak)
+    return (f"; at the limit: predicted {m.peak / 2**30:.1f} of {m.capacity / 2**30:.1f} GiB in "
+            f"{MOMENT_WORDS.get(m.name, m.name)}, within the memory model's expected error "
+            f"({MEMORY_MARGIN:.0%}): it may run out of memory")
 
 
 def _training_memory(mem: MemoryEstimate) -> MemoryEstimate:
@@ -151,7 +228,7 @@ def _training_memory(mem: MemoryEstimate) -> MemoryEstimate:
 
 
 def _training_throughput(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate,
-                         mem: MemoryEstimate) -> ThroughputEstimate:
+                         mem: MemoryEstimate, eff: Efficiency = DEFAULT_EFFICIENCY) -> ThroughputEstimate:
     """The update phase alone, each micro-batch one sequence as long as the token budget: tokens/s/GPU of training.
 
     The sequence length matters: causal attention costs FLOPs per token in proportion to it, so a longer
@@ -159,7 +236,7 @@ def _training_throughput(model: ModelArch, cluster: Cluster, job: Job, cand: Can
     """
     seq = cand.ppo_max_token_len_per_gpu * cand.cp if cand.use_dynamic_bsz else job.max_seq_len
     share = seq / job.max_seq_len
-    full = estimate_throughput(model, cluster, job, cand, mem, wl=Workload(share, share))
+    full = estimate_throughput(model, cluster, job, cand, mem, wl=Workload(share, share), eff=eff)
     update = dict(full.phases)["update_actor"]
     return replace(full, phases=(("update_actor", update),))
 
@@ -175,7 +252,7 @@ def memory_record(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation, 
     doc = ev.memory.as_dict()
     doc.update(
         verdict=v["verdict"], worst_case_fits=v["worst_case_fits"], oom_response_length=v["oom_response_length"],
-        oom_moment=v["oom_moment"],
+        oom_moment=v["oom_moment"], at_limit=v.get("at_limit", False), headroom_gib=v.get("headroom_gib"),
         moment_peaks_gib={m.name: round(m.peak / 2**30, 3) for m in ev.memory.moments},
         worst_case={
             "fits": worst.fits, "peak_gib": round(worst.peak / 2**30, 3), "binding_moment": worst.binding.name,

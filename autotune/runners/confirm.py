@@ -67,9 +67,10 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         "per_step": {int(st["step"]): st.get("perf/throughput") for st in result.steps},
         **longest_responses(result.steps),
     }
+    conf.update(headroom(result.peak_memory_gib, s.cluster.gpu.memory_gib, row))
     extra = {**(row.extra or {}), "confirm": conf}
     values: dict[str, Any] = {"extra": extra}
-    seen = _responses_words(conf, row)
+    seen = _responses_words(conf, row) + conf.get("headroom_words", "")
     if result.status == TrialStatus.OK and result.throughput is not None:
         extra["measured_step_throughput"] = row.throughput
         values["throughput"] = result.throughput
@@ -80,7 +81,20 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         values["reason"] = (f"late OOM in the {steps}-step confirmation run: {result.reason} (step "
                             f"{s.measure_step} had run at {row.throughput:.1f} tokens/s/GPU); demoted{seen}")
     tuner.store.update_trial(row.id, **values)
-    return {"trial": row.number, **{k: conf[k] for k in ("status", "throughput", "reason", "longest_response")}}
+    return {"trial": row.number, **{k: conf.get(k) for k in ("status", "throughput", "reason", "longest_response",
+                                                              "headroom_gib", "predicted_headroom_gib")}}
+
+
+def headroom(peak_gib: float | None, capacity_gib: float, row: TrialRow) -> dict[str, Any]:
+    """The memory the confirmation run left free (its measured peak against the GPU's capacity), next to what the
+    model predicted: how close to the limit the winner really runs."""
+    predicted = (row.predicted_memory or {}).get("headroom_gib")
+    if peak_gib is None:
+        return {"headroom_gib": None, "predicted_headroom_gib": predicted}
+    free = capacity_gib - peak_gib
+    words = (f"; measured peak {peak_gib:.1f} of {capacity_gib:.1f} GiB: headroom {free:.1f} GiB "
+             f"({free / capacity_gib:.0%})" + (f", predicted {predicted:.1f} GiB" if predicted is not None else ""))
+    return {"headroom_gib": round(free, 2), "predicted_headroom_gib": predicted, "headroom_words": words}
 
 
 def longest_responses(steps: Any) -> dict[str, Any]:

@@ -34,6 +34,9 @@ class ProbedRunner(Runner):
     def refuse(self, candidate: Candidate, job: Job) -> str | None:
         return self.runner.refuse(candidate, job)
 
+    def domain(self, job: Job) -> list[Candidate] | None:
+        return self.runner.domain(job)
+
     def run(self, spec: TrialSpec) -> TrialResult:
         probe = self.prober.run(dataclasses.replace(spec, workdir=spec.workdir / "probe"))
         summary = probe_summary(probe)

@@ -219,6 +219,10 @@ class ReplayRunner(Runner):
     def lookup(self, candidate: Candidate, job: Job) -> ReplayRow | None:
         return self._rows(job).get(candidate.key())
 
+    def domain(self, job: Job) -> list[Candidate]:
+        base = job.candidate(Candidate())
+        return [Candidate.from_params(r.params, base) for r in self._rows(job).values()]
+
     def refuse(self, candidate: Candidate, job: Job) -> str | None:
         if self.lookup(candidate, job) is None:
             return f"not in the table {self.table.path}: this configuration was never measured"

@@ -1,0 +1,343 @@
+"""A small Bayesian correction of the physical model, fitted to what a study measured.
+
+The time and memory models stay what they are (autotune/estimate/throughput.py, memory.py); a correction
+multiplies them:
+
+- each phase's time (gen, old_log_prob, ref, update_actor, update_weights) by exp(x . beta), x a few features of the
+  configuration that the phase itself depends on (an intercept, log2 of TP, CP, PP, the micro-batch's tokens, the
+  rollout's TP): a Bayesian linear regression of log(measured / predicted) with a Gaussian prior (the intercept's
+  from the model's own held-out error, the slopes' tight) and known noise, so that a single measurement moves the
+  level of a phase and several are needed to tilt it;
+- the memory the model is least sure of (each moment's activations, logits and allocator reserve: what the probes
+  showed to be wrong, not the weights or vLLM's exact share) by exp(delta), delta's posterior on a grid from every
+  measured peak, every OOM (the peak was above the capacity) and every run that fitted without a measured peak.
+
+Simulated trials never teach it (they are the model). Everything here is a pure function of its inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from autotune.candidate import Candidate
+from autotune.cluster import GIB
+from autotune.estimate.memory import MemoryEstimate, Moment
+from autotune.estimate.throughput import ThroughputEstimate
+from autotune.job import Job
+
+CORRECTED_PHASES = ("gen", "old_log_prob", "ref", "update_actor", "update_weights")
+UNCERTAIN_TERMS = ("activations", "logits", "fragmentation")  # the terms the memory correction scales
+CORRECTION_TERM = "learned_correction"  # the term a correction adds to each moment
+FEATURES = {
+    "update_actor": ("level", "log2 TP", "log2 CP", "log2 PP", "log2 micro-batch tokens"),
+    "old_log_prob": ("level", "log2 TP", "log2 CP", "log2 PP", "log2 micro-batch tokens"),
+    "ref": ("level", "log2 TP", "log2 CP", "log2 PP", "log2 micro-batch tokens"),
+    "gen": ("level", "log2 rollout TP"),
+    "update_weights": ("level", "log2 rollout TP"),
+}
+# Priors: the level's sd is about the model's leave-one-table-out error per phase (22-27%,
+# benchmarks/results/step_time_error.md) in log terms, widened for models no table covers; a slope's sd is 8% per
+# doubling. NOISE: what a corrected prediction still misses on one run (run-to-run noise and the model's shape).
+LEVEL_SD = 0.4
+SLOPE_SD = 0.08
+NOISE_SD = 0.08
+# Memory: log-factor on the uncertain terms, prior sd 0.25; a measured peak's noise 4% (NVML vs the allocator).
+MEMORY_PRIOR_SD = 0.25
+MEMORY_NOISE_SD = 0.04
+_GRID = np.linspace(-1.5, 1.5, 601)
+WARM_INFLATION = 2.0  # an earlier study's posterior seeds a new one with its sd doubled (another job, other sizes)
+
+
+def features(phase: str, cand: Candidate, job: Job) -> np.ndarray:
+    """The regression's features of one phase. Each reads only knobs its phase reads (estimate/reads.py)."""
+    if phase in ("gen", "update_weights"):
+        return np.array([1.0, math.log2(cand.rollout_tp)])
+    if phase == "update_actor":
+        tokens = (cand.ppo_max_token_len_per_gpu if cand.use_dynamic_bsz
+                  else (cand.ppo_micro_batch_size_per_gpu or 1) * job.max_seq_len / cand.cp)
+    else:
+        tokens = (cand.log_prob_max_token_len_per_gpu if cand.use_dynamic_bsz
+                  else (cand.log_prob_micro_batch_size_per_gpu or 1) * job.max_seq_len / cand.cp)
+    return np.array([1.0, math.log2(cand.tp), math.log2(cand.cp), math.log2(cand.pp),
+                     math.log2(max(float(tokens or 1), 1.0) / 8192.0)])
+
+
+def prior(phase: str) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, covariance) of a phase's coefficients before any measurement."""
+    k = len(FEATURES[phase])
+    sd = np.array([LEVEL_SD] + [SLOPE_SD] * (k - 1))
+    return np.zeros(k), np.diag(sd**2)
+
+
+@dataclass(frozen=True)
+class PhaseFit:
+    """Posterior of one phase's coefficients (Gaussian): mean, covariance, and how many measurements it holds."""
+
+    mean: tuple[float, ...]
+    cov: tuple[tuple[float, ...], ...]
+    n: int = 0
+    shown: float = 1.0  # the factor at the measured configurations (geometric mean), for people
+
+    def factor(self, x: np.ndarray) -> float:
+        return float(math.exp(float(np.dot(x, self.mean))))
+
+    def sd(self, x: np.ndarray) -> float:
+        return float(math.sqrt(max(float(x @ np.array(self.cov) @ x), 0.0)))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured trial as the correction sees it (built by autotune/learning.py from a trial row)."""
+
+    candidate: Candidate
+    predicted_phases: Mapping[str, float]  # the uncorrected model's seconds per phase
+    measured_phases: Mapping[str, float]  # seconds per phase that were measured (may be empty)
+    predicted_throughput: float | None = None
+    measured_throughput: float | None = None
+    moments: tuple[tuple[float, float, float], ...] = ()  # (peak, uncertain, capacity) bytes per moment
+    measured_peak: float | None = None  # bytes
+    oom: bool = False
+    fitted: bool = False  # ran without running out of memory (a weak memory observation without a peak)
+    trial: int | None = None
+
+
+@dataclass(frozen=True)
+class Correction:
+    """Fitted factors of the model for one study (identity before any measurement)."""
+
+    phases: Mapping[str, PhaseFit] = field(default_factory=dict)
+    memory_log: float = 0.0
+    memory_sd: float = MEMORY_PRIOR_SD
+    memory_n: int = 0
+    trials: int = 0  # measured trials of this study it was fitted on
+    warm: tuple[tuple[str, int], ...] = ()  # earlier studies whose fits seeded it: (study, measured trials)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.trials or self.warm)
+
+    def phase_fit(self, phase: str) -> PhaseFit | None:
+        return self.phases.get(phase)
+
+    def time_factor(self, phase: str, cand: Candidate, job: Job) -> float:
+        fit = self.phases.get(phase)
+        return fit.factor(features(phase, cand, job)) if fit is not None else 1.0
+
+    @property
+    def memory_factor(self) -> float:
+        """The fitted factor on the uncertain memory terms (posterior mean), as shown."""
+        return math.exp(self.memory_log)
+
+    @property
+    def memory_factor_used(self) -> float:
+        """The factor verdicts use: one posterior sd above the mean, so that a few low peaks do not talk the study
+        into launching what the model predicted to run out of memory."""
+        return math.exp(self.memory_log + self.memory_sd) if (self.memory_n or self.warm) else 1.0
+
+    def log_sd(self, phase: str, cand: Candidate, job: Job) -> float:
+        """Posterior sd of log(true / corrected) for a phase's time of this candidate (the model's doubt)."""
+        fit = self.phases.get(phase)
+        if fit is None:
+            mean, cov = prior(phase) if phase in FEATURES else (np.zeros(1), np.array([[LEVEL_SD**2]]))
+            x = features(phase, cand, job) if phase in FEATURES else np.ones(1)
+            return float(math.sqrt(x @ cov @ x))
+        return fit.sd(features(phase, cand, job))
+
+    # Applying it
+    def apply(self, ev: Any, job: Job) -> Any:
+        """The Evaluation `ev` with corrected phase times and memory (a term added to each moment)."""
+        if not self.active or ev.memory is None:
+            return ev
+        thr = self.correct_throughput(ev.throughput, ev.candidate, job) if ev.throughput else None
+        mem = self.correct_memory(ev.memory)
+        worst = self.correct_memory(ev.worst) if ev.worst is not None else None
+        return replace(ev, memory=mem, throughput=thr, worst=worst)
+
+    def correct_throughput(self, t: ThroughputEstimate, cand: Candidate, job: Job) -> ThroughputEstimate:
+        phases = tuple((name, s * self.time_factor(name, cand, job)) for name, s in t.phases)
+        return replace(t, phases=phases)
+
+    def memory_delta(self, moment: Moment) -> float:
+        unc = sum(v for k, v in moment.terms if k in UNCERTAIN_TERMS)
+        return (self.memory_factor_used - 1.0) * unc
+
+    def correct_memory(self, mem: MemoryEstimate) -> MemoryEstimate:
+        if self.memory_n == 0 and not self.warm:
+            return mem
+        moments = tuple(replace(m, terms=(*m.terms, (CORRECTION_TERM, self.memory_delta(m)))) for m in mem.moments)
+        return replace(mem, moments=moments)
+
+    # Words and data
+    def factors_text(self) -> str:
+        parts = [f"{name} x{fit.shown:.2f}" for name, fit in self.phases.items() if fit.n or self.warm]
+        if self.memory_n or self.warm:
+            parts.append(f"memory x{self.memory_factor:.2f} (activations, logits)")
+        return ", ".join(parts)
+
+    def summary(self) -> str:
+        """"model corrected on 3 measured trials: update_actor x0.82, gen x1.31" (or why it is not corrected)."""
+        warm = ""
+        if self.warm:
+            n = sum(k for _, k in self.warm)
+            warm = (f" (seeded by {len(self.warm)} earlier stud{'y' if len(self.warm) == 1 else 'ies'}: "
+                    f"{', '.join(s for s, _ in self.warm)}, {n} measured trials)")
+        if not self.active:
+            return "model not corrected: no measured trial yet (simulated trials do not count)"
+        factors = self.factors_text() or "no factor moved"
+        return f"model corrected on {self.trials} measured trial{'s' if self.trials != 1 else ''}{warm}: {factors}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "trials": self.trials,
+            "phases": {k: {"mean": list(v.mean), "cov": [list(r) for r in v.cov], "n": v.n, "factor": v.shown,
+                           "features": list(FEATURES.get(k, ()))} for k, v in self.phases.items()},
+            "memory": {"log_factor": self.memory_log, "sd": self.memory_sd, "n": self.memory_n,
+                       "factor": self.memory_factor, "terms": list(UNCERTAIN_TERMS)},
+            "warm_start": [{"study": s, "trials": n} for s, n in self.warm],
+            "summary": self.summary(),
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any] | None) -> Correction:
+        if not doc:
+            return NO_CORRECTION
+        phases = {k: PhaseFit(tuple(v["mean"]), tuple(tuple(r) for r in v["cov"]), int(v.get("n", 0)),
+                              float(v.get("factor", 1.0)))
+                  for k, v in (doc.get("phases") or {}).items() if k in FEATURES}
+        mem = doc.get("memory") or {}
+        return cls(phases, float(mem.get("log_factor", 0.0)), float(mem.get("sd", MEMORY_PRIOR_SD)),
+                   int(mem.get("n", 0)), int(doc.get("trials", 0)),
+                   tuple((w["study"], int(w["trials"])) for w in doc.get("warm_start") or ()))
+
+
+NO_CORRECTION = Correction()
+
+
+def warm_prior(earlier: Sequence[tuple[str, Correction]]) -> Correction:
+    """What earlier studies' fits say before this study measures anything: their precision-weighted coefficients,
+    each covariance inflated (another job and other sizes), shown as a correction with 0 trials of its own."""
+    fitted = [(name, c) for name, c in earlier if c.trials]
+    if not fitted:
+        return NO_CORRECTION
+    phases: dict[str, PhaseFit] = {}
+    for phase in FEATURES:
+        fits = [c.phases[phase] for _, c in fitted if phase in c.phases and c.phases[phase].n]
+        if not fits:
+            continue
+        precision = sum(np.linalg.inv(np.array(f.cov) * WARM_INFLATION**2) for f in fits)
+        cov = np.linalg.inv(precision)
+        mean = cov @ sum(np.linalg.inv(np.array(f.cov) * WARM_INFLATION**2) @ np.array(f.mean) for f in fits)
+        p0m, p0c = prior(phase)
+        cov = np.minimum(cov, p0c) if cov.shape == p0c.shape else cov
+        phases[phase] = PhaseFit(tuple(mean), tuple(map(tuple, cov)), 0, float(np.exp(mean[0])))
+    mems = [c for _, c in fitted if c.memory_n]
+    if mems:
+        w = [1 / (c.memory_sd * WARM_INFLATION) ** 2 for c in mems]
+        mlog = sum(wi * c.memory_log for wi, c in zip(w, mems, strict=True)) / sum(w)
+        msd = min(math.sqrt(1 / sum(w)), MEMORY_PRIOR_SD)
+    else:
+        mlog, msd = 0.0, MEMORY_PRIOR_SD
+    return Correction(phases, mlog, msd, 0, 0, tuple((name, c.trials) for name, c in fitted))
+
+
+def fit(observations: Iterable[Observation], job: Job, start: Correction = NO_CORRECTION) -> Correction:
+    """The posterior after `observations`, from `start` (the plain prior, or a warm start from earlier studies)."""
+    obs = list(observations)
+    phases: dict[str, PhaseFit] = {}
+    for phase in FEATURES:
+        rows: list[tuple[np.ndarray, float, float]] = []  # (x, log ratio, noise sd)
+        for o in obs:
+            pred = o.predicted_phases.get(phase)
+            if not pred or pred <= 0:
+                continue
+            meas = _measured_phase(o, phase)
+            if meas is None:
+                continue
+            value, noise = meas
+            rows.append((features(phase, o.candidate, job), math.log(value / pred), noise))
+        base = start.phases.get(phase)
+        m0, c0 = (np.array(base.mean), np.array(base.cov)) if base is not None else prior(phase)
+        if not rows and base is None:
+            continue
+        if rows:
+            X = np.array([r[0] for r in rows])
+            y = np.array([r[1] for r in rows])
+            w = np.array([1 / r[2] ** 2 for r in rows])
+            p0 = np.linalg.inv(c0)
+            cov = np.linalg.inv(p0 + (X.T * w) @ X)
+            mean = cov @ (p0 @ m0 + (X.T * w) @ y)
+            shown = float(np.exp(np.mean(X @ mean)))
+        else:
+            cov, mean, shown = c0, m0, base.shown
+        phases[phase] = PhaseFit(tuple(float(v) for v in mean), tuple(tuple(float(v) for v in r) for r in cov),
+                                 len(rows), shown)
+    mlog, msd, mn = _fit_memory(obs, start)
+    trials = len({o.trial if o.trial is not None else id(o) for o in obs})
+    return Correction(phases, mlog, msd, mn, trials, start.warm)
+
+
+def _measured_phase(o: Observation, phase: str) -> tuple[float, float] | None:
+    """(measured seconds, noise sd) of one phase: measured directly, else the whole step's ratio spread evenly
+    (a noisier observation of every phase: only the total was measured)."""
+    if len(o.predicted_phases) == 1 and o.measured_throughput and o.predicted_throughput:
+        # One phase is the whole objective (the training step of mcore probes and train tables): the measured
+        # throughput says its time exactly for the model's tokens per step, whatever the probe's own batch was.
+        return o.predicted_phases[phase] * o.predicted_throughput / o.measured_throughput, NOISE_SD
+    if o.measured_phases.get(phase):
+        return float(o.measured_phases[phase]), NOISE_SD
+    if len(o.predicted_phases) == 1 and o.measured_phases.get("step"):  # a training-only step is the one phase
+        return float(o.measured_phases["step"]), NOISE_SD
+    if o.measured_throughput and o.predicted_throughput and not any(
+            o.measured_phases.get(p) for p in FEATURES):
+        ratio = o.predicted_throughput / o.measured_throughput  # measured time / predicted time
+        noise = NOISE_SD if len(o.predicted_phases) == 1 else 2 * NOISE_SD
+        return o.predicted_phases[phase] * ratio, noise
+    return None
+
+
+def _fit_memory(obs: list[Observation], start: Correction) -> tuple[float, float, int]:
+    """Grid posterior of the memory log-factor: measured peaks (Gaussian in log), OOMs and fits (censored)."""
+    log_post = -0.5 * ((_GRID - start.memory_log) / start.memory_sd) ** 2
+    n = 0
+    factor = np.exp(_GRID)
+    for o in obs:
+        if not o.moments:
+            continue
+        peaks = np.max(np.array([[p + (f - 1.0) * u for p, u, _ in o.moments] for f in factor]), axis=1)
+        peaks = np.maximum(peaks, 1.0)
+        cap = min(c for _, _, c in o.moments)
+        if o.measured_peak and not o.oom:
+            log_post += -0.5 * ((np.log(o.measured_peak) - np.log(peaks)) / MEMORY_NOISE_SD) ** 2
+        elif o.oom:
+            log_post += _log_ndtr((np.log(peaks) - math.log(cap)) / MEMORY_NOISE_SD)
+        elif o.fitted:
+            log_post += _log_ndtr((math.log(cap) - np.log(peaks)) / MEMORY_NOISE_SD)
+        else:
+            continue
+        n += 1
+    if n == 0:
+        return start.memory_log, start.memory_sd, 0
+    w = np.exp(log_post - log_post.max())
+    w /= w.sum()
+    mean = float(np.sum(w * _GRID))
+    sd = float(math.sqrt(max(np.sum(w * (_GRID - mean) ** 2), 1e-8)))
+    return mean, sd, n
+
+
+def _log_ndtr(x: np.ndarray) -> np.ndarray:
+    """log of the standard normal CDF, elementwise, with the asymptotic form far in the left tail."""
+    return np.array([math.log(0.5 * math.erfc(-v / math.sqrt(2))) if v > -8
+                     else -0.5 * v * v - math.log(-v) - 0.5 * math.log(2 * math.pi) for v in x])
+
+
+def moment_terms(mem: MemoryEstimate) -> tuple[tuple[float, float, float], ...]:
+    """(peak, uncertain part, capacity) of each moment, for an observation."""
+    return tuple((m.peak, sum(v for k, v in m.terms if k in UNCERTAIN_TERMS), m.capacity) for m in mem.moments)
+
+
+__all__ = ["GIB", "Correction", "NO_CORRECTION", "Observation", "fit", "warm_prior"]
