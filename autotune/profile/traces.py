@@ -190,7 +190,8 @@ def load(files: list[TraceFile]) -> Loaded:
     trace = Trace(trace_files={i: f.path for i, f in enumerate(files)}, trace_dir="/")
     with warnings.catch_warnings():  # HTA 0.5 on pandas 3: deprecation warnings about its own calls
         warnings.simplefilter("ignore")
-        trace.parse_traces(use_multiprocessing=len(files) > 1, use_memory_profiling=False)
+        # HTA forks a pool per rank; a fork of a process with threads (Ray, the dashboard, pytest-timeout) can hang.
+        trace.parse_traces(use_multiprocessing=False, use_memory_profiling=False)
     symbols = np.asarray(trace.symbol_table.get_sym_table(), dtype=object)
     out = []
     for i in range(len(files)):

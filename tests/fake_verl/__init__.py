@@ -32,6 +32,7 @@ def fast_options(**kw: Any) -> VerlOptions:
     """Watchdogs scaled to the double's sub-second steps."""
     base = dict(trial_timeout_s=30.0, stall_timeout_s=5.0, grace_s=2.0, cleanup_timeout_s=5.0, poll_s=0.05)
     base.update(kw)
+    base.setdefault("startup_timeout_s", max(10.0, base["stall_timeout_s"]))  # the double starts in a second
     return VerlOptions(**base)
 
 
