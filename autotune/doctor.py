@@ -31,7 +31,8 @@ DEFAULT_TIMEOUT_S = 300.0
 _LEVELS = {"ok": "ok", "warn": "warn", "fix": "FIX"}
 # What each check's child-process step is called in a "did not finish" line.
 _STEPS = {"nvml": "NVML", "torch": "importing torch", "transformer_engine": "loading Transformer Engine",
-          "attention": "asking Transformer Engine for attention backends", "megatron_core": "importing megatron.core",
+          "attention": "asking Transformer Engine for attention backends",
+          "fused_attention_run": "running TE's fused attention once", "megatron_core": "importing megatron.core",
           "megatron_bridge": "looking for Megatron-Bridge", "mbridge": "importing mbridge", "vllm": "importing vLLM",
           "verl": "importing verl", "verl_megatron": "importing verl's Megatron engine"}
 
@@ -243,8 +244,15 @@ def diagnose(records: list[dict[str, Any]], incomplete: str = "", seconds: float
     if "attention" in got:
         r = got["attention"]
         h = r.get("head_dim")
+        fused_ran = got.get("fused_attention_run", {})
         if r.get("flash"):
             f.append(Finding("attention", "ok", f"flash (flash-attn) serves head size {h}"))
+        elif r.get("fused") and not fused_ran.get("ok", True):
+            defaults[verl.ATTENTION_BACKEND] = "unfused"
+            f.append(Finding("attention", "warn", f"TE's fused (cuDNN) attention is offered for head size {h} but "
+                                                  f"failed when run ({fused_ran.get('error', '')[:200]}): trials run "
+                                                  f"with {verl.ATTENTION_BACKEND}=unfused (slower, more memory) "
+                                                  "unless the job sets it; pip install flash-attn for speed"))
         elif r.get("fused"):
             defaults[verl.ATTENTION_BACKEND] = "fused"
             f.append(Finding("attention", "ok", f"flash-attn not installed (verl's default backend `flash` needs "

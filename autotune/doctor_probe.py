@@ -8,6 +8,7 @@ timeout, in autotune/doctor.py). Nothing here decides what is wrong: it reports 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -112,6 +113,41 @@ def attention(head_dim: int, te: Any, torch: Any) -> None:
         emit("attention", False, error=error_text(e), **found)
 
 
+_FORCE_FUSED = {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"}
+
+
+def fused_attention_run(head_dim: int, te: Any, torch: Any) -> None:
+    """Run TE's fused (cuDNN) attention once (`te`: transformer_engine.pytorch), forward and backward, packed
+    causal (thd) as verl's Megatron actor calls it: the backend query can say yes where cuDNN then fails (H100,
+    cuDNN 9.19 + TE 2.12, 2026-11-24: `CUDNN_BACKEND_TENSOR_DESCRIPTOR cudnnFinalize failed` at verl's step 1, after
+    a 5-minute launch)."""
+    emit("start", True, what="fused_attention_run")
+    saved = {k: os.environ.get(k) for k in _FORCE_FUSED}
+    os.environ.update(_FORCE_FUSED)
+    try:
+        heads, seqs = 8, (300, 212)  # two packed sequences of odd lengths
+        total = sum(seqs)
+        dpa = te.DotProductAttention(heads, head_dim, num_gqa_groups=heads, qkv_format="thd",
+                                             attn_mask_type="padding_causal").cuda()
+        q, k, v = (torch.randn(total, heads, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        cu = torch.tensor([0, seqs[0], total], device="cuda", dtype=torch.int32)
+        out = dpa(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=max(seqs), max_seqlen_kv=max(seqs))
+        out.float().sum().backward()
+        torch.cuda.synchronize()
+        emit("fused_attention_run", True, head_dim=head_dim)
+    except (TypeError, AttributeError, ImportError) as e:  # another TE API: not a verdict on cuDNN
+        emit("fused_attention_run", True, head_dim=head_dim, untested=error_text(e))
+    except BaseException as e:  # noqa: BLE001 - cuDNN's failure is what this check is for
+        emit("fused_attention_run", False, head_dim=head_dim, error=error_text(e))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def versions() -> None:
     """Installed versions of the pinned stack (package metadata: nothing is imported)."""
     from importlib import metadata
@@ -135,6 +171,8 @@ def main(argv: list[str]) -> None:
     torch = torch_cuda()
     te = timed_import("transformer_engine", "transformer_engine.pytorch")
     attention(head_dim, te, torch)
+    if te is not None and torch is not None and torch.cuda.is_available():
+        fused_attention_run(head_dim, te, torch)
     megatron = timed_import("megatron_core", "megatron.core")
     if megatron is not None:
         try:

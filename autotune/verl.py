@@ -283,6 +283,11 @@ FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # Transformer Engine's attention: verl's default backend `flash` needs the flash-attn package
     # (transformer_engine/pytorch/attention/dot_product_attention/dot_product_attention.py).
     ("attention_backend_unavailable", "failed", (r"No dot product attention backend is available",)),
+    # TE's fused (cuDNN) attention offered, then failing in cuDNN at step 1 (H100, cuDNN 9.19 + TE 2.12, 2026-11-24:
+    # "fused_attn_f16_arbitrary_seqlen.cu:414 ... CUDNN_BACKEND_TENSOR_DESCRIPTOR cudnnFinalize failed").
+    ("attention_backend_error", "failed", (
+        r"fused_attn[\w/.]*\.cu:\d+.*(?:cuDNN|CUDNN)", r"CUDNN_BACKEND_\w+ cudnnFinalize failed",
+    )),
     # verl/utils/tokenizer/continuous_token.py (0.9.1): chat-template checks on the model's tokenizer.
     ("tokenizer_error", "failed", (
         r"Expected \w+ newline to tokenize to one token", r"Tokenizer does not define required token",
@@ -307,7 +312,9 @@ FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     )),
 )
 # Classes matched only in the last lines of a log (the final exception), not in warnings printed at start.
-FINAL_ERROR_CLASSES = ("attention_backend_unavailable", "tokenizer_error", "import_error", "software_error")
+FINAL_ERROR_CLASSES = (
+    "attention_backend_unavailable", "attention_backend_error", "tokenizer_error", "import_error", "software_error",
+)
 FINAL_ERROR_LINES = 300
 # A vLLM engine that died while starting: a torch OOM under it is the rollout's, not the trainer's.
 # Lines after which a run cannot reach its first step, whatever it does next: vLLM's engine failed to start. verl

@@ -90,6 +90,26 @@ def test_a_head_size_no_fast_backend_serves_falls_back_to_unfused(tmp_path: Path
     assert any(f.check == "attention" and f.level == "warn" for f in d.findings)
 
 
+CUDNN_FAILURE = ("/TransformerEngine/transformer_engine/common/fused_attn/fused_attn_f16_arbitrary_seqlen.cu:414 in "
+                 "function operator(): cuDNN Error: CUDNN_BACKEND_TENSOR_DESCRIPTOR cudnnFinalize failed")
+
+
+def test_fused_attention_offered_but_failing_when_run_falls_back_to_unfused(tmp_path: Path) -> None:
+    """TE's backend query said fused on the H100; cuDNN then failed at verl's step 1: the doctor runs it once."""
+    te = ("class DotProductAttention:\n    def __init__(self, *a, **k):\n"
+          f"        raise RuntimeError({CUDNN_FAILURE!r})\n")
+    d = doctor(tmp_path, head_dim=64, modules={"transformer_engine.pytorch": te})
+    assert d.ok and d.job_defaults[verl.ATTENTION_BACKEND] == "unfused"
+    warn = next(f.text for f in d.findings if f.check == "attention")
+    assert "failed when run" in warn and "cudnnFinalize failed" in warn
+
+
+def test_fused_attention_that_cannot_be_called_is_not_a_verdict(tmp_path: Path) -> None:
+    """Another TE API (the stub has no DotProductAttention): the backend query's answer stands."""
+    d = doctor(tmp_path, head_dim=64)
+    assert d.job_defaults[verl.ATTENTION_BACKEND] == "fused"
+
+
 @pytest.mark.parametrize("module,check", [
     ("megatron.core", "megatron_core"), ("vllm", "vllm"), ("verl.trainer.main_ppo", "verl"),
     ("verl.workers.engine.megatron.transformer_impl", "verl_megatron"), ("mbridge.core.util", "mbridge"),

@@ -214,6 +214,10 @@ def test_coloured_repeated_suffix_is_accepted() -> None:
      "Please run with NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backends.",
      "attention_backend_unavailable"),
     ("ValueError: Expected Qwen newline to tokenize to one token, got [5, 6]", "tokenizer_error"),
+    # H100, 2026-11-24, verl 0.9.1 step 1 with attention_backend=fused (TE 2.12, cuDNN 9.19; the line as TE raises it)
+    ("(WorkerDict pid=5) RuntimeError: /TransformerEngine/transformer_engine/common/fused_attn/"
+     "fused_attn_f16_arbitrary_seqlen.cu:414 in function operator(): cuDNN Error: CUDNN_BACKEND_TENSOR_DESCRIPTOR "
+     "cudnnFinalize failed", "attention_backend_error"),
 ])
 def test_deterministic_environment_failures_have_their_own_class(tail: str, kind: str) -> None:
     warnings_at_start = ("(TaskRunnerV1 pid=1) UserWarning: megatron engine is not available: "

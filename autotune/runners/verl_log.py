@@ -262,6 +262,9 @@ _WHAT = {
     "attention_backend_unavailable": "Transformer Engine has no attention backend for this model here (verl's "
                                      "default `flash` needs the flash-attn package; `autotune doctor` says which "
                                      "backends load)",
+    "attention_backend_error": "Transformer Engine's fused (cuDNN) attention failed when run (set "
+                               "override_transformer_config.attention_backend=unfused in the job, or install "
+                               "flash-attn; `autotune doctor` runs it once)",
     "tokenizer_error": "the model's tokenizer does not fit verl's chat handling",
     "import_error": "a package failed to import or load (`autotune doctor` checks the stack)",
     "software_error": "a Python error in verl's software stack, the same on every retry (`autotune doctor` checks "
