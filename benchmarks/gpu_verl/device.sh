@@ -10,7 +10,7 @@
 #   device.sh start PLAN            start the smoke plan (plans/PLAN.sh) in the background, detached from the call
 #   device.sh wait SECONDS          follow the plan until it ends or SECONDS pass; print its progress
 #   device.sh collect               trim logs, pack the results into $OUT (one bundle of at most 16 MiB)
-#   device.sh stop                  SIGINT the running study (its running trial is recorded interrupted), then collect
+#   device.sh stop                  SIGTERM the running study (its running trial is recorded interrupted), then collect
 set -uo pipefail
 REPO=$(pwd)
 OUT=${OUT:-/tmp/out}
@@ -137,6 +137,9 @@ case "${1:-}" in
     start) start "$2" ;;
     wait) wait_for "$2" ;;
     collect) collect ;;
-    stop) [ -f /root/smoke/plan.pid ] && pkill -INT -f "autotune run" ; sleep 60; progress; collect ;;
+    stop) # SIGTERM, not SIGINT: a study started detached by a non-interactive shell inherits SIGINT ignored (POSIX
+          # background jobs), so SIGINT did nothing on the H100 (2026-11-24). The pattern is anchored: an unanchored
+          # `pkill -f "autotune run"` also matches the shell running this call's command line.
+          [ -f /root/smoke/plan.pid ] && pkill -TERM -f "^[^ ]*python3? -m autotune run" ; sleep 60; progress; collect ;;
     *) echo "usage: device.sh stage K | setup | start PLAN | wait SECONDS | collect | stop" >&2; exit 2 ;;
 esac
