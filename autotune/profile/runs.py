@@ -21,7 +21,7 @@ from autotune.profile.advice import Advice, advise
 from autotune.profile.analysis import ProfileAnalysis, analyse
 from autotune.profile.traces import TraceError, discover
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
-from autotune.runners.mcore import McoreRunner, ProbeError, probe_layers, probe_spec, probe_world
+from autotune.runners.mcore import McoreRunner
 from autotune.runners.verl import VerlRunner
 from autotune.setup import Setup
 from autotune.store import ProfileRow, Store
@@ -74,13 +74,10 @@ class ProfilingMcoreRunner(McoreRunner):
     """The probe with one more step under torch.profiler after its timed steps."""
 
     def run(self, spec: TrialSpec) -> TrialResult:
-        try:
-            world = probe_world(spec.cluster, spec.candidate, self.local_gpus)
-        except ProbeError as e:
-            return TrialResult(TrialStatus.CONFIG_ERROR, str(e))
-        layers = probe_layers(spec.model, spec.cluster, spec.job, spec.candidate, world)
-        pspec = probe_spec(spec.model, spec.cluster, spec.job, spec.candidate, world,
-                           f"{spec.study}-{spec.number}", layers, self.steps)
+        probe = self.trial_probe(spec)
+        if isinstance(probe, TrialResult):
+            return probe
+        world, pspec = probe
         where = trace_dir(spec.workdir, 1)
         shutil.rmtree(where, ignore_errors=True)
         pspec["profile_dir"] = str(where)

@@ -156,14 +156,21 @@ class McoreRunner(Runner):
     def describe(self) -> str:
         return f"mcore ({self.local_gpus} local GPUs)"
 
-    def run(self, spec: TrialSpec) -> TrialResult:
+    def trial_probe(self, spec: TrialSpec) -> tuple[int, dict[str, Any]] | TrialResult:
+        """The probe of a trial: (world size, probe spec), or the trial's result when it cannot run here."""
         try:
             world = probe_world(spec.cluster, spec.candidate, self.local_gpus)
         except ProbeError as e:
             return TrialResult(TrialStatus.CONFIG_ERROR, str(e))
         layers = probe_layers(spec.model, spec.cluster, spec.job, spec.candidate, world)
-        pspec = probe_spec(spec.model, spec.cluster, spec.job, spec.candidate, world,
-                           f"{spec.study}-{spec.number}", layers, self.steps)
+        return world, probe_spec(spec.model, spec.cluster, spec.job, spec.candidate, world,
+                                 f"{spec.study}-{spec.number}", layers, self.steps)
+
+    def run(self, spec: TrialSpec) -> TrialResult:
+        probe = self.trial_probe(spec)
+        if isinstance(probe, TrialResult):
+            return probe
+        world, pspec = probe
         return self.run_specs(spec.workdir, [pspec], world)[0]
 
     def run_specs(self, workdir: Path, specs: list[dict[str, Any]], world: int) -> list[TrialResult]:

@@ -17,6 +17,7 @@ import argparse
 import json
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,10 @@ def questions(n: int, seed: int = 0, min_words: int = 40, max_words: int = 200) 
     return out
 
 
-def write_parquet(path: Path, n: int, split: str = "train") -> Path:
-    """Rows in verl's gsm8k schema: data_source, prompt (chat messages), ability, reward_model, extra_info."""
+def write_parquet(path: Path, n: int, split: str = "train",
+                  ask: Callable[[int], list[tuple[str, str]]] | None = None) -> Path:
+    """Rows in verl's gsm8k schema: data_source, prompt (chat messages), ability, reward_model, extra_info; `ask`
+    makes the (question, answer) pairs (default: realistic lengths)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -114,7 +117,7 @@ def write_parquet(path: Path, n: int, split: str = "train") -> Path:
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": a},
         "extra_info": {"split": split, "index": i, "answer": f"{q} #### {a}", "question": q},
-    } for i, (q, a) in enumerate(questions(n))]
+    } for i, (q, a) in enumerate((ask or questions)(n))]
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path

@@ -61,20 +61,10 @@ def write_model(path: Path) -> Path:
 
 
 def write_gsm8k_parquet(path: Path, n: int = 32, split: str = "train") -> Path:
-    """Rows in verl's gsm8k schema: data_source, prompt (chat messages), ability, reward_model, extra_info."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """verl's gsm8k schema as the GPU smoke writes it, with this module's short questions."""
+    from benchmarks.gpu_verl.workload import write_parquet
 
-    rows = [{
-        "data_source": "openai/gsm8k",
-        "prompt": [{"role": "user", "content": q + " " + INSTRUCTION}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": a},
-        "extra_info": {"split": split, "index": i, "answer": f"{q} #### {a}", "question": q},
-    } for i, (q, a) in enumerate(questions(n))]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
+    return write_parquet(path, n, split, ask=questions)
 
 
 def tiny_job(model: Path, data: Path, batch: int = 4) -> dict[str, Any]:
