@@ -4,6 +4,7 @@ what each trial was)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,34 @@ def test_real_startup_milestones_are_read(tmp_path: Path) -> None:
     run = RunLog(LineTail(log), LineTail(tmp_path / "none.jsonl"), started=0.0)
     run.poll(final=True)
     assert {"ray_up", "config"} <= set(run.milestones)
+
+
+def _vllm_failure_lines(text: str) -> list[str]:
+    """The vLLM worker's failure block: the lines from 'WorkerProc failed to start.' to the ValueError, with values
+    (pids, times, numbers, paths) blanked, so that what remains is the format."""
+    lines = text.split("\n")
+    start = next(i for i, ln in enumerate(lines) if "WorkerProc failed to start." in ln)
+    end = next(i for i in range(start, len(lines)) if "ValueError: Free memory on device" in lines[i])
+    return [re.sub(r"\d+(?:\.\d+)?", "N", ln) for ln in (lines[start], lines[start + 1], lines[end])]
+
+
+@pytest.mark.parametrize("mode", ["vllm_start_oom", "vllm_start_hang"])
+def test_the_doubles_vllm_start_failure_is_printed_as_the_real_one(tmp_path: Path, mode: str) -> None:
+    """The double's vLLM lines against the real H100 log: coloured server prefix, the worker's own prefix, vLLM's
+    log header, the message with the device name."""
+    from tests.fake_verl import env_for, fake_runner, leftovers, make_spec
+    from tests.test_real_verl import double_log
+
+    if mode == "vllm_start_oom":
+        lines, res = double_log(tmp_path, mode)
+        text = "\n".join(lines)
+        assert res.extra["failure"] == "vllm_start_oom"
+    else:  # the driver keeps waiting: stopped by the runner once the fatal line has had its grace
+        rec = tmp_path / "rec.jsonl"
+        from tests.conftest import make_setup
+
+        res = fake_runner(env_for(rec, FAKE_VERL_MODE=mode), fatal_grace_s=1.0, preflight=False).run(
+            make_spec(make_setup(), tmp_path))
+        assert leftovers(rec) == [] and res.extra["failure"] == "vllm_start_oom"
+        text = Path(res.log_path).read_text()
+    assert _vllm_failure_lines(text) == _vllm_failure_lines(log_of("trial_0005"))

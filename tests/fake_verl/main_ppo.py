@@ -54,6 +54,18 @@ RAY_INIT_KEY = "ray_kwargs.ray_init."
 
 
 VLLM_PRE = "(vLLMHttpServer pid=4101) (EngineCore pid=4242)"  # vLLM 0.24's engine inside verl's server actor
+# vLLM 0.24's worker failing to start beside the resident actor, as the real log prints it (H100 2026-11-24,
+# tests/data/real_verl_gpu/h100_2026-11-24/trial_0005/verl.log: Ray colours the server actor's prefix).
+_WORKER_PRE = ("\x1b[36m(vLLMHttpServer pid=9632)\x1b[0m (Worker pid=10044) ERROR 11-24 00:53:22 "
+               "[multiproc_executor.py:898]")
+VLLM_WORKER_FAILED = [f"{_WORKER_PRE} {ln}" for ln in (
+    "WorkerProc failed to start.",
+    "Traceback (most recent call last):",
+    '  File "/root/site/vllm/v1/executor/multiproc_executor.py", line 865, in worker_main',
+    "    raise ValueError(",
+    "ValueError: Free memory on device cuda:0 (72.43/79.18 GiB) on startup is less than desired GPU memory "
+    "utilization (0.95, 75.22 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+)]
 DATALOADER_TEARDOWN = (
     "Traceback (most recent call last):",
     '  File "/usr/lib/python3/site-packages/torch/utils/data/_utils/signal_handling.py", line 73, in handler',
@@ -328,26 +340,14 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
                 "{'GPU': 1.0, 'CPU': 3.0}. This is likely due to all cluster resources being claimed by actors.")
             time.sleep(1.0)
     if mode == "vllm_start_hang":  # vLLM's worker fails to start; the driver keeps waiting (real log, H100 2026-11-24)
-        pre = "(vLLMHttpServer pid=9632) (Worker pid=10044)"
-        for ln in ["ERROR 11-24 00:53:22 [multiproc_executor.py:898] WorkerProc failed to start.",
-                   "ERROR 11-24 00:53:22 [multiproc_executor.py:898] Traceback (most recent call last):",
-                   "ERROR 11-24 00:53:22 [multiproc_executor.py:898]     raise ValueError(",
-                   "ERROR 11-24 00:53:22 [multiproc_executor.py:898] ValueError: Free memory on device cuda:0 "
-                   "(72.43/79.18 GiB) on startup is less than desired GPU memory utilization (0.95, 75.22 GiB). "
-                   "Decrease GPU memory utilization or reduce GPU memory used by other processes."]:
-            out(f"{pre} {ln}")
+        for ln in VLLM_WORKER_FAILED:
+            out(ln)
         while True:
             time.sleep(1.0)
-    if mode == "vllm_start_oom":
+    if mode == "vllm_start_oom":  # the same start failure, after which verl exits
         hydra_fail(argv, [
-            f"{VLLM_PRE} ERROR 01-01 00:00:10 [core.py:708] EngineCore failed to start.",
-            f"{VLLM_PRE} Traceback (most recent call last):",
-            f'{VLLM_PRE}   File "/usr/lib/python3/site-packages/vllm/v1/worker/gpu_worker.py", line 191,'
-            " in init_device",
-            f"{VLLM_PRE} ValueError: Free memory on device (30.12/79.11 GiB) on startup is less than "
-            "desired GPU memory utilization (0.9, 71.2 GiB). Decrease GPU memory utilization or reduce GPU memory "
-            "used by other processes.",
-            "ray.exceptions.RayTaskError(RuntimeError): ray::vLLMHttpServer.launch_server() (pid=4242)",
+            *VLLM_WORKER_FAILED,
+            "ray.exceptions.RayTaskError(RuntimeError): ray::vLLMHttpServer.launch_server() (pid=9632)",
             "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
         ])
     if mode == "kv_cache":
