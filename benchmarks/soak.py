@@ -1,6 +1,7 @@
 """Soak: a simulate study killed again and again (SIGKILL, SIGTERM, SIGINT) and restarted; then nothing is lost.
 
-Each round starts `autotune run` (the CLI's own `main`, in forked processes: no interpreter start-up per restart)
+Each round starts `autotune run` (the CLI's own `main`, forked from a fork server that imported autotune once: no
+interpreter start-up per restart, and no fork of a process with threads, whose locks a child can inherit held)
 for one or more workers on the same study. A worker is killed either by a fault point of its write path
 (autotune/faults.py: the N-th point, N drawn at random) or from outside once the study holds M more launched trials
 than at the round's start (M drawn at random from 0, i.e. at start-up or recovery, to MAX_OUTSIDE), after a random
@@ -86,6 +87,14 @@ class SoakReport:
         return sum(self.kills.values())
 
 
+def worker_context() -> multiprocessing.context.BaseContext:
+    """Workers forked from a clean fork server (not from the caller, whose threads may hold locks at the fork: a
+    forked worker hung that way in CI beside pytest-timeout's and PostgreSQL's threads)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["autotune.cli", "benchmarks.soak"])
+    return ctx
+
+
 def _worker(argv: list[str], plan: str | None, log: str) -> None:
     """A forked `autotune run`: its own fault plan, default signal handling, output to a log file."""
     os.environ.pop(faults.ENV, None)
@@ -122,7 +131,7 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
     rng.shuffle(todo)
     report = SoakReport(storage=storage.split("://")[0], workers=workers, n_trials=n_trials,
                         kills={s: 0 for s in signals})
-    ctx = multiprocessing.get_context("fork")
+    ctx = worker_context()
     start = time.monotonic()
     log = str(workdir / "workers.log")
     # Fault points per trial are ~6 (~7 trials per kill); a plan past the trials left simply does not fire.

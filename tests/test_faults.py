@@ -153,10 +153,8 @@ def test_a_kill_at_each_fault_point_loses_nothing(fast_sqlite, tmp_path):
 
 
 def _soak_points(url: str, work: Path) -> soak_mod.SoakReport:
-    import multiprocessing
-
     argv = _argv(url, work, n_trials=12)
-    ctx = multiprocessing.get_context("fork")
+    ctx = soak_mod.worker_context()
     report = soak_mod.SoakReport(storage=url, workers=1, n_trials=12, kills={"SIGKILL": 0})
     for k in range(1, 13):
         p = ctx.Process(target=soak_mod._worker, args=(argv, f"SIGKILL@{k}", str(work / "log")))
@@ -211,12 +209,9 @@ def test_concurrency_four_workers_postgresql_with_kills(postgres_url, tmp_path):
 
 def test_sigterm_during_a_trial_records_it_as_interrupted_at_once(tmp_path):
     """SIGTERM (a scheduler's stop) ends `autotune run` as Ctrl-C does: exit 130, the trial interrupted, re-queued."""
-    import multiprocessing
-
     url = f"sqlite:///{tmp_path / 't.db'}"
     argv = _argv(url, tmp_path, n_trials=3)
-    p = multiprocessing.get_context("fork").Process(target=soak_mod._worker,
-                                                     args=(argv, "SIGTERM@4", str(tmp_path / "log")))
+    p = soak_mod.worker_context().Process(target=soak_mod._worker, args=(argv, "SIGTERM@4", str(tmp_path / "log")))
     p.start()  # fault points of the first trial: asked 1, evaluated 2, claimed 3, ran 4 (the runner has returned)
     p.join(120)
     assert p.exitcode == 130, (tmp_path / "log").read_text()[-2000:]
