@@ -74,9 +74,15 @@ class ExportInfo:
     memory_verdict: str = ""  # "fits at step 3; OOM in update_actor once responses reach N tokens" (the memory model's)
     label: str = ""  # what tells the trial apart (autotune.labels); the layout when empty
     replayed: bool = False  # looked up in a table of earlier measurements (backend replay): nothing ran now
+    node_defaults: tuple[tuple[str, Any], ...] = ()  # what the trial's node needed beyond the job (autotune doctor)
 
     def memory_line(self) -> str:
-        return f"# memory (model estimate): {self.memory_verdict}\n" if self.memory_verdict else ""
+        """The memory verdict and the node's additions, as header comment lines ("" when there are none)."""
+        out = f"# memory (model estimate): {self.memory_verdict}\n" if self.memory_verdict else ""
+        if self.node_defaults:
+            added = ", ".join(f"{k}={verl.format_value(v)}" for k, v in self.node_defaults)
+            out += f"# added because the node the trial ran on needed it (autotune doctor): {added}\n"
+        return out
 
     def headline(self) -> str:
         if self.throughput is None:
@@ -120,7 +126,7 @@ def to_sh(info: ExportInfo, argv: list[str], missing: list[str] = ()) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# {info.headline()}",
-        *([info.memory_line().rstrip()] if info.memory_verdict else []),
+        *([info.memory_line().rstrip()] if info.memory_line() else []),
         f"# verl {verl.VERL_VERSION}, Megatron actor, vLLM rollout. Hydra overrides given to this script are appended.",
         *fill_in_header(missing),
         "set -euo pipefail",
@@ -168,7 +174,7 @@ def to_ray(info: ExportInfo, argv: list[str], missing: list[str] = ()) -> str:
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# {info.headline()}",
-        *([info.memory_line().rstrip()] if info.memory_verdict else []),
+        *([info.memory_line().rstrip()] if info.memory_line() else []),
         "# Submits the tuned verl job to a running Ray cluster (RAY_ADDRESS, default the local dashboard).",
         *fill_in_header(missing),
         "set -euo pipefail",
@@ -182,7 +188,7 @@ def render(fmt: str, info: ExportInfo, job: Job, cluster: Cluster, cand: Candida
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     missing = missing_keys(job)
-    placeholders = {k: MISSING for k in missing}
+    placeholders = {**dict(info.node_defaults), **{k: MISSING for k in missing}}
     values = launch_values(job, cluster, cand, placeholders)
     argv = launch_argv(job, cluster, cand, placeholders)
     if fmt == "sh":
@@ -203,5 +209,6 @@ def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
     cand = Candidate(**row.params)
     info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name,
                       memory_verdict=(row.predicted_memory or {}).get("verdict", ""), label=label(cand, setup.stock),
-                      replayed=provenance(row.simulated, row.backend) == "replayed")
+                      replayed=provenance(row.simulated, row.backend) == "replayed",
+                      node_defaults=tuple(((row.extra or {}).get("job_defaults") or {}).items()))
     return render(fmt, info, setup.job, setup.cluster, cand)

@@ -171,3 +171,17 @@ def test_every_exported_key_exists_in_verl_0_9_1():
     for param, vkeys in verl.PARAM_KEYS.items():
         for k in vkeys:
             assert k in keys, (param, k)
+
+
+def test_what_the_node_needed_is_exported_with_the_winner(tmp_path):
+    """A trial ran with the doctor's additions (no flash-attn, no Megatron-Bridge): the export runs the same way and
+    says why; a key the job sets itself is the job's."""
+    node = ((verl.ATTENTION_BACKEND, "unfused"), (verl.VANILLA_MBRIDGE, True))
+    info = ExportInfo("s", 3, 982.0, False, CAND.layout(), "m", node_defaults=node)
+    cl = make_setup().cluster
+    text = render("sh", info, JOB, cl, CAND)
+    assert f"{verl.ATTENTION_BACKEND}=unfused" in text and f"{verl.VANILLA_MBRIDGE}=true" in text
+    assert "needed it (autotune doctor)" in text.splitlines()[2]
+    values = yaml.safe_load(render("yaml", info, JOB, cl, CAND))
+    assert values[verl.ATTENTION_BACKEND] == "unfused" and values[verl.VANILLA_MBRIDGE] is True
+    assert verl.ATTENTION_BACKEND not in yaml.safe_load(render("yaml", INFO, JOB, cl, CAND))
