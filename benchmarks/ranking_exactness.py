@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="run one part; the other part is kept from the existing OUT.json")
     ap.add_argument("--out", default=str(RESULTS / "ranking_exactness"))
     args = ap.parse_args(argv)
-    old = json.loads(Path(args.out + ".json").read_text()) if args.only and Path(args.out + ".json").exists() else {}
-    exact = old.get("exactness", [])
+    kept = json.loads(Path(args.out + ".json").read_text()) if args.only and Path(args.out + ".json").exists() else {}
+    exact = kept.get("exactness", [])
     cases = [] if args.only == "shipped" else exactness_cases(args.quick, args.full_dense)
     if cases:
         exact = []
@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> None:
                "brute_s": round(b["wall_s"], 2), "ranking_s": round(t, 2), "calls": r.calls}
         exact.append(rec)
         print(json.dumps(rec), flush=True)
-        Path(args.out + ".json").write_text(json.dumps({**old, "exactness": exact}, indent=1))
-    shipped = old.get("shipped", []) if args.only == "exactness" else []
+        Path(args.out + ".json").write_text(json.dumps({**kept, "exactness": exact}, indent=1))
+    shipped = kept.get("shipped", []) if args.only == "exactness" else []
     for model, space in () if args.only == "exactness" else (("qwen2.5-7b", "dense"), ("qwen3-30b-a3b", "moe")):
         for gpus in (1, 2, 4, 8):
             setup = Setup(get_model(model), Cluster(get_gpu_type("h100"), gpus, 1), Job.default(), load_space(space))
@@ -241,11 +241,11 @@ def main(argv: list[str] | None = None) -> None:
                    "blocks": len(r.blocks())}
             shipped.append(rec)
             print(json.dumps(rec), flush=True)
-            Path(args.out + ".json").write_text(json.dumps({**old, "exactness": exact, "shipped": shipped}, indent=1))
+            Path(args.out + ".json").write_text(json.dumps({**kept, "exactness": exact, "shipped": shipped}, indent=1))
     # which command produced which part (a part kept from an earlier run keeps its command)
     ran = "python -m benchmarks.ranking_exactness" + "".join(
         f" {a}" for a in (argv if argv is not None else __import__("sys").argv[1:]))
-    commands = {**old.get("commands", {})}
+    commands = {**kept.get("commands", {})}
     for part in ("exactness", "shipped"):
         if args.only in (None, part):
             commands[part] = ran
