@@ -289,10 +289,11 @@ def markdown(exact: list[dict[str, Any]], shipped: list[dict[str, Any]], command
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in shipped:
-        gain = (f"+{(r['best'] / r['sampled_best'] - 1) * 100:.1f}%" if r["best"] and r["sampled_best"]
+        gain = (f"{(r['best'] / r['sampled_best'] - 1) * 100:+.1f}%" if r["best"] and r["sampled_best"]
                 else ("space refused by sampling" if r["best"] else "-"))
+        label = (r["best_label"] or "nothing runs").replace(" | ", ", ")
         lines.append(f"| {r['model']} | {r['space']} | {r['gpus']} | {_f(r['space_settings'])} | {_f(r['runnable'])} "
-                     f"| {_f(r['best'])} | {r['best_label'] or 'nothing runs'} | {_f(r['sampled_best'])} | {gain} | "
+                     f"| {_f(r['best'])} | {label} | {_f(r['sampled_best'])} | {gain} | "
                      f"{r['ranking_s']} | {r['ranking_and_count_s']} | {r['sampled_s']} | {_f(r['calls'])} |")
     return "\n".join(lines) + "\n"
 
