@@ -163,7 +163,9 @@ def _start_tuner(tmp_path: Path, storage: str, n: int, **env: str) -> subprocess
                             cwd=REPO, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for_trial(rec: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+def _wait_for_trial(rec: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    # A hang guard, not a timing: the tuner ranks the 8-GPU dense space (about 6 s of CPU) and the double imports
+    # its stack; on a loaded 2-core machine that took over 60 s.
     deadline = time.monotonic() + timeout
     while not records(rec):
         assert proc.poll() is None, proc.communicate()[0]
