@@ -41,17 +41,17 @@ BANDWIDTHS = ("hbm", "intensity", "a2a", "pcie_gbps", "reshard_gbps")
 ACTIVATIONS = ("act_h", "act_q", "act_kv", "act_f")
 
 
-def perturbed(seed: int | None) -> Any:
-    """The model's constants with each one multiplied by U(1 - SPREAD, 1 + SPREAD) (seed None: as shipped)."""
+def perturbed(seed: int | None, spread: float = SPREAD) -> Any:
+    """The model's constants with each one multiplied by U(1 - spread, 1 + spread) (seed None: as shipped)."""
     from autotune.estimate import DEFAULT_CONSTANTS
 
     if seed is None:
         return DEFAULT_CONSTANTS
     rng = random.Random(seed)
     c = DEFAULT_CONSTANTS
-    eff = dataclasses.replace(c.efficiency, **{k: getattr(c.efficiency, k) * rng.uniform(1 - SPREAD, 1 + SPREAD)
+    eff = dataclasses.replace(c.efficiency, **{k: getattr(c.efficiency, k) * rng.uniform(1 - spread, 1 + spread)
                                               for k in EFFICIENCIES + BANDWIDTHS})
-    acts = {k: rng.uniform(1 - SPREAD, 1 + SPREAD) for k in ACTIVATIONS}
+    acts = {k: rng.uniform(1 - spread, 1 + spread) for k in ACTIVATIONS}
     cal = dataclasses.replace(c.calibration, **{k: getattr(c.calibration, k) * f for k, f in acts.items()})
     probe = dataclasses.replace(c.probe_calibration, **{k: getattr(c.probe_calibration, k) * f
                                                         for k, f in acts.items()})
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tables", nargs="*", default=None)
     ap.add_argument("--perturbations", type=int, default=10)
+    ap.add_argument("--spread", type=float, default=SPREAD, help="each constant x U(1 - spread, 1 + spread)")
     ap.add_argument("--out", default=str(RESULTS / "perturbed_search"))
     args = ap.parse_args(argv)
     tables = [Path(t) for t in args.tables] if args.tables else sorted(LANDSCAPES.glob("*.csv"))
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
             for seed in seeds:
                 rec = {"landscape": land.name, "perturbation": seed, "rows": len(land.rows)}
                 for learn in (True, False):
-                    r = run_model(land, perturbed(seed), learn, seed, Path(tmp))
+                    r = run_model(land, perturbed(seed, args.spread), learn, seed, Path(tmp))
                     rec["learn" if learn else "plain"] = r
                 tpe = run_tpe(land, seed)
                 rec["tpe"] = {"trials": trials_to(tpe, land.best, TARGET), "launched": len(tpe.launches),
@@ -129,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     wall = time.perf_counter() - t0
     summary = summarize(rows)
     Path(args.out + ".json").write_text(json.dumps({"runs": rows, "summary": summary}, indent=1, default=str))
-    Path(args.out + ".md").write_text(markdown(summary, len(seeds), wall))
-    print(markdown(summary, len(seeds), wall))
+    Path(args.out + ".md").write_text(markdown(summary, len(seeds), wall, args.spread))
+    print(markdown(summary, len(seeds), wall, args.spread))
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -150,13 +151,14 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def markdown(summary: list[dict[str, Any]], n: int, wall: float) -> str:
+def markdown(summary: list[dict[str, Any]], n: int, wall: float, spread: float = SPREAD) -> str:
     lines = [
         "# Search with a wrong model (replayed landscapes, perturbed constants)",
         "",
-        f"`python -m benchmarks.perturbed_search --perturbations {n}`: each of the model's compute efficiencies, "
-        f"bandwidths and activation-memory widths multiplied by its own factor in [{1 - SPREAD:.1f}, "
-        f"{1 + SPREAD:.1f}] (perturbation seeds 0-{n - 1}); launched trials until one reaches {TARGET:.0%} of the "
+        f"`python -m benchmarks.perturbed_search --perturbations {n}"
+        + (f" --spread {spread:g}" if spread != SPREAD else "") + "`: each of the model's compute efficiencies, "
+        f"bandwidths and activation-memory widths multiplied by its own factor in [{1 - spread:.1f}, "
+        f"{1 + spread:.1f}] (perturbation seeds 0-{n - 1}); launched trials until one reaches {TARGET:.0%} of the "
         "landscape's best, median and worst over the perturbations; plain TPE with seeds 0-"
         f"{n - 1} (it uses no model). OOM: launches that ran out of memory before reaching the target, summed over "
         f"the perturbations (runs with any). Every trial is a replayed measurement. Wall time {wall:.0f} s.",

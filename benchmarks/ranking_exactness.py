@@ -2,10 +2,12 @@
 
     python -m benchmarks.ranking_exactness            # results/ranking_exactness.md, .json
     python -m benchmarks.ranking_exactness --quick    # fewer brute-force cases
+    python -m benchmarks.ranking_exactness --only shipped   # one part; the other kept from the existing .json
 
 1. Brute force: spaces small enough to enumerate (a reduced dense space and a reduced MoE space, every setting
-   evaluated one by one), Qwen2.5-7B on 1, 2, 4 and 8 x H100 and Qwen3-30B-A3B on 1, 2, 4, 8 x H200 (and the full
-   dense space on one H100, 103,680 settings): the ranking's best and the number of runnable settings against
+   evaluated one by one), Qwen2.5-7B on 1, 2, 4 and 8 x H100 and Qwen3-30B-A3B on 1, 2, 4, 8 x H200 (with
+   --full-dense also the shipped dense space on one H100: 10,886,400 settings, hours one by one): the ranking's
+   best and the number of runnable settings against
    brute force, and the first launch of a simulate study (the real Tuner) against the brute-force optimum.
 2. The shipped spaces (dense, moe) on 1, 2, 4, 8 x H100, default job: ranking time (from nothing to the best, and
    the exact count of runnable settings), model calls, and the best found by the previous method (1500 random
@@ -162,7 +164,7 @@ def first_launch(setup: Any) -> str | None:
         return row.candidate_key if row else None
 
 
-def exactness_cases(quick: bool) -> list[tuple[str, Any]]:
+def exactness_cases(quick: bool, full_dense: bool = False) -> list[tuple[str, Any]]:
     from autotune.cluster import Cluster, get_gpu_type
     from autotune.job import Job
     from autotune.model import get_model
@@ -176,7 +178,7 @@ def exactness_cases(quick: bool) -> list[tuple[str, Any]]:
             space = parse_space(text, "benchmark")
             cases.append((f"{model} small {space.name.split('-')[1]} space, {gpus} x {gpu.upper()}",
                           Setup(get_model(model), Cluster(get_gpu_type(gpu), gpus, 1), job, space)))
-    if not quick:
+    if full_dense:
         cases.append(("qwen2.5-7b full dense space, 1 GPU",
                       Setup(get_model("qwen2.5-7b"), Cluster(get_gpu_type("h100"), 1, 1), Job.default(),
                             load_space("dense"))))
@@ -193,10 +195,17 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--full-dense", action="store_true", help="also brute-force the shipped dense space on 1 GPU")
+    ap.add_argument("--only", choices=("exactness", "shipped"), default=None,
+                    help="run one part; the other part is kept from the existing OUT.json")
     ap.add_argument("--out", default=str(RESULTS / "ranking_exactness"))
     args = ap.parse_args(argv)
-    exact = []
-    for name, setup in exactness_cases(args.quick):
+    kept = json.loads(Path(args.out + ".json").read_text()) if args.only and Path(args.out + ".json").exists() else {}
+    exact = kept.get("exactness", [])
+    cases = [] if args.only == "shipped" else exactness_cases(args.quick, args.full_dense)
+    if cases:
+        exact = []
+    for name, setup in cases:
         b = brute(setup)
         t0 = time.perf_counter()
         r = ModelRanking(setup)
@@ -212,8 +221,9 @@ def main(argv: list[str] | None = None) -> None:
                "brute_s": round(b["wall_s"], 2), "ranking_s": round(t, 2), "calls": r.calls}
         exact.append(rec)
         print(json.dumps(rec), flush=True)
-    shipped = []
-    for model, space in (("qwen2.5-7b", "dense"), ("qwen3-30b-a3b", "moe")):
+        Path(args.out + ".json").write_text(json.dumps({**kept, "exactness": exact}, indent=1))
+    shipped = kept.get("shipped", []) if args.only == "exactness" else []
+    for model, space in () if args.only == "exactness" else (("qwen2.5-7b", "dense"), ("qwen3-30b-a3b", "moe")):
         for gpus in (1, 2, 4, 8):
             setup = Setup(get_model(model), Cluster(get_gpu_type("h100"), gpus, 1), Job.default(), load_space(space))
             t0 = time.perf_counter()
@@ -231,21 +241,33 @@ def main(argv: list[str] | None = None) -> None:
                    "blocks": len(r.blocks())}
             shipped.append(rec)
             print(json.dumps(rec), flush=True)
-    Path(args.out + ".json").write_text(json.dumps({"exactness": exact, "shipped": shipped}, indent=1))
-    Path(args.out + ".md").write_text(markdown(exact, shipped))
-    print(markdown(exact, shipped))
+            Path(args.out + ".json").write_text(json.dumps({**kept, "exactness": exact, "shipped": shipped}, indent=1))
+    # which command produced which part (a part kept from an earlier run keeps its command)
+    ran = "python -m benchmarks.ranking_exactness" + "".join(
+        f" {a}" for a in (argv if argv is not None else __import__("sys").argv[1:]))
+    commands = {**kept.get("commands", {})}
+    for part in ("exactness", "shipped"):
+        if args.only in (None, part):
+            commands[part] = ran
+    result = {"exactness": exact, "shipped": shipped, "commands": commands}
+    Path(args.out + ".json").write_text(json.dumps(result, indent=1))
+    Path(args.out + ".md").write_text(markdown(exact, shipped, commands))
+    print(markdown(exact, shipped, commands))
 
 
 def _f(v: Any, nd: int = 1) -> str:
     return "-" if v is None else (f"{v:,.{nd}f}" if isinstance(v, float) else f"{v:,}")
 
 
-def markdown(exact: list[dict[str, Any]], shipped: list[dict[str, Any]]) -> str:
+def markdown(exact: list[dict[str, Any]], shipped: list[dict[str, Any]], commands: dict[str, str] | None = None
+             ) -> str:
     lines = [
         "# Exact ranking: against brute force, and on the shipped spaces",
         "",
         "`python -m benchmarks.ranking_exactness` (method: its docstring). Predicted throughputs are the model's "
         "(tokens/s/GPU); times are wall-clock on this repository's shared 2-core machine, under load.",
+        "",
+        *[f"- {part}: `{cmd}`" for part, cmd in (commands or {}).items()],
         "",
         "## Against brute force",
         "",
@@ -267,10 +289,11 @@ def markdown(exact: list[dict[str, Any]], shipped: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in shipped:
-        gain = (f"+{(r['best'] / r['sampled_best'] - 1) * 100:.1f}%" if r["best"] and r["sampled_best"]
+        gain = (f"{(r['best'] / r['sampled_best'] - 1) * 100:+.1f}%" if r["best"] and r["sampled_best"]
                 else ("space refused by sampling" if r["best"] else "-"))
+        label = (r["best_label"] or "nothing runs").replace(" | ", ", ")
         lines.append(f"| {r['model']} | {r['space']} | {r['gpus']} | {_f(r['space_settings'])} | {_f(r['runnable'])} "
-                     f"| {_f(r['best'])} | {r['best_label'] or 'nothing runs'} | {_f(r['sampled_best'])} | {gain} | "
+                     f"| {_f(r['best'])} | {label} | {_f(r['sampled_best'])} | {gain} | "
                      f"{r['ranking_s']} | {r['ranking_and_count_s']} | {r['sampled_s']} | {_f(r['calls'])} |")
     return "\n".join(lines) + "\n"
 
