@@ -64,6 +64,8 @@ def test_known_lengths_move_the_prediction_as_they_should():
     # tokens per step follow the known lengths: prompts from the data, responses from the estimate
     assert data.tokens_per_step == pytest.approx(SEQS * (run.PROMPT_MEAN + 0.18 * 128))
     assert typical.tokens_per_step < data.tokens_per_step
+    assert data.lengths_words() == "prompts 27 tokens (known), responses 23 (typical share of the cap)"
+    assert "responses 40 (known)" in short.as_dict()["lengths"]  # what `estimate` prints and --json carries
     assert short.tokens_per_step == pytest.approx(SEQS * (run.PROMPT_MEAN + 40))
     assert long.tokens_per_step == pytest.approx(SEQS * (run.PROMPT_MEAN + 120))
     # the longest response sets the decode steps: 2 x 40 = 80 tokens, then the 128 cap

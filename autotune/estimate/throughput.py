@@ -92,6 +92,7 @@ class ThroughputEstimate:
     world_size: int
     concurrency: float  # sequences decoded at once per rollout replica
     batching: BatchingPlan | None = None  # the micro-batches at the workload's lengths
+    lengths: Lengths | None = None  # the lengths this estimate assumed (known ones, typical shares for the rest)
 
     @property
     def step_time(self) -> float:
@@ -108,7 +109,16 @@ class ThroughputEstimate:
             "step_time_s": round(self.step_time, 2),
             "phases_s": {k: round(v, 2) for k, v in self.phases},
             "rollout_concurrency": round(self.concurrency, 1),
+            **({"lengths": self.lengths_words()} if self.lengths else {}),
         }
+
+    def lengths_words(self) -> str:
+        """The lengths the time model assumed, and whether each was known or a typical share of the job's caps."""
+        ln = self.lengths
+        if ln is None:
+            return ""
+        return (f"prompts {ln.prompt_mean:.0f} tokens ({'known' if ln.prompt_known else 'typical share of the cap'}), "
+                f"responses {ln.response_mean:.0f} ({'known' if ln.response_known else 'typical share of the cap'})")
 
 
 def step_error_percent(moe: bool | None = None) -> float:
@@ -293,4 +303,4 @@ def estimate_throughput(
     ]
     if job.has_ref_model:
         phases.insert(2, ("ref", fwd))
-    return ThroughputEstimate(tuple(phases), tokens, world, conc, plan)
+    return ThroughputEstimate(tuple(phases), tokens, world, conc, plan, ln)
