@@ -155,7 +155,9 @@ class Job:
 
     @functools.cached_property
     def enforce_eager(self) -> bool:
-        return _truthy(self.get(verl.ENFORCE_EAGER))
+        """vLLM runs decode eagerly (no CUDA graphs); verl's default when the job does not say."""
+        value = self.get(verl.ENFORCE_EAGER)
+        return verl.ENFORCE_EAGER_DEFAULT if value is None else _truthy(value)
 
     @functools.cached_property
     def rope_fusion(self) -> bool:

@@ -98,6 +98,9 @@ MODEL_PATH = "actor_rollout_ref.model.path"
 MAX_MODEL_LEN = f"{_ROLLOUT}.max_model_len"
 MAX_NUM_SEQS = f"{_ROLLOUT}.max_num_seqs"
 ENFORCE_EAGER = f"{_ROLLOUT}.enforce_eager"
+# verl 0.9.1's rollout.yaml default: vLLM captures CUDA graphs for decode (verl 0.4-era runs, such as
+# verl_megatron_practice's tables, ran eagerly). Memory (the graph pool) and decode time (per-step overhead) read it.
+ENFORCE_EAGER_DEFAULT = False
 ROPE_FUSION = f"{_TRANSFORMER}.apply_rope_fusion"  # Megatron's fused RoPE kernel
 FREE_CACHE_ENGINE = f"{_ROLLOUT}.free_cache_engine"  # [True]: vLLM sleeps (frees weights and KV) outside rollout
 # Weight resharding sends the actor's weights to vLLM in GPU buckets of this size [2048 MiB].

@@ -127,6 +127,8 @@ def read_rows(path: Path) -> list[Row]:
             rope = "rope_fusion" in other or "all optimization" in other  # the scripts' override
             job = Job.from_mapping({
                 **({verl.ROPE_FUSION: True} if rope else {}),
+                # verl 0.4-era runs: vLLM eager (no CUDA graphs), that era's default; rows that say otherwise do
+                verl.ENFORCE_EAGER: "cuda graph" not in other.lower(),
                 "data.max_prompt_length": tokens(r["max_prompt_len"]),
                 "data.max_response_length": tokens(r["max_response_len"]),
                 "data.train_batch_size": int(r["bs"]),

@@ -107,6 +107,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         phases = ", ".join(f"{k} {v:.1f}s" for k, v in t.phases)
         step = step_time_label(t.step_time, setup.model.is_moe)
         out.print(f"predicted {step} ({phases}); {units.throughput(t.throughput)} tokens/s/GPU (estimate)")
+        out.print(f"throughput at mean lengths: {t.lengths_words()}", markup=False)
     out.print(f"fits: {'yes' if ev.feasible else 'no'} (at step {setup.measure_step}); at the worst case the job "
               f"allows: {'yes' if ev.worst_fits else 'no'}")
     return 0

@@ -128,7 +128,7 @@ def estimate_unchecked(model: ModelArch, cluster: Cluster, job: Job, cand: Candi
     mem, worst = estimate_memories(model, cluster, job, cand, objective, lengths, constants)
     eff = constants.efficiency
     if objective == "step":
-        return Evaluation(cand, (), mem, estimate_throughput(model, cluster, job, cand, mem, eff=eff),
+        return Evaluation(cand, (), mem, estimate_throughput(model, cluster, job, cand, mem, eff=eff, lengths=lengths),
                           None if mem is worst else worst)
     return Evaluation(cand, (), mem, _training_throughput(model, cluster, job, cand, mem, eff),
                       None if mem is worst else worst)

@@ -38,6 +38,10 @@ class Lengths:
     response_max: float
     sources: tuple[str, ...] = ()
     worst_case: bool = False
+    # Which lengths come from something known (the job's data, a measurement, --response-length) rather than the
+    # job's maximum taken for want of better: the time model uses the known ones and its typical shares otherwise.
+    prompt_known: bool = False
+    response_known: bool = False
 
     @property
     def seq_mean(self) -> float:
@@ -82,7 +86,7 @@ def at_step(
     rows = [m for m in measured if m.get(verl.M_RESPONSE_LENGTH_MEAN) is not None]
     if prompts is not None:
         pm, px, src = prompts
-        out = replace(out, prompt_mean=min(pm, pmax_job), prompt_max=min(px, pmax_job))
+        out = replace(out, prompt_mean=min(pm, pmax_job), prompt_max=min(px, pmax_job), prompt_known=True)
         sources.append(src)
     if rows:
         def top(key: str, fallback: float) -> float:
@@ -95,12 +99,14 @@ def at_step(
             response_max=min(top(verl.M_RESPONSE_LENGTH_MAX, rmax_job), rmax_job),
             prompt_mean=min(top(verl.M_PROMPT_LENGTH_MEAN, out.prompt_mean), pmax_job),
             prompt_max=min(top(verl.M_PROMPT_LENGTH_MAX, out.prompt_max), pmax_job),
+            response_known=True,
+            prompt_known=out.prompt_known or any(r.get(verl.M_PROMPT_LENGTH_MEAN) is not None for r in rows),
         )
         sources.append(f"measured {verl.M_RESPONSE_LENGTH_MEAN} / max of {len(rows)} earlier trial(s) at the "
                        "measured step (the largest)")
     elif response_length is not None:
         out = replace(out, response_mean=float(response_length),
-                      response_max=min(rmax_job, LONGEST_OVER_MEAN * response_length))
+                      response_max=min(rmax_job, LONGEST_OVER_MEAN * response_length), response_known=True)
         sources.append(f"--response-length {response_length:g} (mean; longest taken as "
                        f"{LONGEST_OVER_MEAN:g}x, at most {verl.MAX_RESPONSE_LENGTH})")
     else:
@@ -158,7 +164,9 @@ def _token_counter(job: Job) -> tuple[Any, str]:
 
             def count(x: Any) -> float:
                 if isinstance(x, list) and getattr(tok, "chat_template", None):
-                    return float(len(tok.apply_chat_template(x, add_generation_prompt=True, tokenize=True)))
+                    ids = tok.apply_chat_template(x, add_generation_prompt=True, tokenize=True)
+                    # transformers 5 returns a BatchEncoding (whose len() is its 2 keys), 4.x a list of ids
+                    return float(len(ids["input_ids"] if isinstance(ids, Mapping) else ids))
                 return float(len(tok(_text(x))["input_ids"]))
 
             return count, f"tokenized with {path}"

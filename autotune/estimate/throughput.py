@@ -1,8 +1,10 @@
 """Analytic step time per phase of a verl GRPO step, and tokens/s/GPU.
 
-It ranks candidates, seeds the study and plans GPU budgets. Phases follow verl's timing metrics: gen (vLLM
-decode: a fixed cost per step for the weights read plus a cost per sequence in the batch, over at least as many
-steps as the longest response), old_log_prob and ref (forward FLOPs), update_actor (training FLOPs at a calibrated
+It ranks candidates, seeds the study and plans GPU budgets. Lengths: the Setup's where it knows them (measured
+in earlier trials, `--response-length`, the job's data), else typical shares of the job's maxima (Workload).
+Phases follow verl's timing metrics: gen (vLLM decode: a fixed cost per step for the weights read and vLLM's own
+overhead, eager or with CUDA graphs, plus a cost per sequence in the batch, over at least as many steps as the
+longest response), old_log_prob and ref (forward FLOPs), update_actor (training FLOPs at a calibrated
 efficiency, TP/CP/DP communication, MoE all-to-all, pipeline bubble, recompute), update_weights (reshard). Error
 against measured tables: benchmarks/step_time_error.py (the band shown with every prediction); rank correlation:
 benchmarks/throughput_rank.py.
@@ -25,7 +27,7 @@ from autotune.model import ModelArch
 
 @dataclass(frozen=True)
 class Workload:
-    """What the lengths look like at the measured step, as a share of the job's maxima.
+    """What the lengths look like at the measured step, as a share of the job's maxima, where nothing tells them.
 
     From verl_megatron_practice's DAPO runs: update MFU and step times imply about 1.6k tokens per 10k-token
     sample at step 3 (short math prompts, responses far below the cap).
@@ -52,7 +54,13 @@ class Efficiency:
     hbm: float = 0.8  # share of HBM bandwidth decode reaches
     decode_compute: float = 0.5
     prefill: float = 0.5
-    decode_step_overhead_s: float = 0.007  # scheduler and sampler per decode step
+    decode_step_overhead_s: float = 0.007  # scheduler, sampler and kernel launches per decode step, vLLM eager
+    # The same with CUDA graphs (verl >= 0.9 captures them by default: autotune.verl.ENFORCE_EAGER_DEFAULT): the
+    # forward is one graph replay, what is left is vLLM's scheduler, sampler and output processing. The one real
+    # verl 0.9.1 run (2-layer Qwen2 on 1 H100, benchmarks/results/real_verl_throughput.md) measured the step time
+    # only, which cannot separate this from fixed_step_s: an assumption (the eager 7 ms less the launches of a few
+    # hundred kernels of a ~30-layer model), to be split when a real run's timing_s/gen is recorded.
+    decode_step_overhead_graph_s: float = 0.003
     longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
     rope_fusion: float = 0.817  # update and log-prob time with apply_rope_fusion over without (fitted, paired rows)
     # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
@@ -65,7 +73,11 @@ class Efficiency:
     rollout_tp_comm_s_per_layer: float = 3.5e-5  # two all-reduces per layer per decode step
     pcie_gbps: float = 25.0  # host <-> device for offload
     reshard_gbps: float = 6.0  # effective weight-sync bandwidth (per-tensor overheads dominate)
-    fixed_step_s: float = 3.0  # advantage computation, reward, data loading
+    # What a step costs whatever the model (reward, advantage, data loading, Ray dispatch of each phase, vLLM
+    # wake-up and sleep), shown as verl's `adv` phase. Calibrated on ONE point: the real verl 0.9.1 run above (step
+    # ~4.0 s at 982 tokens/s/GPU, of which the model puts ~1.0 s in update_weights and ~0.4 s in gen) gives 2.6 s; the
+    # verl_megatron_practice steps (175-4400 s) cannot see it (it was 3.0, a guess, before that run).
+    fixed_step_s: float = 2.6
 
 
 DEFAULT_WORKLOAD = Workload()
@@ -80,6 +92,7 @@ class ThroughputEstimate:
     world_size: int
     concurrency: float  # sequences decoded at once per rollout replica
     batching: BatchingPlan | None = None  # the micro-batches at the workload's lengths
+    lengths: Lengths | None = None  # the lengths this estimate assumed (known ones, typical shares for the rest)
 
     @property
     def step_time(self) -> float:
@@ -96,7 +109,16 @@ class ThroughputEstimate:
             "step_time_s": round(self.step_time, 2),
             "phases_s": {k: round(v, 2) for k, v in self.phases},
             "rollout_concurrency": round(self.concurrency, 1),
+            **({"lengths": self.lengths_words()} if self.lengths else {}),
         }
+
+    def lengths_words(self) -> str:
+        """The lengths the time model assumed, and whether each was known or a typical share of the job's caps."""
+        ln = self.lengths
+        if ln is None:
+            return ""
+        return (f"prompts {ln.prompt_mean:.0f} tokens ({'known' if ln.prompt_known else 'typical share of the cap'}), "
+                f"responses {ln.response_mean:.0f} ({'known' if ln.response_known else 'typical share of the cap'})")
 
 
 def step_error_percent(moe: bool | None = None) -> float:
@@ -123,6 +145,22 @@ def error_band(step_s: float, moe: bool | None = None) -> dict:
         "error_basis": f"mean absolute percentage error{family}, leave-one-table-out, against "
         "verl_megatron_practice's measured steps (benchmarks/results/step_time_error.md)",
     }
+
+
+def step_lengths(job: Job, wl: Workload = DEFAULT_WORKLOAD, lengths: Lengths | None = None) -> Lengths:
+    """The lengths the time model assumes: the known ones of `lengths`, the Workload's shares for the rest (their
+    longest at their mean: what the batching plan of the time model has always seen; decode takes its own)."""
+    known = lengths or Lengths(0.0, 0.0, 0.0, 0.0)
+    if known.prompt_known:
+        pm, px = known.prompt_mean, known.prompt_max
+    else:
+        pm = px = wl.prompt_fraction * job.max_prompt_length
+    if known.response_known:
+        rm, rx = known.response_mean, known.response_max
+    else:
+        rm = rx = wl.response_fraction * job.max_response_length
+    return Lengths(pm, px, rm, rx, known.sources or ("workload",), prompt_known=known.prompt_known,
+                   response_known=known.response_known)
 
 
 def active_params(m: ModelArch) -> float:
@@ -173,17 +211,21 @@ def estimate_throughput(
     mem: MemoryEstimate | None = None,
     wl: Workload = DEFAULT_WORKLOAD,
     eff: Efficiency = DEFAULT_EFFICIENCY,
+    lengths: Lengths | None = None,
 ) -> ThroughputEstimate:
+    """`lengths`: what the Setup knows of the step's lengths (the memory verdict's); a length it does not know (the
+    job's maximum taken for want of better, which the memory verdict keeps as its safe side) is the Workload's
+    typical share here, as is everything when `lengths` is None."""
     mem = mem or estimate_memory(m, cl, job, c)
     g = cl.gpu
     peak = g.bf16_tflops * 1e12
     world = cl.world_size
     seqs = job.train_batch_size * job.rollout_n
-    lp = wl.prompt_fraction * job.max_prompt_length
-    lr = wl.response_fraction * job.max_response_length
+    ln = step_lengths(job, wl, lengths)
+    lp, lr = ln.prompt_mean, ln.response_mean
     seq_len = lp + lr
     tokens = seqs * seq_len
-    plan = plan_batching(job, cl, c, Lengths(lp, lp, lr, lr, ("workload",)))
+    plan = plan_batching(job, cl, c, ln)
 
     # gen: replicas of rollout_tp GPUs; decode batch limited by max_num_seqs and by KV blocks. Continuous batching
     # keeps the batch full only while sequences wait; then the longest responses decode alone. So a decode step
@@ -195,10 +237,12 @@ def estimate_throughput(
     hbm = g.hbm_tbps * 1e12 * eff.hbm
     moe = eff.moe_decode if m.is_moe else 1.0
     t_fixed = 2 * decode_weights(m, conc) / c.rollout_tp / (hbm * moe) + m.num_moe_layers * eff.moe_decode_layer_s
-    t_fixed += (c.rollout_tp > 1) * 2 * m.num_layers * eff.rollout_tp_comm_s_per_layer + eff.decode_step_overhead_s
+    overhead = eff.decode_step_overhead_s if job.enforce_eager else eff.decode_step_overhead_graph_s
+    t_fixed += (c.rollout_tp > 1) * 2 * m.num_layers * eff.rollout_tp_comm_s_per_layer + overhead
     t_seq = max(2 * active_params(m) / c.rollout_tp / (peak * eff.decode_compute * moe),
                 (lp + lr / 2) * mem.kv_bytes_per_token / hbm)
-    decode_steps = max(per_replica * lr / conc, job.max_response_length * eff.longest_response)
+    longest = ln.response_max if ln.response_known else job.max_response_length * eff.longest_response
+    decode_steps = max(per_replica * lr / conc, longest)
     prefill = per_replica * lp * 2 * active_params(m) / c.rollout_tp / (peak * eff.prefill)
     gen = decode_steps * t_fixed + per_replica * lr * t_seq + prefill
 
@@ -259,4 +303,4 @@ def estimate_throughput(
     ]
     if job.has_ref_model:
         phases.insert(2, ("ref", fwd))
-    return ThroughputEstimate(tuple(phases), tokens, world, conc, plan)
+    return ThroughputEstimate(tuple(phases), tokens, world, conc, plan, ln)
