@@ -58,6 +58,7 @@ RUN_HERE = [
     RUN, "autotune status", "autotune best --json", "autotune export --format sh -o job.sh",
     "autotune estimate --model qwen2.5-7b --set tp=4 --set use_dynamic_bsz=true", ESTIMATE_LATE,
     "autotune models", "autotune spaces", "autotune dashboard --storage sqlite:///trials/autotune.db --port 8080",
+    "autotune doctor --model qwen2.5-7b",
     "autotune dashboard --storage postgresql+psycopg://USER:PASS@DBHOST/autotune --host 0.0.0.0",
 ]
 NOT_HERE = {  # command -> what it needs that no test machine has
@@ -195,3 +196,13 @@ def test_the_report_the_readme_prints_is_that_run_s(tmp_path):
     at = 0
     for want in report.strip().splitlines():
         at = lines.index(want, at) + 1 if want in lines[at:] else pytest.fail(f"not in the run's output: {want}")
+
+
+def test_doctor_on_a_machine_without_the_gpu_stack_says_what_to_fix(tmp_path):
+    """The README's check of a GPU node, run where there is none: one line per problem, each with its fix; exit 1."""
+    r = autotune("autotune doctor --model qwen2.5-7b", tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    fixes = [ln for ln in r.stdout.splitlines() if ln.startswith("FIX")]
+    assert fixes and all(":" in ln for ln in fixes)
+    assert any(ln.startswith("FIX   cuda: torch sees no CUDA GPU") for ln in fixes)
+    assert "NOT READY" in r.stdout and "head size 128" in r.stdout
