@@ -45,6 +45,7 @@ def _node_starts_for_this_machine() -> Iterator[None]:
     import ray._private.utils as utils
 
     get_node, init, dependency_error = services.get_node, node_mod.Node.__init__, utils.get_dashboard_dependency_error
+    start_raylet = node_mod.Node.start_raylet
     starting: list[object] = []
 
     def raylet_died() -> bool:
@@ -72,12 +73,26 @@ def _node_starts_for_this_machine() -> Iterator[None]:
         finally:
             starting.remove(self)
 
+    def raylet_with_agent_port(self: object, *a: object, **kw: object) -> None:
+        """The raylet, and at once the dashboard agent's listen port where the raylet looks for it: the port was
+        chosen here (agent_ports), and the raylet's fixed 15 s for the agent (a Python process: seconds of imports
+        on a loaded machine) to write it then no longer decides whether the node starts. The agent writes the same
+        port when it is up."""
+        start_raylet(self, *a, **kw)
+        port = self._ray_params.dashboard_agent_listen_port
+        if port:
+            from ray._raylet import DASHBOARD_AGENT_LISTEN_PORT_NAME, persist_port
+
+            persist_port(self._session_dir, self._node_id, DASHBOARD_AGENT_LISTEN_PORT_NAME, port)
+
     services.get_node, node_mod.Node.__init__ = patient_get_node, tidy_init
+    node_mod.Node.start_raylet = raylet_with_agent_port
     utils.get_dashboard_dependency_error = lambda: "autotune tests: Ray's minimal agents"
     try:
         yield
     finally:
         services.get_node, node_mod.Node.__init__ = get_node, init
+        node_mod.Node.start_raylet = start_raylet
         utils.get_dashboard_dependency_error = dependency_error
 
 
