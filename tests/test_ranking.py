@@ -15,6 +15,7 @@ from autotune.estimate.correction import Correction, PhaseFit
 from autotune.job import Job
 from autotune.ranking import SAFE_TOLERANCE, InfeasibleSpaceError, ModelRanking, infeasible_message
 from autotune.space import parse_space
+from benchmarks.ranking_exactness import settings  # every setting of a space, enumerated
 from tests.conftest import make_setup
 
 SMALL_DENSE = """
@@ -55,24 +56,6 @@ dimensions:
   gpu_memory_utilization: {choices: [0.5, 0.7]}
   optimizer_offload: {choices: [false, true]}
 """
-
-
-def settings(space: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-
-    def walk(i: int, values: dict[str, Any], params: dict[str, Any]) -> None:
-        if i == len(space.dimensions):
-            out.append(params)
-            return
-        d = space.dimensions[i]
-        if not d.active(values):
-            walk(i + 1, values, params)
-            return
-        for c in d.choices:
-            walk(i + 1, {**values, d.name: c}, {**params, d.name: c})
-
-    walk(0, dict(ctx), {})
-    return out
 
 
 def brute(setup: Any) -> list[tuple[float, bool, str, Any]]:
