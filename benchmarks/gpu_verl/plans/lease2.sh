@@ -5,12 +5,9 @@
 # a Megatron-core probe profiled (benchmarks/gpu_profile/run.sh), then more of the study while the lease lasts.
 set -u
 cd /root/smoke
-AT=(python3 -m autotune run --backend verl --model /root/work/model --gpus 1 --gpu-type h100
-    --job /root/at_src/benchmarks/gpu_verl/job_smoke.yaml --storage sqlite:////root/smoke/smoke.db
-    --study smoke-h100 --workdir /root/smoke/trials --confirm 0 --trial-timeout 1200 --stall-timeout 150
-    --startup-timeout 600)
+# shellcheck source=study.sh
+. /root/at_src/benchmarks/gpu_verl/plans/study.sh  # AT, stamp (device.sh copies the plan away)
 R1=rollout_tp=1
-stamp() { echo "[$(date -u +%T)] $*"; }
 stamp "run 5: what lease 1 queued"
 "${AT[@]}" --n-trials 5 > run5.out 2> run5.err
 stamp "profile: the best measured trial with verl's profiler"

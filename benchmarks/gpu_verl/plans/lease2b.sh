@@ -5,11 +5,8 @@
 # Megatron-core probe profiled (benchmarks/gpu_profile/run.sh).
 set -u
 cd /root/smoke
-AT=(python3 -m autotune run --backend verl --model /root/work/model --gpus 1 --gpu-type h100
-    --job /root/at_src/benchmarks/gpu_verl/job_smoke.yaml --storage sqlite:////root/smoke/smoke.db
-    --study smoke-h100 --workdir /root/smoke/trials --confirm 0 --trial-timeout 1200 --stall-timeout 150
-    --startup-timeout 600)
-stamp() { echo "[$(date -u +%T)] $*"; }
+# shellcheck source=study.sh
+. /root/at_src/benchmarks/gpu_verl/plans/study.sh  # AT, stamp (device.sh copies the plan away)
 stamp "run 5b: what lease 1 queued, with unfused attention"
 "${AT[@]}" --n-trials 5 > run5b.out 2> run5b.err
 stamp "mcore probe profile"
