@@ -126,7 +126,7 @@ def to_sh(info: ExportInfo, argv: list[str], missing: list[str] = ()) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# {info.headline()}",
-        *([info.memory_line().rstrip()] if info.memory_line() else []),
+        *info.memory_line().splitlines(),
         f"# verl {verl.VERL_VERSION}, Megatron actor, vLLM rollout. Hydra overrides given to this script are appended.",
         *fill_in_header(missing),
         "set -euo pipefail",
@@ -174,7 +174,7 @@ def to_ray(info: ExportInfo, argv: list[str], missing: list[str] = ()) -> str:
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# {info.headline()}",
-        *([info.memory_line().rstrip()] if info.memory_line() else []),
+        *info.memory_line().splitlines(),
         "# Submits the tuned verl job to a running Ray cluster (RAY_ADDRESS, default the local dashboard).",
         *fill_in_header(missing),
         "set -euo pipefail",
