@@ -50,10 +50,10 @@ def db(tmp_path_factory) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "AUTOTUNE_TEST_FAULTS": "SIGINT@4"}
     argv = [sys.executable, "-m", "autotune", "run", "--model", "qwen2.5-7b", "--storage", url, "--study", SIM,
             "--n-trials", "3"]
-    stopped = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp, timeout=300)
+    stopped = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp, timeout=900)
     assert stopped.returncode == 130, stopped.stderr
     env.pop("AUTOTUNE_TEST_FAULTS")
-    resumed = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp, timeout=300, check=True)
+    resumed = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp, timeout=900, check=True)
     # 3. Optuna trials whose tuner died before recording them: a queued configuration (its parameters fixed), a
     # sampled one after its parameters were suggested, and one asked with nothing chosen yet.
     setup = make_setup()
