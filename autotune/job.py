@@ -52,6 +52,10 @@ class Job:
 
     overrides: tuple[tuple[str, Any], ...]
     source: str = "default"
+    # What the node's software needs where the job sets nothing (`autotune doctor`'s findings, e.g. unfused
+    # attention where cuDNN fails): read by `get` after the job's own keys, so the estimates see what the trials
+    # will run with; not the user's job, so neither launched as theirs nor part of the fingerprint.
+    node_defaults: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any], source: str = "<mapping>") -> Job:
@@ -102,7 +106,21 @@ class Job:
 
     def get(self, key: str, default: Any = None) -> Any:
         lookup = self._lookup
-        return lookup[key] if key in lookup else lookup.get("+" + key, default)
+        if key in lookup:
+            return lookup[key]
+        if "+" + key in lookup:
+            return lookup["+" + key]
+        return self._node.get(key, default)
+
+    @functools.cached_property
+    def _node(self) -> dict[str, Any]:
+        return dict(self.node_defaults)
+
+    def with_node_defaults(self, defaults: Mapping[str, Any]) -> Job:
+        """This job with the node's defaults for keys it does not set (`node_defaults`)."""
+        mine = self._lookup
+        kept = {k: v for k, v in defaults.items() if not any(k2 in mine for k2 in (k, "+" + k, "++" + k))}
+        return Job(self.overrides, self.source, tuple(sorted(kept.items())))
 
     def _int(self, key: str) -> int:
         value = self.get(key, DEFAULT_JOB.get(key))
@@ -163,6 +181,11 @@ class Job:
     def rope_fusion(self) -> bool:
         """Whether the job turns on Megatron's fused RoPE kernel; the throughput model counts it only when set."""
         return _truthy(self.get(verl.ROPE_FUSION))
+
+    @functools.cached_property
+    def attention_backend(self) -> str:
+        """Megatron's attention backend; `unfused` keeps a [sequences, heads, s, s] score matrix per layer."""
+        return str(self.get(verl.ATTENTION_BACKEND) or verl.ATTENTION_BACKEND_DEFAULT)
 
     @functools.cached_property
     def free_cache_engine(self) -> bool:

@@ -107,6 +107,13 @@ class Tuner:
         self.store = Store(storage_url)
         self.notes: list[str] = []  # what the tuner did that users should hear of (a warm start)
         self.idle = 0  # proposals in a row that launched nothing
+        node = runner.node_defaults(setup.model)  # what the node's software needs: the estimates must see it
+        if node:
+            setup = dataclasses.replace(setup, job=setup.job.with_node_defaults(node))
+            if setup.job.node_defaults:
+                self.notes.append("this node's software needs " + ", ".join(
+                    f"{k.rsplit('.', 1)[-1]}={v}" for k, v in setup.job.node_defaults) + " (`autotune doctor`): "
+                    "trials run with it and the estimates count it")
         new = self.store.get_study(self.study_name) is None
         self.learning = Learning(self.store, self.study_name, setup, enabled=learn)
         if new and warm_start:

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from autotune import verl
+from autotune.candidate import Candidate
+from autotune.cluster import GIB, Cluster, make_cluster
+from autotune.estimate.memory import estimate_memory
+from autotune.job import Job
+from autotune.model import ModelArch, get_model
 from autotune.runners.verl_log import LineTail, RunLog, classify
+from autotune.store import Store, TrialRow
 
 LEASE1 = Path(__file__).parent / "data" / "real_verl_gpu" / "h100_2026-11-24"
 
@@ -77,3 +84,54 @@ def test_the_doubles_vllm_start_failure_is_printed_as_the_real_one(tmp_path: Pat
         assert leftovers(rec) == [] and res.extra["failure"] == "vllm_start_oom"
         text = Path(res.log_path).read_text()
     assert _vllm_failure_lines(text) == _vllm_failure_lines(log_of("trial_0005"))
+
+
+# Lease 3 (2026-11-24, a fresh study on the same stack): `autotune doctor` found TE's fused attention failing and
+# chose `unfused`; the model's best (dyn32k, no recompute) then ran out of memory in the update, because the memory
+# model did not count unfused attention's score matrices. Lease 3b ran the fixed model's best and two others.
+LEASE3 = Path(__file__).parent / "data" / "real_verl_gpu" / "h100_2026-11-24_l3"
+SMOKE_JOB = Path(__file__).parents[1] / "benchmarks" / "gpu_verl" / "job_smoke.yaml"
+
+
+def _lease3_rows() -> list[tuple[str, TrialRow]]:
+    out = []
+    for db, study in (("smoke_l3.db", "smoke-h100"), ("smoke_l3b.db", "smoke-h100-b")):
+        out += [(study, r) for r in Store(f"sqlite:///{LEASE3 / db}").trials(study)
+                if r.params and r.status in ("ok", "oom")]
+    return out
+
+
+def _smoke_setup() -> tuple[ModelArch, Cluster, Job]:
+    return get_model("qwen2.5-0.5b"), make_cluster(1, 1, "h100"), Job.from_file(SMOKE_JOB)
+
+
+def test_the_real_oom_under_unfused_attention_is_classified_in_the_update() -> None:
+    f = classify((LEASE3 / "l3_trial_0000" / "verl.log").read_text(errors="replace"), 1, killed_by_us=False)
+    assert f.kind == "gpu_oom" and "Tried to allocate 888.00 MiB" in f.message, (f.kind, f.message)
+
+
+def test_unfused_attention_scores_decide_the_real_verdicts() -> None:
+    """Every verdict of the five trials that ran and the one that ran out of memory is right once the node's
+    attention backend (the doctor's `unfused`) is counted, and the OOM was missed without it."""
+    m, cl, job = _smoke_setup()
+    unfused = job.with_node_defaults({verl.ATTENTION_BACKEND: "unfused"})
+    rows = _lease3_rows()
+    assert sorted(r.status for _, r in rows) == ["ok"] * 5 + ["oom"]
+    for study, r in rows:
+        cand = Candidate(**r.params)
+        est = estimate_memory(m, cl, unfused, cand)
+        assert est.fits == (r.status == "ok"), (study, r.number, est.reasons())
+        if r.status == "oom":
+            assert est.binding.name == "update" and estimate_memory(m, cl, job, cand).fits  # the miss of lease 3
+        else:  # the peak (NVML, every process) within the model's error
+            assert abs(est.peak / GIB / r.peak_memory_gib - 1) < 0.2, (study, r.number, est.peak / GIB,
+                                                                      r.peak_memory_gib)
+
+
+def test_the_fixed_models_best_ran_and_was_the_fastest_measured() -> None:
+    """Lease 3b's first trial is the model's best once unfused attention is counted: it ran, and measured faster
+    than every configuration lease 3 and 3b chose by hand."""
+    rows = [r for _, r in _lease3_rows() if r.status == "ok"]
+    best = max(rows, key=lambda r: r.throughput or 0.0)
+    assert best.origin == "model-seed" and best.params["recompute"] == "selective"
+    assert best.throughput == pytest.approx(4977.8, abs=0.1)

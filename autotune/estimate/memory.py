@@ -46,6 +46,12 @@ class Calibration:
     # With full recompute the freed logits blocks are split by the recomputed layers' tensors and stay reserved.
     recompute_logits_slack: float = 0.2
     vllm_nontorch: float = 0.3 * GIB
+    # Unfused attention (`attention_backend=unfused`, what `autotune doctor` picks where cuDNN's fused attention
+    # fails) materializes each sequence's [heads, s, s] scores, padded to the micro-batch's longest sequence
+    # (Transformer Engine's UnfusedDotProductAttention): per element the fp32 softmax output its backward keeps
+    # plus the bf16 probabilities the value product keeps. Transformer Engine source; checked against the H100
+    # OOM of 2026-11-24 (benchmarks/results/real_verl_gpu.md), not fitted.
+    unfused_attn_bytes: float = 6.0
 
 
 DEFAULT_CALIBRATION = Calibration()
@@ -187,8 +193,17 @@ def model_state_bytes(m: ModelArch, cl: Cluster, c: Candidate) -> dict[str, floa
     }
 
 
-def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_layer: bool) -> float:
-    """Saved activations of one layer per token on one GPU (before recompute and pipelining)."""
+def unfused_scores_bytes_per_token(m: ModelArch, c: Candidate, cal: Calibration, seq_len: float) -> float:
+    """Unfused attention's score matrices per token of one layer on one GPU: heads/TP x the padded length."""
+    return cal.unfused_attn_bytes * m.num_attention_heads / c.tp * seq_len
+
+
+def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_layer: bool,
+                              unfused_seq_len: float = 0.0) -> float:
+    """Saved activations of one layer per token on one GPU (before recompute and pipelining).
+
+    `unfused_seq_len`: with unfused attention, the longest sequence of a micro-batch (its scores are saved too).
+    """
     t = c.tp
     sp = t if c.sequence_parallel and t > 1 else 1
     attn = cal.act_q * m.q_size + cal.act_kv * m.kv_size
@@ -197,6 +212,8 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
     modules = set(c.recompute_modules.split(",")) if c.recompute == "selective" else set()
     if "core_attn" in modules:
         attn -= 2 * m.q_size  # the attention output is recomputed; with flash attention that is all it saves
+    elif unfused_seq_len:
+        attn += unfused_scores_bytes_per_token(m, c, cal, unfused_seq_len) * t  # divided by t below
     if moe_layer:
         # Per GPU, a layer sees its own (sequence-parallel) tokens' top-k expert slots, whatever ETP is: with
         # ETP=TP tokens are gathered and each rank computes 1/TP of every expert, with ETP=1 they stay split.
@@ -211,17 +228,24 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
     return (attn + mlp) / t + cal.act_h * m.hidden_size / sp
 
 
+def unfused_seq_len(job: Job, lengths: Lengths) -> float:
+    """The padded length unfused attention's scores take (0.0 when the job's attention backend is fused)."""
+    return float(lengths.seq_max) if job.attention_backend == "unfused" else 0.0
+
+
 def activation_bytes(m: ModelArch, cl: Cluster, job: Job, c: Candidate, cal: Calibration,
                      lengths: Lengths | None = None) -> float:
     """Activations held on the first pipeline stage at the peak of the 1F1B (or interleaved) schedule."""
-    return stage_activation_bytes(m, c, cal, plan_batching(job, cl, c, lengths))[0]
+    ln = lengths or worst_case(job)
+    return stage_activation_bytes(m, c, cal, plan_batching(job, cl, c, ln), unfused_seq_len(job, ln))[0]
 
 
-def stage_activation_bytes(m: ModelArch, c: Candidate, cal: Calibration, plan: BatchingPlan) -> tuple[float, float]:
+def stage_activation_bytes(m: ModelArch, c: Candidate, cal: Calibration, plan: BatchingPlan,
+                           unfused_len: float = 0.0) -> tuple[float, float]:
     """(first stage: PP micro-batches in flight; last stage: one micro-batch, where the logits also live)."""
     s = plan.update_tokens
-    a_dense = act_bytes_per_token_layer(m, c, cal, False)
-    a_moe = act_bytes_per_token_layer(m, c, cal, True)
+    a_dense = act_bytes_per_token_layer(m, c, cal, False, unfused_len)
+    a_moe = act_bytes_per_token_layer(m, c, cal, True, unfused_len)
     layers_chunk = m.num_layers / (c.pp * c.vpp_or_1)
     a_layer = (m.num_dense_layers * a_dense + m.num_moe_layers * a_moe) / m.num_layers
     sp = c.tp if c.sequence_parallel and c.tp > 1 else 1
@@ -236,7 +260,9 @@ def stage_activation_bytes(m: ModelArch, c: Candidate, cal: Calibration, plan: B
         transient = n * a_layer if c.recompute_method != "block" else a_layer
     else:
         per_chunk = layers_chunk * a_layer
-        transient = 0.0
+        # unfused scores of the one layer whose core attention is being recomputed (selective core_attn)
+        transient = unfused_scores_bytes_per_token(m, c, cal, unfused_len) if unfused_len and c.recompute == \
+            "selective" and "core_attn" in c.recompute_modules.split(",") else 0.0
     if c.pp > 1:
         in_flight = min(c.pp, plan.update_micro_batches) * c.vpp_or_1
         if c.vpp_or_1 > 1:
@@ -342,8 +368,10 @@ def estimate_memory(
 
     # 4-5. Log-prob passes (forward only; vLLM asleep).
     s_lp = plan.log_prob_tokens
+    unfused_len = unfused_seq_len(job, ln)
     a_layer = max(act_bytes_per_token_layer(m, c, cal, m.is_moe), 0.0)
-    lp_acts = s_lp * (a_layer + 4 * m.hidden_size)
+    # forward only: one layer's tensors at a time, its unfused scores too (recompute or not)
+    lp_acts = s_lp * (a_layer + 4 * m.hidden_size + unfused_scores_bytes_per_token(m, c, cal, unfused_len))
     lp_logits = logits_bytes(m, c, s_lp, cal.logprob_logits_bytes, cal)
 
     def forward_pass(name: str, states_terms: tuple[tuple[str, float], ...], what: str) -> Moment:
@@ -363,7 +391,7 @@ def estimate_memory(
 
     # 6. Update: the actor fully loaded (offload does not lower this peak), activations in flight, logits.
     s = plan.update_tokens
-    first, last = stage_activation_bytes(m, c, cal, plan)
+    first, last = stage_activation_bytes(m, c, cal, plan, unfused_len)
     logit = logits_bytes(m, c, s, cal.logits_bytes, cal)
     # With PP the in-flight activations (first stage) and the logits (last stage) are on different GPUs.
     acts, logit = (first, 0.0) if c.pp > 1 and first > last + logit else (last, logit)

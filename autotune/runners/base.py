@@ -127,6 +127,12 @@ class Runner(ABC):
         """
         return None
 
+    def node_defaults(self, model: ModelArch) -> dict[str, Any]:
+        """verl keys the node's software needs where the job sets none (the verl runner: `autotune doctor`'s
+        findings, e.g. unfused attention). Asked before the study ranks anything: the estimates must see what the
+        trials will run with."""
+        return {}
+
     def domain(self, job: Job) -> list[Candidate] | None:
         """Every candidate this runner can run, when it can run only a finite list (replay: its table's rows);
         None when it runs whatever it is given. A runner that refuses candidates must list its domain: the

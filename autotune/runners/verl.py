@@ -25,6 +25,7 @@ from typing import Any
 from autotune import verl, verl_shims
 from autotune.doctor import Diagnosis, run_doctor, stack_env
 from autotune.export import launch_argv
+from autotune.model import ModelArch
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
 from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
@@ -154,19 +155,28 @@ class VerlRunner(Runner):
         found = self.diagnosis.job_defaults if self.diagnosis else {}
         return {k: v for k, v in found.items() if not any(k2 in spec.job.mapping for k2 in (k, "+" + k, "++" + k))}
 
-    def _check_node(self, spec: TrialSpec) -> None:
+    def node_defaults(self, model: ModelArch) -> dict[str, Any]:
+        self._diagnose(model.head_dim)
+        return dict(self.diagnosis.job_defaults) if self.diagnosis else {}
+
+    def _diagnose(self, head_dim: int) -> None:
         """`autotune doctor` once, before the first launch: a node that cannot run verl is refused in a minute,
-        with what to fix, instead of after a 5-minute launch."""
+        with what to fix, instead of after a 5-minute launch (at the first trial: `_fatal`)."""
         auto = self.entry is None and not self.options.ray_address  # on a Ray cluster the trials run elsewhere
-        if self.diagnosis is not None or not (self.options.doctor if self.options.doctor is not None else auto):
+        if self.diagnosis is not None or self._fatal or not (
+                self.options.doctor if self.options.doctor is not None else auto):
             return
-        diagnosis = run_doctor(spec.model.head_dim, sys.executable, {**os.environ, **self.env},
-                               self.options.doctor_timeout_s)
+        diagnosis = run_doctor(head_dim, sys.executable, {**os.environ, **self.env}, self.options.doctor_timeout_s)
         if not diagnosis.ok:
             self._fatal = ("this node cannot run a verl trial (`autotune doctor` says what to fix): "
                            + " | ".join(diagnosis.problems()))
-            raise RunnerFatal(self._fatal)
+            return
         self.diagnosis = diagnosis
+
+    def _check_node(self, spec: TrialSpec) -> None:
+        self._diagnose(spec.model.head_dim)
+        if self._fatal:
+            raise RunnerFatal(self._fatal)
 
     def argv(self, spec: TrialSpec, extra: Mapping[str, Any]) -> list[str]:
         argv = launch_argv(spec.job, spec.cluster, spec.candidate, extra=extra)
