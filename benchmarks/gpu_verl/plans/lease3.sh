@@ -7,7 +7,7 @@
 set -u
 cd /root/smoke
 # shellcheck source=study.sh
-. /root/at_src/benchmarks/gpu_verl/plans/study.sh  # AT, stamp (device.sh copies the plan away)
+. /root/at_src/benchmarks/gpu_verl/plans/study.sh  # AT, stamp, enqueued configurations (device.sh copies the plan away)
 R1=rollout_tp=1
 stamp "run 1: the model's best"
 "${AT[@]}" --n-trials 1 > run1.out 2> run1.err
@@ -25,8 +25,8 @@ stamp "run 2: budgets, micro-batches, recompute, offload, vLLM's share"
 "${AT[@]}" --n-trials 5 \
     --enqueue "$R1,use_dynamic_bsz=false,ppo_micro_batch_size_per_gpu=4,log_prob_micro_batch_size_per_gpu=8,gpu_memory_utilization=0.8,max_num_batched_tokens=8192" \
     --enqueue "$R1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=16384,recompute=selective,recompute_modules=core_attn,gpu_memory_utilization=0.4,use_fused_kernels=true" \
-    --enqueue "$R1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=8192,log_prob_max_token_len_per_gpu=16384,recompute=full,param_offload=true,optimizer_offload=true,gpu_memory_utilization=0.6" \
-    --enqueue "$R1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=4096,log_prob_max_token_len_per_gpu=8192,gpu_memory_utilization=0.7" \
+    --enqueue "$OFFLOAD" \
+    --enqueue "$SMALL_BUDGETS" \
     > run2.out 2> run2.err
 stamp "run 3: the study's plan"
 "${AT[@]}" --n-trials 12 > run3.out 2> run3.err

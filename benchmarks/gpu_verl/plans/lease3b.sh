@@ -6,15 +6,14 @@
 set -u
 cd /root/smoke
 # shellcheck source=study.sh
-. /root/at_src/benchmarks/gpu_verl/plans/study.sh  # AT, stamp (device.sh copies the plan away)
+. /root/at_src/benchmarks/gpu_verl/plans/study.sh  # AT, stamp, enqueued configurations (device.sh copies the plan away)
 AT=("${AT[@]/smoke-h100/smoke-h100-b}")
-R1=rollout_tp=1
 stamp "run 1: the model's best, unfused attention counted"
 "${AT[@]}" --no-warm-start --n-trials 1 > run1.out 2> run1.err
 stamp "run 2: small budgets at vLLM 0.7; full recompute with offload"
 "${AT[@]}" --n-trials 3 \
-    --enqueue "$R1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=4096,log_prob_max_token_len_per_gpu=8192,gpu_memory_utilization=0.7" \
-    --enqueue "$R1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=8192,log_prob_max_token_len_per_gpu=16384,recompute=full,param_offload=true,optimizer_offload=true,gpu_memory_utilization=0.6" \
+    --enqueue "$SMALL_BUDGETS" \
+    --enqueue "$OFFLOAD" \
     > run2.out 2> run2.err
 stamp "run 3: the study's plan"
 "${AT[@]}" --n-trials 8 > run3.out 2> run3.err
