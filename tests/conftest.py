@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -19,6 +20,12 @@ from autotune.setup import Setup
 from autotune.space import load_space
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A suite started in the background by a non-interactive shell (`cmd &` in a script, nohup) inherits SIGINT ignored,
+# and so would every command the tests start (an ignored signal stays ignored across exec; a handled one is reset to
+# the default): their Ctrl-C tests would send a signal nobody sees. The commands get SIGINT as a terminal gives it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -219,3 +221,10 @@ def test_sigterm_during_a_trial_records_it_as_interrupted_at_once(tmp_path):
     assert [(r.number, r.status) for r in rows] == [(0, "interrupted")]
     assert rows[0].reason == "interrupted by SIGTERM; re-queued on resume"
     assert optuna.load_study(study_name="soak", storage=url).trials[0].state == TrialState.FAIL
+
+
+def test_commands_the_tests_start_get_ctrl_c_even_when_the_suite_runs_in_the_background() -> None:
+    """conftest restores SIGINT for the suite's children: a suite started by `cmd &` in a script inherits it
+    ignored, and the Ctrl-C tests (the dashboard views' fixture, Ray's, the README's dashboard) then waited out."""
+    code = "import signal, sys; sys.exit(0 if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 3)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -28,6 +28,18 @@ def cluster():
         yield c
 
 
+@pytest.fixture
+def spawned():
+    """The tuners a test starts, killed at its end if still running: a failed test leaves the cluster's GPUs free for
+    the next one (kill -9 of a tuner ends its Ray job, and Ray removes its placement groups)."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(HANG_GUARD_S)
+
+
 def start_tuner(cluster, storage: str, study: str, seconds: float = 60.0) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-m", "tests.ray_cluster", cluster.address, storage, study, "4",
@@ -63,11 +75,12 @@ def wait_running(store: Store, study: str, n: int, proc: subprocess.Popen, timeo
 
 @pytest.mark.parametrize("sig, said", [(signal.SIGINT, "by the user (Ctrl-C)"), (signal.SIGTERM, "by SIGTERM")],
                          ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_or_sigterm_stops_every_trial_on_the_cluster_and_records_it(cluster, sqlite_url, sig, said):
+def test_ctrl_c_or_sigterm_stops_every_trial_on_the_cluster_and_records_it(cluster, sqlite_url, sig, said, spawned):
     """SIGTERM ends `autotune run --executor ray` exactly as Ctrl-C does (Ray's driver set-up would make it exit 15
     with a native stack dump and the trials left running): exit 130, each trial interrupted and stopped."""
     study = f"int-{sig.name}"
     proc = start_cli(cluster, sqlite_url, study)
+    spawned.append(proc)
     store = Store(sqlite_url)
     running = wait_running(store, study, 4, proc)
     assert free_gpus(cluster.address) == 0  # four 4-GPU trials hold all 16 GPUs
@@ -85,8 +98,9 @@ def test_ctrl_c_or_sigterm_stops_every_trial_on_the_cluster_and_records_it(clust
     assert free_gpus(cluster.address, want=ALL_GPUS) == ALL_GPUS
 
 
-def test_kill_9_with_four_trials_running_frees_the_gpus_and_the_next_run_requeues(cluster, sqlite_url):
+def test_kill_9_with_four_trials_running_frees_the_gpus_and_the_next_run_requeues(cluster, sqlite_url, spawned):
     proc = start_tuner(cluster, sqlite_url, "k9")
+    spawned.append(proc)
     store = Store(sqlite_url)
     running = wait_running(store, "k9", 4, proc)
     proc.kill()
