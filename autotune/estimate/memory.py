@@ -198,6 +198,10 @@ def unfused_scores_bytes_per_token(m: ModelArch, c: Candidate, cal: Calibration,
     return cal.unfused_attn_bytes * m.num_attention_heads / c.tp * seq_len
 
 
+def recomputes_core_attn(c: Candidate) -> bool:
+    return c.recompute == "selective" and "core_attn" in (c.recompute_modules or "").split(",")
+
+
 def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_layer: bool,
                               unfused_seq_len: float = 0.0) -> float:
     """Saved activations of one layer per token on one GPU (before recompute and pipelining).
@@ -210,7 +214,7 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
     if m.qk_norm:
         attn += 2 * (m.q_size + m.kv_size)
     modules = set(c.recompute_modules.split(",")) if c.recompute == "selective" else set()
-    if "core_attn" in modules:
+    if recomputes_core_attn(c):
         attn -= 2 * m.q_size  # the attention output is recomputed; with flash attention that is all it saves
     elif unfused_seq_len:
         attn += unfused_scores_bytes_per_token(m, c, cal, unfused_seq_len) * t  # divided by t below
@@ -261,8 +265,7 @@ def stage_activation_bytes(m: ModelArch, c: Candidate, cal: Calibration, plan: B
     else:
         per_chunk = layers_chunk * a_layer
         # unfused scores of the one layer whose core attention is being recomputed (selective core_attn)
-        transient = unfused_scores_bytes_per_token(m, c, cal, unfused_len) if unfused_len and c.recompute == \
-            "selective" and "core_attn" in c.recompute_modules.split(",") else 0.0
+        transient = unfused_scores_bytes_per_token(m, c, cal, unfused_len) if recomputes_core_attn(c) else 0.0
     if c.pp > 1:
         in_flight = min(c.pp, plan.update_micro_batches) * c.vpp_or_1
         if c.vpp_or_1 > 1:

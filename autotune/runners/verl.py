@@ -153,7 +153,7 @@ class VerlRunner(Runner):
     def job_defaults(self, spec: TrialSpec) -> dict[str, Any]:
         """The doctor's job defaults (attention backend, vanilla_mbridge) for keys the job does not set."""
         found = self.diagnosis.job_defaults if self.diagnosis else {}
-        return {k: v for k, v in found.items() if not any(k2 in spec.job.mapping for k2 in (k, "+" + k, "++" + k))}
+        return dict(spec.job.with_node_defaults(found).node_defaults)
 
     def node_defaults(self, model: ModelArch) -> dict[str, Any]:
         self._diagnose(model.head_dim)
