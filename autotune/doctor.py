@@ -94,17 +94,23 @@ def torch_cudnn_lib() -> str | None:
 
 def stack_env(env: Mapping[str, str]) -> dict[str, str]:
     """The environment of verl's processes (and of the doctor's child, which checks exactly that): autotune
-    importable, and torch's cuDNN found first by the dynamic loader.
+    importable, and torch's cuDNN the only one loaded.
 
-    Transformer Engine loads cuDNN from CUDA_HOME or /usr/local/cuda before Python packages, and cuDNN opens its
-    sub-libraries by name: where the machine has a system cuDNN of another release than torch's wheel, the two mix
-    and TE does not load (`libcudnn_heuristic.so.9: undefined symbol ...`, seen on an H100 node, 2026-11-24).
+    Transformer Engine loads cuDNN itself, looking at CUDNN_PATH/CUDNN_HOME, then CUDA's folders, before Python
+    packages, and cuDNN opens its sub-libraries by name: where the machine has a system cuDNN of another release
+    than torch's wheel, the two mix. With the system one first, TE did not load (`libcudnn_heuristic.so.9:
+    undefined symbol`, H100, 2026-11-24); with torch's first on LD_LIBRARY_PATH alone, TE still mapped the system's
+    `libcudnn.so.9.14` beside torch's 9.19 and every fused attention failed at `cudnnFinalize` (H100, 2026-11-25).
+    CUDNN_PATH and CUDNN_HOME set to torch's wheel leave one cuDNN in the process, and fused attention runs. They
+    replace a value the environment had: torch refuses to start with any cuDNN but its own, so no other can serve.
     """
     out = with_autotune_on_path(env)
     lib = torch_cudnn_lib()
     parts = [p for p in out.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     if lib and lib not in parts:
         out["LD_LIBRARY_PATH"] = os.pathsep.join([lib, *parts])
+    if lib:
+        out["CUDNN_PATH"] = out["CUDNN_HOME"] = str(Path(lib).parent)
     return out
 
 

@@ -216,6 +216,19 @@ SHORT_RUN: dict[str, Any] = {
 # verl/utils/tracking.py FileLogger: this variable, else ${VERL_FILE_LOGGER_ROOT:-.}/<project>/<experiment>.jsonl;
 # the file is opened "wb" (truncated) and gets one `{"step": N, "data": {...}}` line per logged step.
 FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
+# verl/trainer/constants_ppo.py PPO_RAY_RUNTIME_ENV sets VLLM_DISABLE_COMPILE_CACHE=1 for every Ray worker (vLLM then
+# compiles its graphs anew in every run, ~30-60 s of each start-up) unless the launching environment sets the
+# variable: get_ppo_ray_runtime_env drops the keys os.environ already has. The corruption it works around was
+# concurrent, non-atomic writes of Inductor artifacts, which torch >= 2.10 writes atomically (vLLM 0.24 pins 2.11).
+VLLM_COMPILE_CACHE_OFF_ENV = "VLLM_DISABLE_COMPILE_CACHE"
+# The caches a trial's processes fill that the next trial of the same node can reuse (variable -> sub-folder):
+# vLLM's torch.compile artifacts, Inductor's and Triton's kernels, Hugging Face datasets' prepared Arrow files.
+SHARED_CACHE_ENV: dict[str, str] = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "TRITON_CACHE_DIR": "triton",
+    "HF_DATASETS_CACHE": "datasets",
+}
 # verl/trainer/main_ppo.py run_ppo: `ray.init(**config.ray_kwargs.ray_init)` when Ray is not up yet. These keys
 # are not in verl's config, so they need Hydra's `+`.
 RAY_INIT_PREFIX = "+ray_kwargs.ray_init."

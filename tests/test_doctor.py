@@ -273,6 +273,10 @@ def test_trials_and_the_doctor_find_torchs_cudnn_first(tmp_path: Path, monkeypat
     for name in ("nvidia.cudnn", "nvidia"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     importlib.invalidate_caches()
-    env = doc.stack_env({"LD_LIBRARY_PATH": "/usr/local/cuda/lib64"})
+    env = doc.stack_env({"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "CUDNN_PATH": "/usr/local/cuda"})
     assert env["LD_LIBRARY_PATH"].split(":") == [str(lib), "/usr/local/cuda/lib64"]
     assert doc.stack_env(env)["LD_LIBRARY_PATH"] == env["LD_LIBRARY_PATH"]  # once
+    # Transformer Engine finds cuDNN through CUDNN_PATH/CUDNN_HOME before the loader's path: with torch's there,
+    # only one cuDNN is mapped (2026-11-25, H100: with LD_LIBRARY_PATH alone TE mapped the system's 9.14 beside
+    # torch's 9.19, and every fused attention failed at cudnnFinalize)
+    assert env["CUDNN_PATH"] == env["CUDNN_HOME"] == str(lib.parent)

@@ -61,6 +61,9 @@ class VerlOptions:
     poll_s: float = 0.2
     gpu_sample_s: float = 0.5
     keep_ray_tmp: bool = False  # Ray's session dir (worker logs) is kept after failures regardless
+    # compile and dataset caches shared by the trials of a node, under the work dir (`<workdir>/cache`): start-up
+    # paid once, not per trial; what a step runs and measures is the same (the caches hold compiled code and data)
+    shared_caches: bool = True
     # `autotune doctor`'s checks before the first trial (None: on for real verl on this node; off for a test entry
     # point, and on a Ray cluster, whose trials run on other nodes: run `autotune doctor` there)
     doctor: bool | None = None
@@ -80,6 +83,7 @@ class _Attempt:
     cleanup: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     ray_tmp: str = ""
+    caches: str = ""  # the shared caches at launch: "warm", "cold", "" (off)
 
 
 class VerlRunner(Runner):
@@ -245,8 +249,10 @@ class VerlRunner(Runner):
         ray_tmp = tempfile.mkdtemp(prefix="at-ray-", dir="/tmp")  # short: Ray's socket paths must stay < 108 bytes
         argv = self.argv(spec, self.short_run_overrides(spec, jsonl, ray_tmp, attempt))
         env = self._env(jsonl, ray_tmp, self._own_ray(spec))
+        caches = self._caches(spec, env)  # "warm", "cold", or "" (off)
         (trial_dir / f"command{sfx}.json").write_text(json.dumps({"argv": argv, "cwd": str(trial_dir), "env": {
-            k: env[k] for k in (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "HYDRA_FULL_ERROR") if k in env}}, indent=1))
+            k: env[k] for k in (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "HYDRA_FULL_ERROR", "CUDNN_PATH",
+                                verl.VLLM_COMPILE_CACHE_OFF_ENV, *verl.SHARED_CACHE_ENV) if k in env}}, indent=1))
         (trial_dir / f"command{sfx}.sh").write_text(
             "#!/usr/bin/env bash\n# autotune trial command (argv of the launched process)\n"
             f"cd {shlex.quote(str(trial_dir))}\n"
@@ -360,7 +366,7 @@ class VerlRunner(Runner):
         else:
             shutil.rmtree(ray_tmp, ignore_errors=True)
             kept = ""
-        return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept)
+        return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, caches)
 
     @staticmethod
     def _show(spec: TrialSpec, log: RunLog, seen_at: dict[int, float], elapsed: float, monitor: GpuMonitor,
@@ -396,6 +402,21 @@ class VerlRunner(Runner):
             env.pop("RAY_ADDRESS", None)
             env["RAY_TMPDIR"] = ray_tmp
         return env
+
+    def _caches(self, spec: TrialSpec, env: dict[str, str]) -> str:
+        """Point the compile and dataset caches at `<workdir>/cache` and let vLLM keep its compiled graphs (verl
+        turns that off: `verl.VLLM_COMPILE_CACHE_OFF_ENV`), where the user's environment has not chosen. Says
+        "warm" when vLLM's cache already held something, "cold" when not, "" when shared caches are off."""
+        if not self.options.shared_caches:
+            return ""
+        root = spec.workdir.resolve().parent.parent / "cache"
+        for var, sub in verl.SHARED_CACHE_ENV.items():
+            if not env.get(var):
+                env[var] = str(root / sub)
+                Path(env[var]).mkdir(parents=True, exist_ok=True)
+        env.setdefault(verl.VLLM_COMPILE_CACHE_OFF_ENV, "0")
+        vllm_cache = Path(env["VLLM_CACHE_ROOT"])
+        return "warm" if vllm_cache.is_dir() and any(vllm_cache.iterdir()) else "cold"
 
     def _gpu(self) -> GpuMonitor:
         if self.options.ray_address:  # the GPUs are on the cluster's nodes; Ray's accounting frees them
@@ -478,6 +499,8 @@ class VerlRunner(Runner):
             "cleanup": att.cleanup,
             "timings": att.timings,
         })
+        if att.caches:
+            extra["caches"] = att.caches
         if att.ray_tmp:
             extra["ray_tmp"] = att.ray_tmp
         if self._orphans:

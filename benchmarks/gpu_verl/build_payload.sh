@@ -14,9 +14,20 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 P=${PAYLOAD_DIR:-$REPO/.payload}; PART_MB=${PART_MB:-58}
-PY312=${PY312:-$(command -v python3.12 || ls /root/.pyenv/versions/3.12*/bin/python3.12 | head -1)}
+# A Python 3.12 that runs (a pyenv shim on PATH may exist and fail): PY312, then PATH, then pyenv's own versions.
+find_py312() {
+    local c
+    for c in ${PY312:-} "$(command -v python3.12 || true)" /root/.pyenv/versions/3.12*/bin/python3.12 \
+             /usr/bin/python3.12 /usr/local/bin/python3.12; do
+        [ -n "$c" ] && [ -x "$c" ] && "$c" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null \
+            && { echo "$c"; return; }
+    done
+    echo "build_payload: needs a Python 3.12 with venv (set PY312=/path/to/python3.12; none of PATH or pyenv runs)" >&2
+    exit 1
+}
+PY312=$(find_py312) || exit 1
 mkdir -p "$P"/{all,te,tewhl,fl,sd}; cd "$P"
-grep -qs '^/.payload/' "$REPO/.git/info/exclude" || printf '/.payload/\n/.stage*/\n' >> "$REPO/.git/info/exclude"
+mkdir -p "$REPO/.git/info"; grep -qs '^/.payload/' "$REPO/.git/info/exclude" || printf '/.payload/\n/.stage*/\n' >> "$REPO/.git/info/exclude"
 export PIP_CONSTRAINT=  # this machine caps torch; the payload is for another one
 PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
       --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
@@ -55,7 +66,12 @@ for item in json.load(open("R2.json"))["install"]:
 for n in sorted(set(want) - got):
     print(f"{n}=={want[n]}", file=sys.stderr)
 PY
-    (cd all && xargs -n 4 -P 8 wget -q -nc < ../urls.txt)
+    # The resolver's report holds https:// URLs and, where pip has a local index or find-links, file:// ones.
+    grep '^file://' urls.txt | sed 's|^file://||' | python3 -c 'import sys, urllib.parse as u; [print(u.unquote(l.strip())) for l in sys.stdin]' \
+        | while IFS= read -r f; do cp -n "$f" all/ || { say "cannot copy $f"; exit 1; }; done
+    grep -v '^file://' urls.txt | (cd all && xargs -r -n 4 -P 8 wget -q -nc) || { say "wget failed"; exit 1; }
+    local n_want n_got; n_want=$(grep -vc '^#' "$HERE/payload.txt"); n_got=$(ls all | wc -l)
+    say "fetched $n_got of $n_want wheels"
     grep -v antlr4 rest.txt > rest2.txt || true
     [ -s rest2.txt ] && python3 -m pip download -q --no-deps "${PLAT[@]}" -d all -r rest2.txt
     cp fl/*.whl all/
