@@ -347,3 +347,31 @@ def test_a_broken_stack_or_tokenizer_stops_the_study_after_one_launch(tmp_path: 
     with pytest.raises(RunnerFatal, match=r"trial 0 failed: .*every other candidate would fail.*autotune doctor"):
         runner.run(make_spec(setup, tmp_path, number=1))
     assert len(launches(rec)) == 1 and leftovers(rec) == []
+
+
+def test_compile_and_dataset_caches_are_shared_by_a_nodes_trials(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl turns vLLM's compile cache off for every run (VLLM_DISABLE_COMPILE_CACHE=1 in its Ray runtime env, unless
+    the launching environment sets it): the runner sets it to 0 and points vLLM's, Inductor's, Triton's and the
+    datasets' caches at <workdir>/cache, so the second trial of a node starts warm; the user's own choices stay."""
+    for var in verl.SHARED_CACHE_ENV:  # torch's Inductor, once imported, writes its default into os.environ
+        monkeypatch.delenv(var, raising=False)
+    rec = tmp_path / "rec.jsonl"
+    workdir = tmp_path / "trials" / "study"
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok", TRITON_CACHE_DIR=str(tmp_path / "mine")))
+    first = runner.run(make_spec(make_setup(), workdir, number=0))
+    second = runner.run(make_spec(make_setup(), workdir, number=1))
+    assert first.status == second.status == TrialStatus.OK
+    assert (first.extra["caches"], second.extra["caches"]) == ("cold", "warm")
+    env = launches(rec)[0]["env"]
+    cache = tmp_path / "trials" / "cache"
+    assert env["VLLM_DISABLE_COMPILE_CACHE"] == "0"
+    assert env["VLLM_CACHE_ROOT"] == str(cache / "vllm") and env["HF_DATASETS_CACHE"] == str(cache / "datasets")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(cache / "inductor")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "mine")  # set by the user: kept
+    # off: verl's own default (no compile cache) and the machine's cache folders
+    rec2 = tmp_path / "rec2.jsonl"
+    off = fake_runner(env_for(rec2, FAKE_VERL_MODE="ok"), shared_caches=False)
+    res = off.run(make_spec(make_setup(), tmp_path / "other" / "study", number=0))
+    assert "caches" not in res.extra
+    assert not {"VLLM_CACHE_ROOT", "VLLM_DISABLE_COMPILE_CACHE"} & set(launches(rec2)[0]["env"])

@@ -411,7 +411,9 @@ class VerlRunner(Runner):
             return ""
         root = spec.workdir.resolve().parent.parent / "cache"
         for var, sub in verl.SHARED_CACHE_ENV.items():
-            if not env.get(var):
+            # torch's Inductor writes its default folder into os.environ once imported (the pre-flight imports
+            # verl): that value is torch's choice, not the user's
+            if not env.get(var) or re.fullmatch(r".*/torchinductor_[^/]*", env[var]):
                 env[var] = str(root / sub)
                 Path(env[var]).mkdir(parents=True, exist_ok=True)
         env.setdefault(verl.VLLM_COMPILE_CACHE_OFF_ENV, "0")

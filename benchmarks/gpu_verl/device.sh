@@ -6,18 +6,27 @@
 # workload), /root/smoke (the study's database, trials and logs).
 #
 #   device.sh stage K               move this call's payload part (.stageK/) to /root/chunks
-#   device.sh setup                 unpack the payload, check imports, write the workload
+#   device.sh setup                 unpack the payload, byte-compile it, check imports, write the workloads
 #   device.sh start PLAN            start the smoke plan (plans/PLAN.sh) in the background, detached from the call
-#   device.sh wait SECONDS          follow the plan until it ends or SECONDS pass; print its progress
+#   device.sh wait SECONDS          follow the plan until it ends, SECONDS pass or the lease's deadline comes; print
+#                                   its progress and pack what was measured so far into $OUT (collect)
 #   device.sh collect               trim logs, pack the results into $OUT (one bundle of at most 16 MiB)
 #   device.sh stop                  SIGTERM the running study (its running trial is recorded interrupted), then collect
+#
+# The lease's clock: the first call on a machine writes /root/lease_t0; the plan stops launching trials that would
+# not end before t0 + LEASE_S (default 1500 s: the machine is held at most 30 minutes, its start and the last
+# call's transfer included), and `wait` stops the plan there, so the last call collects before the machine goes.
 set -uo pipefail
 REPO=$(pwd)
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /root/chunks /root/smoke
+[ -f /root/lease_t0 ] || date +%s > /root/lease_t0
+LEASE_S=${LEASE_S:-1500}
+DEADLINE=$(( $(cat /root/lease_t0) + LEASE_S ))
+export DEADLINE
 export PYTHONPATH=/root/at_src:/root/site PATH=/root/site/bin:$PATH
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 HYDRA_FULL_ERROR=1
-log() { echo "[$(date -u +%T)] $*" | tee -a /root/smoke/device.log; }
+log() { echo "[$(date -u +%T) lease +$(( $(date +%s) - $(cat /root/lease_t0) ))s] $*" | tee -a /root/smoke/device.log; }
 
 stage() {
     local k=$1
@@ -34,15 +43,20 @@ setup() {
         xz -d -T0 < /root/payload.tar.xz | tar xf - -C /root || { log "unpack failed"; exit 1; }
         rm -f /root/payload.tar.xz
         log "unpacked: $(du -sh /root/site | cut -f1)"
+        # The payload is installed with --no-compile (its parts stay small); a user's pip compiles bytecode at
+        # install, so the trials import as a user's node does, not recompiling every module in every process.
+        python3 -m compileall -q -j 0 /root/site > /dev/null 2>&1
+        log "byte-compiled"
     fi
     # Extra wheels carried with a later part (e.g. the trace analysis), and a study database to resume
     for w in /root/chunks/*.whl; do
         [ -f "$w" ] && python3 -m pip install -q --no-deps --no-index --no-compile --target /root/site "$w" 2>&1 \
             | grep -v "already exists" | tail -2
     done
-    if [ -f /root/chunks/smoke.db ] && [ ! -f /root/smoke/smoke.db ]; then
-        cp /root/chunks/smoke.db /root/smoke/smoke.db && log "resuming the study of /root/chunks/smoke.db"
-    fi
+    for db in /root/chunks/*.db; do  # study databases of an earlier lease, to resume
+        [ -f "$db" ] && [ ! -f "/root/smoke/$(basename "$db")" ] && cp "$db" /root/smoke/ \
+            && log "resuming the studies of $(basename "$db")"
+    done
     if [ "${AT_PATCH_MBRIDGE:-0}" = 1 ]; then  # the hand fix of the 2026-11-23 run (autotune's own shim replaces it)
         sed -i 's/ModelType\.encoder_and_decoder/getattr(ModelType, "encoder_and_decoder", None)/g' \
             /root/site/mbridge/core/util.py && log "mbridge patched by hand (AT_PATCH_MBRIDGE=1)"
@@ -73,6 +87,15 @@ assert ModelType.encoder_and_decoder is None' 2>/dev/null); then log "mbridge sh
     fi
     wait
     cat /root/smoke/doctor.txt
+    # Other sizes (AT_MORE_MODELS="qwen2.5-1.5b qwen2.5-3b"), written on the CPU in the background while the first
+    # study runs (the GPU stays the trials'): /root/work-<model>/ appears whole (renamed) when it is ready.
+    for m in ${AT_MORE_MODELS:-}; do
+        [ -d "/root/work-$m" ] && continue
+        (CUDA_VISIBLE_DEVICES="" setsid nohup bash -c "python3 '$REPO/benchmarks/gpu_verl/workload.py' \
+            /root/.work-$m --model $m > /root/smoke/workload-$m.out 2>&1 && mv /root/.work-$m /root/work-$m" \
+            < /dev/null > /dev/null 2>&1 &)
+        log "workload $m: being written in the background"
+    done
     log "setup done"
 }
 
@@ -100,17 +123,33 @@ running() { [ -f /root/smoke/plan.pid ] && kill -0 "$(cat /root/smoke/plan.pid)"
 
 wait_for() {
     local limit=$1 t0=$SECONDS
-    while running && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 10; done
-    running && log "plan still running after ${limit}s" || log "plan ended"
+    while running && [ $((SECONDS - t0)) -lt "$limit" ] && [ "$(date +%s)" -lt "$DEADLINE" ]; do sleep 10; done
+    if running && [ "$(date +%s)" -ge "$DEADLINE" ]; then
+        log "lease deadline (t0 + ${LEASE_S}s): stopping the plan"; stop_plan
+    elif running; then log "plan still running after ${limit}s"
+    else log "plan ended"; fi
     progress
+    collect  # what was measured so far comes back with every call
+}
+
+stop_plan() {
+    # SIGTERM, not SIGINT: a study started detached by a non-interactive shell inherits SIGINT ignored (POSIX
+    # background jobs), so SIGINT did nothing on the H100 (2026-11-24). The pattern is anchored: an unanchored
+    # `pkill -f "autotune run"` also matches the shell running this call's command line.
+    [ -f /root/smoke/plan.pid ] && kill -TERM "$(cat /root/smoke/plan.pid)" 2>/dev/null
+    pkill -TERM -f "^[^ ]*python3? -m autotune run"
+    local t=0
+    while pgrep -f "^[^ ]*python3? -m autotune run" > /dev/null && [ $t -lt 90 ]; do sleep 3; t=$((t + 3)); done
 }
 
 collect() {
     local b=/root/bundle
     rm -rf $b && mkdir -p $b
-    cp /root/smoke/*.db /root/smoke/*.out /root/smoke/*.log /root/smoke/*.txt $b/ 2>/dev/null
-    python3 -m autotune status --storage sqlite:////root/smoke/smoke.db --all > $b/status.txt 2>&1
-    python3 -m autotune status --storage sqlite:////root/smoke/smoke.db --json > $b/status.json 2>&1
+    cp /root/smoke/*.db /root/smoke/*.out /root/smoke/*.err /root/smoke/*.log /root/smoke/*.txt $b/ 2>/dev/null
+    for db in /root/smoke/*.db; do
+        [ -f "$db" ] || continue
+        python3 -m autotune status --storage "sqlite:///$db" --all > "$b/status-$(basename "$db" .db).txt" 2>&1
+    done
     # Each trial's console (byte-exact, with the time-stamped copy) and metrics; logs over 2 MB keep head and tail.
     find /root/smoke/trials -maxdepth 3 -type f \( -name '*.log' -o -name '*.jsonl' -o -name '*.csv' \
         -o -name '*.json' \) | while read -r f; do
@@ -137,9 +176,6 @@ case "${1:-}" in
     start) start "$2" ;;
     wait) wait_for "$2" ;;
     collect) collect ;;
-    stop) # SIGTERM, not SIGINT: a study started detached by a non-interactive shell inherits SIGINT ignored (POSIX
-          # background jobs), so SIGINT did nothing on the H100 (2026-11-24). The pattern is anchored: an unanchored
-          # `pkill -f "autotune run"` also matches the shell running this call's command line.
-          [ -f /root/smoke/plan.pid ] && pkill -TERM -f "^[^ ]*python3? -m autotune run" ; sleep 60; progress; collect ;;
+    stop) stop_plan; progress; collect ;;
     *) echo "usage: device.sh stage K | setup | start PLAN | wait SECONDS | collect | stop" >&2; exit 2 ;;
 esac

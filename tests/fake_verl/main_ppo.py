@@ -45,6 +45,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 SHORT_RUN_KEYS = ("trainer.total_training_steps", "trainer.val_before_train", "trainer.test_freq",
                   "trainer.save_freq", "trainer.resume_mode", "trainer.logger", "trainer.experiment_name",
@@ -277,10 +278,18 @@ def main(argv: list[str]) -> None:
     if mode == "leave_child":  # escapes the process group / the session, and ignores SIGTERM
         children += [spawn_sleeper(new_group=True, ignore_term=True), spawn_sleeper(new_session=True,
                                                                                      ignore_term=True)]
+    cache_env = {k: os.environ[k] for k in ("VLLM_CACHE_ROOT", "VLLM_DISABLE_COMPILE_CACHE", "TORCHINDUCTOR_CACHE_DIR",
+                                             "TRITON_CACHE_DIR", "HF_DATASETS_CACHE", "CUDNN_PATH") if k in os.environ}
     if os.environ.get("FAKE_VERL_RECORD"):
         with open(os.environ["FAKE_VERL_RECORD"], "a") as f:
             f.write(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "children": children, "mode": mode,
-                                "cwd": os.getcwd(), "argv": argv}) + "\n")
+                                "cwd": os.getcwd(), "argv": argv, "env": cache_env}) + "\n")
+    # vLLM keeps its torch.compile artifacts under VLLM_CACHE_ROOT unless VLLM_DISABLE_COMPILE_CACHE=1 (verl's own
+    # runtime env sets it to 1 for every worker unless the launching environment has it)
+    if cache_env.get("VLLM_CACHE_ROOT") and cache_env.get("VLLM_DISABLE_COMPILE_CACHE", "1") != "1":
+        compiled = Path(cache_env["VLLM_CACHE_ROOT"]) / "torch_compile_cache" / "fake"
+        compiled.mkdir(parents=True, exist_ok=True)
+        (compiled / "graph.py").write_text("# compiled\n")
     task_pid = children[1]
     pre = f"\x1b[36m(TaskRunnerV1 pid={task_pid})\x1b[0m"  # Ray colours the actor prefix, also in a file
     train(argv, ov, mode, pre, children, t_main=t_main)
