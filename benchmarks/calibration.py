@@ -1,0 +1,195 @@
+"""The base model against every real verl 0.9.1 trial the project measured: per phase, whole step and memory.
+
+Reads every study database under tests/data/real_verl_gpu/*/ (the trials' own rows: configuration, the node's job
+defaults such as the attention backend, verl's per-phase `timing_s/*` and lengths at the measured step, NVML peaks)
+and predicts each trial with the uncorrected model at the lengths that step measured, as a study's first launch is
+predicted before any correction. Per model size: the median absolute error per phase and of the step, Spearman's rank
+correlation of the step times, and each memory verdict (an OOM predicted to fit is the failure that matters).
+
+    python -m benchmarks.calibration     # writes benchmarks/results/calibration.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune import verl
+from autotune.candidate import Candidate
+from autotune.cluster import GIB
+from autotune.estimate import evaluate
+from autotune.estimate.lengths import at_step
+from autotune.model import CATALOG, ModelArch
+from autotune.setup import Setup, setup_from_row
+from autotune.store import Store
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "tests" / "data" / "real_verl_gpu"
+PHASES = ("gen", "old_log_prob", "update_actor", "update_weights")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One real trial: what ran, what it measured, what the uncorrected model says of it."""
+
+    source: str  # database / study / trial
+    model: str
+    label: str
+    status: str
+    measured_step_s: float | None
+    measured_phases: dict[str, float]
+    predicted_step_s: float | None
+    predicted_phases: dict[str, float]
+    measured_peak_gib: float | None
+    predicted_peak_gib: float | None
+    predicted_fits: bool
+    binding: str
+
+
+def cases(dbs: Iterable[Path]) -> list[Case]:
+    out: list[Case] = []
+    for db in sorted(dbs):
+        store = Store(f"sqlite:///{db}")
+        for study in store.list_studies():
+            setup = setup_from_row(study)
+            for row in store.trials(study.name):
+                if row.status not in ("ok", "oom") or not row.launched or row.simulated or not row.params:
+                    continue
+                out.append(_case(db, setup, row, store))
+    return out
+
+
+def _case(db: Path, setup: Setup, row: Any, store: Store) -> Case:
+    job = setup.job.with_node_defaults((row.extra or {}).get("job_defaults") or {})
+    at = next((dict(s.metrics) for s in store.steps(row.id) if s.step == setup.measure_step), {})
+    lengths = at_step(job, measured=[at]) if at.get(verl.M_RESPONSE_LENGTH_MEAN) is not None else None
+    cand = Candidate(**row.params)
+    ev = evaluate(setup.model, setup.cluster, job, cand, setup.objective, lengths, setup.constants)
+    mem = ev.memory
+    thr = ev.throughput
+    measured = {p: float(v) for p, v in (row.phase_timings or {}).items() if p in PHASES}
+    step_metric = verl.PHASE_TIMINGS["step"]
+    step_s = float(at[step_metric]) if at.get(step_metric) is not None else None
+    return Case(
+        source=f"{db.parent.name}/{db.name}/{row.study}#{row.number}", model=_size(setup.model),
+        label=(row.extra or {}).get("label") or _short(row.params), status=row.status,
+        measured_step_s=step_s, measured_phases=measured,
+        predicted_step_s=thr.step_time if thr else None,
+        predicted_phases={p: v for p, v in (thr.phases if thr else ()) if p in PHASES},
+        measured_peak_gib=row.peak_memory_gib,
+        predicted_peak_gib=mem.peak / GIB if mem else None,
+        predicted_fits=bool(mem and mem.fits and not ev.violations),
+        binding=mem.binding.name if mem else "",
+    )
+
+
+def _size(arch: ModelArch) -> str:
+    """The catalog model of the same shape (the trials' random-weight checkpoints are named after their folder)."""
+    shape = (arch.num_layers, arch.hidden_size, arch.num_attention_heads, arch.ffn_hidden_size)
+    for name, m in CATALOG.items():
+        if (m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size) == shape:
+            return name
+    return arch.name
+
+
+def _short(p: dict[str, Any]) -> str:
+    bits = []
+    if p.get("use_dynamic_bsz"):
+        upd, lp = int(p["ppo_max_token_len_per_gpu"]) // 1024, int(p["log_prob_max_token_len_per_gpu"]) // 1024
+        bits.append(f"dyn{upd}k/{lp}k")
+    else:
+        bits.append(f"mbs{p.get('ppo_micro_batch_size_per_gpu')}/{p.get('log_prob_micro_batch_size_per_gpu')}")
+    if p.get("recompute") not in (None, "none"):
+        bits.append(f"rc:{p['recompute']}")
+    if p.get("param_offload") or p.get("optimizer_offload"):
+        bits.append("offload")
+    bits.append(f"util{p.get('gpu_memory_utilization')}")
+    return " ".join(bits)
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    if len(xs) < 3:
+        return None
+
+    def ranks(v: list[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        for k, i in enumerate(order):
+            r[i] = float(k)
+        return r
+
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    den = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+    return num / den if den else None
+
+
+def report(all_cases: list[Case]) -> str:
+    lines = ["# The base model against real verl 0.9.1 trials (uncorrected, at the measured lengths)", "",
+             "Written by `python -m benchmarks.calibration` from the study databases under "
+             "`tests/data/real_verl_gpu/`. Predicted = the model before any correction, at the prompt and response "
+             "lengths the measured step logged, with the node's job defaults (the doctor's attention backend). "
+             "Times in seconds (verl's `timing_s/*` at the measured step); memory: the predicted peak vs NVML's "
+             "(every process on the GPU).", ""]
+    for model in sorted({c.model for c in all_cases}):
+        cs = [c for c in all_cases if c.model == model]
+        lines += [f"## {model}", "", "| trial | configuration | status | " + " | ".join(
+            f"{p} pred/meas" for p in PHASES) + " | step pred/meas | peak GiB pred/NVML | verdict |",
+            "|---" * (5 + len(PHASES)) + "|"]
+        for c in cs:
+            ph = " | ".join(
+                f"{c.predicted_phases.get(p, float('nan')):.1f} / {c.measured_phases[p]:.1f}"
+                if p in c.measured_phases else "-" for p in PHASES)
+            step = (f"{c.predicted_step_s:.1f} / {c.measured_step_s:.1f}"
+                    if c.measured_step_s and c.predicted_step_s else "-")
+            peak = (f"{c.predicted_peak_gib:.1f} / {c.measured_peak_gib:.1f}"
+                    if c.predicted_peak_gib is not None and c.measured_peak_gib is not None else "-")
+            right = (c.status == "ok") == c.predicted_fits
+            verdict = ("right" if right else "**wrong**") + (f" (binding: {c.binding})" if c.binding else "")
+            lines.append(f"| {c.source} | {c.label} | {c.status} | {ph} | {step} | {peak} | {verdict} |")
+        ok = [c for c in cs if c.status == "ok" and c.measured_step_s and c.predicted_step_s]
+        lines.append("")
+        for p in PHASES:
+            errs = [abs(c.predicted_phases[p] / c.measured_phases[p] - 1) for c in ok
+                    if c.measured_phases.get(p) and c.predicted_phases.get(p)]
+            ratio = [c.measured_phases[p] / c.predicted_phases[p] for c in ok
+                     if c.measured_phases.get(p) and c.predicted_phases.get(p)]
+            if errs:
+                lines.append(f"- {p}: median |error| {100 * statistics.median(errs):.0f}%, measured/predicted "
+                             f"median x{statistics.median(ratio):.2f} ({len(errs)} trials)")
+        if ok:
+            errs = [abs(c.predicted_step_s / c.measured_step_s - 1) for c in ok]
+            rho = spearman([c.predicted_step_s for c in ok], [c.measured_step_s for c in ok])
+            lines.append(f"- step: median |error| {100 * statistics.median(errs):.0f}%; Spearman (step time) "
+                         + (f"{rho:.2f}" if rho is not None else "n/a (fewer than 3 trials)"))
+        wrong = [c for c in cs if (c.status == "ok") != c.predicted_fits]
+        missed = [c for c in wrong if c.status == "oom"]
+        lines.append(f"- memory verdicts: {len(cs) - len(wrong)} of {len(cs)} right; OOMs predicted to fit: "
+                     f"{len(missed)}")
+        peaks = [abs(c.predicted_peak_gib / c.measured_peak_gib - 1) for c in cs if c.status == "ok"
+                 and c.predicted_peak_gib and c.measured_peak_gib]
+        if peaks:
+            lines.append(f"- peak vs NVML: median |error| {100 * statistics.median(peaks):.0f}%, "
+                         f"largest {100 * max(peaks):.0f}%")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "calibration.md")
+    args = ap.parse_args(argv)
+    text = report(cases(args.data.glob("*/*.db")))
+    args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
+
