@@ -251,14 +251,28 @@ NUMPY_SCALAR_RE = r"^np\.(?:float|int|uint)\d*\((?P<value>[^()]*)\)$"
 FIRST_STEP = 1
 
 # Start-up milestones of a run, in the order they happen: the runner notes when each first shows in the console
-# (seconds after launch; the trial's timings), which is what start-up time (and its budget) is made of.
+# (seconds after launch; the trial's timings), which is what start-up time (and its budget) is made of. Checked
+# against real verl 0.9.1 logs, times included (tests/test_real_verl_gpu.py). The driver validates the config
+# before it starts Ray; TaskRunnerV1 (verl/trainer/main_ppo.py) prints the resolved config, creates the worker
+# group (Megatron actor and ref), inits their engines (weights loaded), starts the vLLM servers and the checkpoint
+# engine, then says it is ready to fit. vLLM's own INFO lines (KV cache, graphs) show only where the job raises
+# VLLM_LOGGING_LEVEL above verl's WARN.
 STARTUP_MILESTONES: dict[str, str] = {
+    "validated": r"\[validate_config\] All configuration checks passed",
     "ray_up": r"Started a local Ray instance|Connected to Ray cluster",
     "config": r"\{'actor_rollout_ref': \{",
-    "validated": r"\[validate_config\] All configuration checks passed",
+    "workers": r":create worker group dict_keys\(",
+    "weights_loaded": r":actor and ref model engine initialized",
     "vllm_kv_cache": r"GPU KV cache size: [\d,]+ tokens",
     "vllm_graphs": r"Graph capturing finished in",
+    "vllm_ready": r":all initialize finished, ready to fit",
     "first_step": r"(?:^|\s)step:1 - ",
+}
+# How the timeline names each milestone (autotune/timeline.py).
+MILESTONE_LABELS: dict[str, str] = {
+    "validated": "config validated", "ray_up": "Ray up", "config": "config resolved", "workers": "workers up",
+    "weights_loaded": "weights loaded", "vllm_kv_cache": "vLLM KV cache", "vllm_graphs": "vLLM graphs captured",
+    "vllm_ready": "vLLM ready (ready to fit)", "first_step": "step 1 in",
 }
 
 # Failure classes, most specific first; each: (class, autotune status, regexes over the log). The first class with

@@ -52,7 +52,7 @@ def test_success_records_every_step_and_stops_early(tmp_path: Path) -> None:
     ov = records(rec)[0]["argv"]
     expected = FAKE.step_throughput(FAKE.parse_overrides(ov), 3, "ok")
     assert res.throughput == pytest.approx(expected)
-    assert [s["step"] for s in res.steps] == [1, 2, 3]
+    assert [s["step"] for s in res.steps] == [1, 2, 3, 4]  # the measured step and one more (--extra-steps 1)
     assert res.steps[0][verl.M_THROUGHPUT] == pytest.approx(FAKE.step_throughput(FAKE.parse_overrides(ov), 1, "ok"))
     assert res.phase_timings["gen"] == pytest.approx(res.steps[2]["timing_s/gen"])
     assert res.framework_memory_gib == pytest.approx(44.25)  # max over steps of actor/perf/max_memory_allocated_gb
@@ -70,7 +70,7 @@ def test_command_is_the_export_argv_plus_short_run_overrides(tmp_path: Path) -> 
     res, _, rec, spec = run_mode(tmp_path, "ok")
     r = records(rec)[0]
     ov = FAKE.parse_overrides(r["argv"])
-    assert ov["trainer.total_training_steps"] == "3" and ov["trainer.val_before_train"] == "false"
+    assert ov["trainer.total_training_steps"] == "4" and ov["trainer.val_before_train"] == "false"
     assert ov["trainer.logger"] == "[console,file]" and ov["trainer.resume_mode"] == "disable"
     assert ov["actor_rollout_ref.rollout.max_model_len"] == str(spec.job.max_seq_len)
     assert ov["ray_kwargs.ray_init.address"] == "local" and ov["ray_kwargs.ray_init._temp_dir"].startswith("/tmp/")
@@ -91,7 +91,7 @@ def test_measured_window_is_averaged(tmp_path: Path) -> None:
     ov = FAKE.parse_overrides(records(rec)[0]["argv"])
     steady = FAKE.step_throughput(ov, 2, "ok")
     assert res.throughput == pytest.approx(steady)
-    assert "mean of steps 2-4" in res.reason and len(res.steps) == 4
+    assert "mean of steps 2-4" in res.reason and len(res.steps) == 5
 
 
 @pytest.mark.parametrize("mode,status,kind,words", [

@@ -62,6 +62,9 @@ class ProfilingVerlRunner(VerlRunner):
         self.rollout_iterations = rollout_iterations
         self.update_mini_batches = update_mini_batches
 
+    def extra_steps(self, spec: TrialSpec) -> int:
+        return 0  # a profile traces the measured step and stops there; the noise is the study trial's
+
     def short_run_overrides(self, spec: TrialSpec, log_jsonl: Path, ray_tmp: str, attempt: int) -> dict[str, Any]:
         extra = super().short_run_overrides(spec, log_jsonl, ray_tmp, attempt)
         where = trace_dir(spec.workdir, attempt)

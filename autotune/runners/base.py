@@ -73,6 +73,9 @@ class TrialSpec:
     workdir: Path = Path("trials")
     # First step of the measured window (None: measure_step alone); throughput is the window's mean.
     measure_from: int | None = None
+    # Steps to run after the measured one, for the measured noise (None: the runner's own option, e.g. --extra-steps;
+    # a confirmation run asks for none).
+    extra_steps: int | None = None
     # Called by a runner with (step, tokens/s/GPU) for steps before the window; True means stop: prune the trial.
     report: Callable[[int, float], bool] | None = field(default=None, compare=False, repr=False)
     # Called by a runner, every fraction of a second while the trial runs, with where it is (the CLI's live line).

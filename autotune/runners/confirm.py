@@ -15,6 +15,7 @@ from autotune import verl
 from autotune.candidate import Candidate
 from autotune.runners.base import TrialSpec, TrialStatus
 from autotune.store import TrialRow
+from autotune.timeline import SPANS
 
 
 def _confirmed(row: TrialRow, steps: int) -> bool:
@@ -54,6 +55,7 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
     spec = TrialSpec(
         study=tuner.study_name, number=row.number, model=s.model, cluster=s.cluster, job=s.job, candidate=cand,
         memory=ev.memory, prediction=ev.throughput, measure_step=steps, measure_from=s.measure_step + 1,
+        extra_steps=0,  # the window after the measured step is the confirmation; no noise steps beyond it
         workdir=tuner.workdir / tuner.study_name / f"trial_{row.number:04d}" / f"confirm_{steps}",
         progress=getattr(tuner, "on_progress", None),
     )
@@ -67,6 +69,8 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         "per_step": {int(st["step"]): st.get("perf/throughput") for st in result.steps},
         **longest_responses(result.steps),
     }
+    if (result.extra or {}).get("timings"):  # the run's timeline (autotune/timeline.py): the study's time sums
+        conf["timeline"] = {k: result.extra[k] for k in ("timings", SPANS) if k in result.extra}
     conf.update(headroom(result.peak_memory_gib, s.cluster.gpu.memory_gib, row))
     extra = {**(row.extra or {}), "confirm": conf}
     values: dict[str, Any] = {"extra": extra}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import verl, verl_shims
+from autotune import noise, timeline, units, verl, verl_shims
 from autotune.doctor import Diagnosis, run_doctor, stack_env
 from autotune.export import launch_argv
 from autotune.model import ModelArch
@@ -52,6 +52,9 @@ class VerlOptions:
     fatal_grace_s: float = verl.FATAL_GRACE_S  # after a line no run recovers from, before autotune stops the run
     grace_s: float = 30.0  # SIGTERM -> SIGKILL
     measure_from: int | None = None  # first step of the measured window (default: the measured step alone)
+    # steps run after the measured one (the CLI's --extra-steps): each step's throughput is recorded and their spread
+    # is the trial's measured noise (autotune/noise.py); the objective stays the measured step's
+    extra_steps: int = 1
     retries: int = 1  # extra attempts for a crash or NCCL error
     preflight: bool = True
     own_ray: bool = True  # a fresh local Ray per trial on a single node; several nodes use RAY_ADDRESS's cluster
@@ -84,6 +87,7 @@ class _Attempt:
     timings: dict[str, float] = field(default_factory=dict)
     ray_tmp: str = ""
     caches: str = ""  # the shared caches at launch: "warm", "cold", "" (off)
+    missed: str = ""  # why the extra steps after the measured one are missing (the run ended first)
 
 
 class VerlRunner(Runner):
@@ -118,8 +122,12 @@ class VerlRunner(Runner):
         return what
 
     # argv -----------------------------------------------------------------------------------------------------
+    def extra_steps(self, spec: TrialSpec) -> int:
+        """Steps the run goes on for after the measured one (the spec's, else the runner's option)."""
+        return max(0, spec.extra_steps if spec.extra_steps is not None else self.options.extra_steps)
+
     def short_run_overrides(self, spec: TrialSpec, log_jsonl: Path, ray_tmp: str, attempt: int) -> dict[str, Any]:
-        last = spec.measure_step
+        last = spec.measure_step + self.extra_steps(spec)
         name = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"autotune-{spec.study}-t{spec.number:04d}-a{attempt}")[:120]
         extra: dict[str, Any] = {
             **verl.SHORT_RUN,
@@ -272,6 +280,8 @@ class VerlRunner(Runner):
         status: TrialStatus | None = None
         reason, failure, excerpt = "", "", ""
         hung_after_fatal = False
+        measured = False  # the measured window is in: the run goes on for its extra steps (the noise)
+        last = spec.measure_step + self.extra_steps(spec)
         try:
             while True:
                 rc = proc.poll()
@@ -295,9 +305,11 @@ class VerlRunner(Runner):
                         reason = (f"stopped at step {step}: {thr:.1f} tokens/s/GPU is clearly below the best trial "
                                   "at that step (--prune-slower-than)")
                         break
-                if status is None and self._window_done(log, first, spec.measure_step):
-                    status = TrialStatus.OK
+                if status is None and not measured and self._window_done(log, first, spec.measure_step):
+                    measured = True
                     timings["measured_s"] = round(now - started, 3)
+                if status is None and measured and self._window_done(log, spec.measure_step + 1, last):
+                    status = TrialStatus.OK
                 if status is None and spec.stop is not None and spec.stop.is_set():  # the executor stops it
                     status, failure, reason = TrialStatus(spec.stop.status), "stopped", spec.stop.reason
                 if status is not None:
@@ -361,12 +373,17 @@ class VerlRunner(Runner):
             excerpt = log.tail(12)
         else:
             excerpt = log.tail(20)
+        missed = ""  # why the extra steps are missing: the measured step is in, so the trial is measured
+        if measured and status != TrialStatus.OK:
+            missed = f"{failure or status.value}: {units.clip(reason, 300)}"
+            status, failure, reason = TrialStatus.OK, "", ""
         if (status != TrialStatus.OK or opts.keep_ray_tmp) and any(Path(ray_tmp).iterdir()):
             kept = ray_tmp  # Ray's session logs (every worker's output) for the post-mortem
         else:
             shutil.rmtree(ray_tmp, ignore_errors=True)
             kept = ""
-        return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, caches)
+        return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, caches,
+                        missed)
 
     @staticmethod
     def _show(spec: TrialSpec, log: RunLog, seen_at: dict[int, float], elapsed: float, monitor: GpuMonitor,
@@ -483,6 +500,8 @@ class VerlRunner(Runner):
                     phases[phase] = sum(vals) / len(vals)
             where = f"step {first}" if first == spec.measure_step else f"mean of steps {first}-{spec.measure_step}"
             att.reason = f"measured {thr:.1f} tokens/s/GPU ({where})"
+            extra["noise"] = noise.measure(att.log.steps, first, spec.measure_step, self.extra_steps(spec), att.missed)
+            att.reason += f"; {noise.Noise.from_extra(extra).words()}"  # type: ignore[union-attr]
         alloc = [m[verl.M_MAX_MEM_ALLOCATED] for m in att.log.steps.values() if verl.M_MAX_MEM_ALLOCATED in m]
         reserved = [m[verl.M_MAX_MEM_RESERVED] for m in att.log.steps.values() if verl.M_MAX_MEM_RESERVED in m]
         gpu = att.gpu
@@ -500,6 +519,7 @@ class VerlRunner(Runner):
             },
             "cleanup": att.cleanup,
             "timings": att.timings,
+            timeline.SPANS: timeline.step_spans(att.log.step_at, att.log.steps),
         })
         if att.caches:
             extra["caches"] = att.caches

@@ -140,6 +140,7 @@ class RunLog:
         self.last: deque[str] = deque(maxlen=self.tail_lines)
         self.lines_seen = 0
         self.milestones: dict[str, float] = {}  # start-up milestone -> seconds after launch it was first seen
+        self.step_at: dict[int, float] = {}  # step -> seconds after launch its line (or JSONL record) first showed
         self.fatal_at: float | None = None  # seconds after launch of the first line no run recovers from
         self._stamps: IO[str] | None = None
 
@@ -156,10 +157,14 @@ class RunLog:
             parsed = parse_step_line(line)
             if parsed:
                 self._merge(parsed, new, prefer=False)
+                if t is not None:
+                    self.step_at.setdefault(parsed[0], round(t, 2))
         for line in self.jsonl.flush() if final else self.jsonl.read():
             parsed = parse_jsonl_record(line)
             if parsed:
                 self._merge(parsed, new, prefer=True)
+                if t is not None and parsed[0] >= verl.FIRST_STEP:
+                    self.step_at.setdefault(parsed[0], round(t, 2))
         return new
 
     def _stamp(self, t: float, line: str) -> None:

@@ -21,7 +21,8 @@ rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5),
 attention_backend, tokenizer_error (at FAKE_VERL_FAIL_STEP).
 With verl's profiler on (`global_profiler.tool=torch`, `global_profiler.steps=[N]`) it writes step N's traces with
 verl's own profiler code (profiled.py).
-Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STARTUP_S (default 0.3),
+Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STEP_JITTER (steps after the first run at
+1 - j (odd) and 1 + j (even) of their throughput: measured noise; default 0), FAKE_VERL_STARTUP_S (default 0.3),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
 FAKE_VERL_RECORD (append one JSON line: pid, children, mode), FAKE_VERL_HOLD_FILE (step 2 starts only once this file
 exists: a test acts mid-run on an event, not after a guessed delay).
@@ -140,7 +141,9 @@ def throughput(ov: dict[str, str]) -> float:
 
 def step_throughput(ov: dict[str, str], step: int, mode: str) -> float:
     warm = 0.6 if step == 1 else 1.0
-    return round(throughput(ov) * warm * (0.3 if mode == "slow" else 1.0), 3)
+    jitter = float(os.environ.get("FAKE_VERL_STEP_JITTER", "0"))  # later steps alternate: odd -j, even +j
+    noise = 1.0 if step == 1 else 1.0 + (jitter if step % 2 == 0 else -jitter)
+    return round(throughput(ov) * warm * noise * (0.3 if mode == "slow" else 1.0), 3)
 
 
 def choose_mode(ov: dict[str, str]) -> str:
@@ -348,6 +351,9 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
             out("(autoscaler +30s) Warning: The following resource request cannot be scheduled right now: "
                 "{'GPU': 1.0, 'CPU': 3.0}. This is likely due to all cluster resources being claimed by actors.")
             time.sleep(1.0)
+    # TaskRunnerV1's start-up (verl/trainer/main_ppo.py), as the real log prints it (tests/data/real_verl_gpu/)
+    out(f"{pre} INFO:2026-01-01 00:00:01,000:create worker group dict_keys(['actor_rollout'])")
+    out(f"{pre} INFO:2026-01-01 00:00:02,000:actor and ref model engine initialized")
     if mode == "vllm_start_hang":  # vLLM's worker fails to start; the driver keeps waiting (real log, H100 2026-11-24)
         for ln in VLLM_WORKER_FAILED:
             out(ln)
@@ -368,6 +374,8 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
             "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
             "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
         ])
+    out(f"{pre} INFO:2026-01-01 00:00:03,000:checkpoint engine manager initialized")
+    out(f"{pre} INFO:2026-01-01 00:00:03,000:all initialize finished, ready to fit")
     if os.environ.get("FAKE_VERL_FILE_LOGGER", "1") == "1":
         out(f"{pre} Creating file logger at {os.path.abspath(env_path)}")
         jsonl = open(env_path, "wb", buffering=0)

@@ -1,0 +1,127 @@
+"""Measured noise: how much a configuration's throughput moves from step to step, and ties it makes.
+
+The verl runner runs the measured step plus K more (`--extra-steps`, default 1) and stores every step's throughput
+in the trial's `extra["noise"]`; the objective stays the measured step's (or window's) value. The spread is the
+range of the measured and extra steps' throughputs over the objective. Two configurations whose measured-step
+throughputs differ by less than the larger of their spreads are a tie: which one is faster is not known from the
+short trials, and a confirmation run (`--confirm`) decides. Simulated and replayed results have no noise: "not
+measured".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autotune import verl
+
+NOT_MEASURED = "noise not measured"
+
+
+def measure(steps: Mapping[int, Mapping[str, float]], first: int, last: int, extra_steps: int,
+            missed: str = "") -> dict[str, Any]:
+    """extra["noise"] of a trial measured over steps first..last that ran up to `extra_steps` more."""
+    end = last + extra_steps
+    per_step = {str(s): steps[s][verl.M_THROUGHPUT] for s in range(verl.FIRST_STEP + 1, end + 1)
+                if verl.M_THROUGHPUT in (steps.get(s) or {})}
+    values = [per_step[str(s)] for s in range(first, end + 1) if str(s) in per_step]
+    window = [per_step[str(s)] for s in range(first, last + 1) if str(s) in per_step]
+    doc: dict[str, Any] = {"steps": [first, end], "measured": [first, last], "per_step": per_step}
+    if extra_steps <= 0:
+        doc["note"] = "no extra step asked (--extra-steps 0)"
+    elif len(values) < len(window) + 1:
+        doc["note"] = f"the extra steps did not run: {missed}" if missed else "the extra steps did not run"
+    else:
+        doc["spread"] = round((max(values) - min(values)) / (sum(window) / len(window)), 5)
+        if missed:
+            doc["note"] = f"the run ended before step {end}: {missed}"
+    return doc
+
+
+@dataclass(frozen=True)
+class Noise:
+    """A trial's measured noise, from its extra."""
+
+    spread: float | None
+    steps: tuple[int, int]
+    per_step: dict[int, float]
+    note: str = ""
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any] | None) -> Noise | None:
+        doc = (extra or {}).get("noise")
+        if not doc:
+            return None
+        return cls(doc.get("spread"), tuple(doc.get("steps") or (0, 0)),  # type: ignore[arg-type]
+                   {int(k): float(v) for k, v in (doc.get("per_step") or {}).items()}, doc.get("note", ""))
+
+    def words(self) -> str:
+        a, b = self.steps
+        if self.spread is None:
+            return f"{NOT_MEASURED}: {self.note}" if self.note else NOT_MEASURED
+        return f"steps {a}-{b} spread {self.spread:.1%} (measured noise)" + (f"; {self.note}" if self.note else "")
+
+
+def spread(extra: Mapping[str, Any] | None) -> float | None:
+    n = Noise.from_extra(extra)
+    return n.spread if n else None
+
+
+def noise_words(row: Any) -> str:
+    """A trial's noise in words; simulated and replayed results say they were not measured."""
+    if row.simulated or row.backend == "replay":
+        return f"{NOT_MEASURED} ({'simulated' if row.simulated else 'replayed'})"
+    n = Noise.from_extra(row.extra)
+    return n.words() if n else NOT_MEASURED
+
+
+def at_measured_step(row: Any) -> float | None:
+    """Throughput at the study's measured step (a confirmation replaces `throughput` with a later window's mean)."""
+    return (row.extra or {}).get("measured_step_throughput", row.throughput)
+
+
+@dataclass(frozen=True)
+class Tie:
+    """The best trial and the others within the measured noise of it, at the measured step."""
+
+    trials: tuple[int, ...]  # the best first
+    gap: float  # the runner-up's relative gap to the best
+    noise: float  # the larger spread of the two
+    decided: bool  # every tied leader had its confirmation run: the confirmed throughputs rank them
+
+    def words(self) -> str:
+        who = " and ".join(f"trial {n}" for n in self.trials)
+        if self.decided:
+            return (f"{who} were a tie within measured noise ({self.noise:.1%}; {self.gap:.1%} apart at the measured "
+                    "step); their confirmation runs decided")
+        return (f"tie within measured noise ({self.noise:.1%}): {who} are {self.gap:.1%} apart at the measured step; "
+                "which is faster is not known (a confirmation run, --confirm, decides)")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"trials": list(self.trials), "gap": round(self.gap, 5), "noise": round(self.noise, 5),
+                "decided": self.decided, "words": self.words()}
+
+
+def leaders_tie(rows: Iterable[Any]) -> Tie | None:
+    """The tie among a study's fastest ok trials, if the best's nearest rivals are within the measured noise."""
+    ok = [r for r in rows if r.status == "ok" and at_measured_step(r) is not None and not r.simulated]
+    if len(ok) < 2:
+        return None
+    ok.sort(key=lambda r: (-(r.throughput or 0.0), r.number))
+    best = ok[0]
+    b = at_measured_step(best)
+    tied, gap, noise = [best], 0.0, 0.0
+    for r in ok[1:]:
+        spreads = [x for x in (spread(best.extra), spread(r.extra)) if x is not None]
+        if not spreads or not b:
+            continue
+        g = abs(b - at_measured_step(r)) / b
+        if g <= max(spreads):
+            tied.append(r)
+            if len(tied) == 2:
+                gap, noise = g, max(spreads)
+    if len(tied) < 2:
+        return None
+    decided = all(((r.extra or {}).get("confirm") or {}).get("status") == "ok" for r in tied)
+    return Tie(tuple(r.number for r in tied), gap, noise, decided)

@@ -1,0 +1,142 @@
+"""A trial's timeline and measured noise: recorded by the verl runner (through the test double of verl), read back by
+autotune.timeline and autotune.noise, summed per study, and ties between leaders within the noise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from autotune import verl
+from autotune.noise import Noise, leaders_tie, measure, noise_words
+from autotune.runners.base import TrialStatus
+from autotune.timeline import Timeline, step_spans, study_time
+from tests.conftest import make_setup
+from tests.fake_verl import env_for, fake_module, fake_runner, leftovers, make_spec, records
+
+FAKE = fake_module()
+
+
+def _run(tmp_path: Path, env: dict[str, str] | None = None, **opts: Any) -> tuple[Any, dict[str, str], Path]:
+    rec = tmp_path / "rec.jsonl"
+    runner = fake_runner(env_for(rec, **(env or {})), **opts)
+    res = runner.run(make_spec(make_setup(), tmp_path))
+    return res, FAKE.parse_overrides(records(rec)[0]["argv"]), rec
+
+
+def test_a_trial_runs_one_step_more_and_records_its_noise_and_timeline(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    res, ov, rec = _run(tmp_path, {"FAKE_VERL_STEP_JITTER": "0.02"})
+    monkeypatch.setenv("FAKE_VERL_STEP_JITTER", "0.02")  # the double's throughputs, as it computed them
+    assert res.status == TrialStatus.OK and ov["trainer.total_training_steps"] == "4"
+    # the objective stays the measured step's
+    step3, step4 = (FAKE.step_throughput(ov, s, "ok") for s in (3, 4))
+    assert res.throughput == pytest.approx(step3) and step4 != step3
+    assert [s["step"] for s in res.steps] == [1, 2, 3, 4]
+    n = Noise.from_extra(res.extra)
+    assert n is not None and n.steps == (3, 4)
+    assert n.spread == pytest.approx((step4 - step3) / step3, rel=1e-3)
+    assert n.per_step[2] == pytest.approx(FAKE.step_throughput(ov, 2, "ok"))
+    assert f"spread {n.spread:.1%}" in res.reason
+    tl = Timeline.from_extra(res.extra)
+    assert tl is not None
+    seen = [e.key for e in tl.milestones]
+    assert seen == ["ray_up", "config", "workers", "weights_loaded", "vllm_ready"]  # the double's start-up, in order
+    assert [s.step for s in tl.steps] == [1, 2, 3, 4]
+    assert all(a.end_s <= b.start_s for a, b in zip(tl.steps, tl.steps[1:], strict=False))
+    assert tl.milestones[-1].at_s <= tl.steps[0].end_s <= tl.wall_s == res.extra["timings"]["wall_s"]
+    assert 0 < tl.busy_fraction < 1 and tl.startup_s + tl.steps_s + tl.after_s <= tl.wall_s + 1e-6
+    assert leftovers(rec) == []
+
+
+def test_no_extra_step_no_noise(tmp_path: Path) -> None:
+    res, ov, _ = _run(tmp_path, extra_steps=0)
+    assert ov["trainer.total_training_steps"] == "3" and [s["step"] for s in res.steps] == [1, 2, 3]
+    n = Noise.from_extra(res.extra)
+    assert n is not None and n.spread is None and "--extra-steps 0" in n.words()
+
+
+def test_a_failure_after_the_measured_step_keeps_the_measurement_and_says_why_no_noise(tmp_path: Path) -> None:
+    res, ov, rec = _run(tmp_path, {"FAKE_VERL_MODE": "gpu_oom", "FAKE_VERL_FAIL_STEP": "4"})
+    assert res.status == TrialStatus.OK and res.throughput == pytest.approx(FAKE.step_throughput(ov, 3, "ok"))
+    n = Noise.from_extra(res.extra)
+    assert n is not None and n.spread is None and "gpu_oom" in n.note and "noise not measured" in res.reason
+    assert leftovers(rec) == []
+
+
+def test_step_spans_end_at_the_line_and_never_overlap() -> None:
+    took = verl.PHASE_TIMINGS["step"]
+    spans = step_spans({1: 100.0, 2: 130.0, 3: 140.0}, {1: {took: 60.0}, 2: {took: 25.0}, 3: {took: 30.0}})
+    assert spans == {"1": [40.0, 100.0], "2": [105.0, 130.0], "3": [130.0, 140.0]}
+
+
+def _extra(wall: float = 450.0) -> dict[str, Any]:
+    return {"timings": {"wall_s": wall, "ray_up_s": 24.4, "config_s": 56.3, "workers_s": 91.4,
+                        "weights_loaded_s": 124.9, "vllm_ready_s": 265.5, "first_step_s": 360.0},
+            "step_spans_s": {"1": [270.0, 360.0], "2": [360.0, 395.0], "3": [395.0, 430.0]}}
+
+
+def test_a_timeline_from_launch_to_exit() -> None:
+    tl = Timeline.from_extra(_extra())
+    assert tl is not None
+    assert tl.startup_s == 270.0 and tl.steps_s == 160.0 and tl.after_s == 20.0
+    assert tl.busy_fraction == pytest.approx(160 / 450)
+    rows = tl.rows()
+    assert [r[0] for r in rows] == ["launch", "Ray up", "config resolved", "workers up", "weights loaded",
+                                    "vLLM ready (ready to fit)", "step 1", "step 2", "step 3", "exit"]
+    assert rows[-1][1] == 450.0 and rows[6][2] == 90.0
+    assert "GPU busy 36% of this trial" in tl.summary()
+    assert Timeline.from_extra({}) is None and Timeline.from_extra({"timings": {"first_step_s": 3.0}}) is None
+
+
+def test_the_study_sums_real_runs_only() -> None:
+    real = SimpleNamespace(launched=True, simulated=False, backend="verl",
+                           extra={**_extra(), "confirm": {"timeline": _extra(600.0)}})
+    sim = SimpleNamespace(launched=True, simulated=True, backend="simulate", extra=_extra())
+    replayed = SimpleNamespace(launched=True, simulated=False, backend="replay", extra=_extra())
+    pruned = SimpleNamespace(launched=False, simulated=False, backend="verl", extra=_extra())
+    t = study_time([real, sim, replayed, pruned])
+    assert t is not None and t.runs == 2  # the trial and its confirmation run
+    assert t.startup_s == 540.0 and t.steps_s == 320.0 and t.wall_s == 1050.0
+    assert "start-up 0.60 GPU-hours, steps 0.36" in t.words(gpus=4)
+    assert study_time([sim, replayed]) is None
+
+
+def _row(number: int, thr: float, spread: float | None = None, confirmed: bool = False, simulated: bool = False,
+         backend: str = "verl") -> SimpleNamespace:
+    extra: dict[str, Any] = {}
+    if spread is not None:
+        extra["noise"] = {"spread": spread, "steps": [3, 4], "per_step": {"3": thr}}
+    if confirmed:
+        extra["confirm"] = {"status": "ok"}
+        extra["measured_step_throughput"] = thr
+    return SimpleNamespace(number=number, status="ok", throughput=thr, extra=extra, simulated=simulated,
+                           backend=backend)
+
+
+def test_leaders_within_the_measured_noise_are_a_tie() -> None:
+    tie = leaders_tie([_row(0, 1000.0, 0.01), _row(1, 980.0, 0.03), _row(2, 900.0, 0.03)])
+    assert tie is not None and tie.trials == (0, 1) and not tie.decided
+    assert tie.gap == pytest.approx(0.02) and tie.noise == pytest.approx(0.03)
+    assert "tie within measured noise (3.0%)" in tie.words()
+    assert leaders_tie([_row(0, 1000.0, 0.01), _row(1, 950.0, 0.03)]) is None  # 5% apart, 3% noise
+    assert leaders_tie([_row(0, 1000.0), _row(1, 999.0)]) is None  # no noise measured: nothing to call a tie
+    decided = leaders_tie([_row(0, 1000.0, 0.05, confirmed=True), _row(1, 990.0, 0.05, confirmed=True)])
+    assert decided is not None and decided.decided and "confirmation runs decided" in decided.words()
+
+
+def test_simulated_and_replayed_results_have_no_noise() -> None:
+    assert noise_words(_row(0, 1.0, simulated=True)) == "noise not measured (simulated)"
+    assert noise_words(_row(0, 1.0, backend="replay")) == "noise not measured (replayed)"
+    assert leaders_tie([_row(0, 1000.0, 0.05, simulated=True), _row(1, 999.0, 0.05, simulated=True)]) is None
+
+
+def test_noise_is_the_range_of_the_measured_and_extra_steps_over_the_objective() -> None:
+    m = verl.M_THROUGHPUT
+    steps = {1: {m: 500.0}, 2: {m: 1100.0}, 3: {m: 1000.0}, 4: {m: 1040.0}, 5: {m: 980.0}}
+    doc = measure(steps, 3, 3, 2)
+    assert doc["spread"] == pytest.approx(0.06) and doc["per_step"] == {"2": 1100.0, "3": 1000.0, "4": 1040.0,
+                                                                         "5": 980.0}
+    assert "spread" not in measure({3: {m: 1000.0}}, 3, 3, 1, "gpu_oom: ...")
