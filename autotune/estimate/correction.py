@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune import units
 from autotune.candidate import Candidate
 from autotune.cluster import GIB
 from autotune.estimate.memory import MemoryEstimate, Moment
@@ -40,16 +41,33 @@ FEATURES = {
     "gen": ("level", "log2 rollout TP"),
     "update_weights": ("level", "log2 rollout TP"),
 }
-# Priors: the level's sd is about the model's leave-one-table-out error per phase (22-27%,
-# benchmarks/results/step_time_error.md) in log terms, widened for models no table covers; a slope's sd is 8% per
-# doubling. NOISE: what a corrected prediction still misses on one run (run-to-run noise and the model's shape).
-LEVEL_SD = 0.4
-SLOPE_SD = 0.08
-NOISE_SD = 0.08
+
+
+@dataclass(frozen=True)
+class Priors:
+    """What the correction believes before a study measures anything (benchmarks/correction_proof.py chose them on
+    the real verl trials, the replay landscapes and the verl tables: results/correction_accuracy.md).
+
+    The level of a phase is either about right (the spike: the model's held-out error per phase is 22-27%,
+    benchmarks/results/step_time_error.md) or off by anything (the slab: on small real models the Megatron passes
+    measured 10-60x slower than predicted, generation 2-3x); `noise_sd` is what one configuration's ratio misses of
+    its study's level (the model's shape and run-to-run noise; ratios within one landscape spread by about 0.25)."""
+
+    spike_p: float = 0.5
+    spike_sd: float = 0.1
+    level_sd: float = 2.0
+    slope_sd: float = 0.08  # per doubling of a knob
+    noise_sd: float = 0.25
+    slopes_after: int = 3  # measurements of a phase before a slope moves (and its feature took two values)
+
+
+PRIORS = Priors()
+
 # Memory: log-factor on the uncertain terms, prior sd 0.25; a measured peak's noise 4% (NVML vs the allocator).
 MEMORY_PRIOR_SD = 0.25
 MEMORY_NOISE_SD = 0.04
 _GRID = np.linspace(-1.5, 1.5, 601)
+_LEVEL_GRID = np.linspace(-6.0, 6.0, 2401)  # a phase level's log-factor: x0.0025 to x400
 WARM_INFLATION = 2.0  # an earlier study's posterior seeds a new one with its sd doubled (another job, other sizes)
 
 
@@ -67,10 +85,12 @@ def features(phase: str, cand: Candidate, job: Job) -> np.ndarray:
                      math.log2(max(float(tokens or 1), 1.0) / 8192.0)])
 
 
-def prior(phase: str) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, covariance) of a phase's coefficients before any measurement."""
+def prior(phase: str, pr: Priors = PRIORS) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, covariance) of a phase's coefficients before any measurement (the level's as one Gaussian of the
+    spike and slab's variance)."""
     k = len(FEATURES[phase])
-    sd = np.array([LEVEL_SD] + [SLOPE_SD] * (k - 1))
+    level_var = pr.spike_p * pr.spike_sd**2 + (1 - pr.spike_p) * pr.level_sd**2
+    sd = np.array([math.sqrt(level_var)] + [pr.slope_sd] * (k - 1))
     return np.zeros(k), np.diag(sd**2)
 
 
@@ -82,6 +102,7 @@ class PhaseFit:
     cov: tuple[tuple[float, ...], ...]
     n: int = 0
     shown: float = 1.0  # the factor at the measured configurations (geometric mean), for people
+    shown_sd: float = 0.0  # its posterior sd, in log
 
     def factor(self, x: np.ndarray) -> float:
         return float(math.exp(float(np.dot(x, self.mean))))
@@ -143,7 +164,7 @@ class Correction:
         """Posterior sd of log(true / corrected) for a phase's time of this candidate (the model's doubt)."""
         fit = self.phases.get(phase)
         if fit is None:
-            mean, cov = prior(phase) if phase in FEATURES else (np.zeros(1), np.array([[LEVEL_SD**2]]))
+            mean, cov = prior(phase) if phase in FEATURES else (np.zeros(1), prior("gen")[1][:1, :1])
             x = features(phase, cand, job) if phase in FEATURES else np.ones(1)
             return float(math.sqrt(x @ cov @ x))
         return fit.sd(features(phase, cand, job))
@@ -174,9 +195,10 @@ class Correction:
 
     # Words and data
     def factors_text(self) -> str:
-        parts = [f"{name} x{fit.shown:.2f}" for name, fit in self.phases.items() if fit.n or self.warm]
+        parts = [f"{name} {units.factor(fit.shown, fit.shown_sd)}" for name, fit in self.phases.items()
+                 if fit.n or self.warm]
         if self.memory_n or self.warm:
-            parts.append(f"memory x{self.memory_factor:.2f} (activations, logits)")
+            parts.append(f"memory {units.factor(self.memory_factor, self.memory_sd)} (activations, logits)")
         return ", ".join(parts)
 
     def summary(self) -> str:
@@ -195,6 +217,7 @@ class Correction:
         return {
             "trials": self.trials,
             "phases": {k: {"mean": list(v.mean), "cov": [list(r) for r in v.cov], "n": v.n, "factor": v.shown,
+                           "factor_log_sd": v.shown_sd,
                            "features": list(FEATURES.get(k, ()))} for k, v in self.phases.items()},
             "memory": {"log_factor": self.memory_log, "sd": self.memory_sd, "n": self.memory_n,
                        "factor": self.memory_factor, "terms": list(UNCERTAIN_TERMS)},
@@ -207,7 +230,7 @@ class Correction:
         if not doc:
             return NO_CORRECTION
         phases = {k: PhaseFit(tuple(v["mean"]), tuple(tuple(r) for r in v["cov"]), int(v.get("n", 0)),
-                              float(v.get("factor", 1.0)))
+                              float(v.get("factor", 1.0)), float(v.get("factor_log_sd", 0.0)))
                   for k, v in (doc.get("phases") or {}).items() if k in FEATURES}
         mem = doc.get("memory") or {}
         return cls(phases, float(mem.get("log_factor", 0.0)), float(mem.get("sd", MEMORY_PRIOR_SD)),
@@ -234,7 +257,8 @@ def warm_prior(earlier: Sequence[tuple[str, Correction]]) -> Correction:
         mean = cov @ sum(np.linalg.inv(np.array(f.cov) * WARM_INFLATION**2) @ np.array(f.mean) for f in fits)
         p0m, p0c = prior(phase)
         cov = np.minimum(cov, p0c) if cov.shape == p0c.shape else cov
-        phases[phase] = PhaseFit(tuple(mean), tuple(map(tuple, cov)), 0, float(np.exp(mean[0])))
+        phases[phase] = PhaseFit(tuple(mean), tuple(map(tuple, cov)), 0, float(np.exp(mean[0])),
+                                 float(math.sqrt(cov[0, 0])))
     mems = [c for _, c in fitted if c.memory_n]
     if mems:
         w = [1 / (c.memory_sd * WARM_INFLATION) ** 2 for c in mems]
@@ -245,58 +269,91 @@ def warm_prior(earlier: Sequence[tuple[str, Correction]]) -> Correction:
     return Correction(phases, mlog, msd, 0, 0, tuple((name, c.trials) for name, c in fitted))
 
 
-def fit(observations: Iterable[Observation], job: Job, start: Correction = NO_CORRECTION) -> Correction:
-    """The posterior after `observations`, from `start` (the plain prior, or a warm start from earlier studies)."""
+def fit(observations: Iterable[Observation], job: Job, start: Correction = NO_CORRECTION,
+        priors: Priors | None = None) -> Correction:
+    """The posterior after `observations`, from `start` (the plain prior, or a warm start from earlier studies).
+
+    Only a phase that was measured gets a factor (or one a warm start brought). Its level's posterior is robust
+    (spike and slab, on a grid): a deviation within the model's usual error is mostly put down to this configuration
+    and shrunk towards the model, a large one or several that agree move the level as far as they say. A slope moves
+    only once its feature took two values among `slopes_after` measurements: two trials that differ in several knobs
+    at once cannot tell which knob the model has wrong."""
+    pr = priors or PRIORS
     obs = list(observations)
     phases: dict[str, PhaseFit] = {}
     for phase in FEATURES:
-        rows: list[tuple[np.ndarray, float, float]] = []  # (x, log ratio, noise sd)
-        for o in obs:
-            pred = o.predicted_phases.get(phase)
-            if not pred or pred <= 0:
-                continue
-            meas = _measured_phase(o, phase)
-            if meas is None:
-                continue
-            value, noise = meas
-            rows.append((features(phase, o.candidate, job), math.log(value / pred), noise))
+        rows = [(features(phase, o.candidate, job), math.log(m[0] / o.predicted_phases[phase]), m[1])
+                for o in obs if (o.predicted_phases.get(phase) or 0) > 0
+                for m in [_measured_phase(o, phase, pr.noise_sd)] if m is not None]
         base = start.phases.get(phase)
-        m0, c0 = (np.array(base.mean), np.array(base.cov)) if base is not None else prior(phase)
-        if not rows and base is None:
+        if not rows:
+            if base is not None:
+                phases[phase] = base
             continue
-        if rows:
-            X = np.array([r[0] for r in rows])
-            y = np.array([r[1] for r in rows])
-            w = np.array([1 / r[2] ** 2 for r in rows])
-            p0 = np.linalg.inv(c0)
-            cov = np.linalg.inv(p0 + (X.T * w) @ X)
-            mean = cov @ (p0 @ m0 + (X.T * w) @ y)
-            shown = float(np.exp(np.mean(X @ mean)))
-        else:
-            cov, mean, shown = c0, m0, base.shown
-        phases[phase] = PhaseFit(tuple(float(v) for v in mean), tuple(tuple(float(v) for v in r) for r in cov),
-                                 len(rows), shown)
+        phases[phase] = _fit_phase(phase, rows, base, pr)
     mlog, msd, mn = _fit_memory(obs, start)
     trials = len({o.trial if o.trial is not None else id(o) for o in obs})
     return Correction(phases, mlog, msd, mn, trials, start.warm)
 
 
-def _measured_phase(o: Observation, phase: str) -> tuple[float, float] | None:
-    """(measured seconds, noise sd) of one phase: measured directly, else the whole step's ratio spread evenly
-    (a noisier observation of every phase: only the total was measured)."""
+def _fit_phase(phase: str, rows: list[tuple[np.ndarray, float, float]], base: PhaseFit | None,
+               pr: Priors) -> PhaseFit:
+    """Level on a grid (its prior robust, or the warm start's Gaussian), the free slopes Gaussian and integrated
+    out exactly: given the level, y - level is a Gaussian linear model of the slopes."""
+    X = np.array([r[0] for r in rows])
+    y = np.array([r[1] for r in rows])
+    noise = np.array([r[2] for r in rows])
+    k = X.shape[1]
+    m0, c0 = (np.array(base.mean), np.array(base.cov)) if base is not None else prior(phase, pr)
+    free = [j for j in range(1, k) if len(rows) >= pr.slopes_after and len(set(np.round(X[:, j], 6))) >= 2]
+    Xs = X[:, free]
+    ms, cs = m0[free], c0[np.ix_(free, free)]
+    fixed = [j for j in range(1, k) if j not in free]
+    resid = y - X[:, fixed] @ m0[fixed] - Xs @ ms  # what the level and the free slopes must explain
+    S = Xs @ cs @ Xs.T + np.diag(noise**2)
+    Si = np.linalg.inv(S)
+    a, b = float(np.sum(Si)), float(np.sum(Si @ resid))
+    if base is not None:  # a warm start: its level's Gaussian
+        log_prior = -0.5 * (_LEVEL_GRID - m0[0]) ** 2 / c0[0, 0]
+    else:
+        log_prior = _spike_slab(_LEVEL_GRID, pr)
+    log_post = log_prior - 0.5 * a * _LEVEL_GRID**2 + b * _LEVEL_GRID
+    w = np.exp(log_post - log_post.max())
+    w /= w.sum()
+    level = float(np.sum(w * _LEVEL_GRID))
+    level_var = max(float(np.sum(w * (_LEVEL_GRID - level) ** 2)), 1e-8)
+    mean, cov = m0.astype(float).copy(), np.diag(np.diag(c0)).astype(float)
+    mean[0], cov[0, 0] = level, level_var
+    if free:
+        h = cs @ Xs.T @ Si @ np.ones(len(rows))
+        mean[free] = ms + cs @ Xs.T @ Si @ resid - level * h
+        cov[np.ix_(free, free)] = cs - cs @ Xs.T @ Si @ Xs @ cs + level_var * np.outer(h, h)
+        cov[0, free] = cov[free, 0] = -level_var * h
+    xbar = X.mean(axis=0)
+    return PhaseFit(tuple(float(v) for v in mean), tuple(tuple(float(v) for v in r) for r in cov), len(rows),
+                    float(np.exp(np.mean(X @ mean))), float(math.sqrt(max(float(xbar @ cov @ xbar), 0.0))))
+
+
+def _spike_slab(grid: np.ndarray, pr: Priors) -> np.ndarray:
+    """log prior of a level: the model right within its usual error (the spike), or off by anything (the slab)."""
+    spike = pr.spike_p / pr.spike_sd * np.exp(-0.5 * (grid / pr.spike_sd) ** 2)
+    slab = (1 - pr.spike_p) / pr.level_sd * np.exp(-0.5 * (grid / pr.level_sd) ** 2)
+    return np.log(spike + slab)
+
+
+def _measured_phase(o: Observation, phase: str, noise: float = 0.0) -> tuple[float, float] | None:
+    """(measured seconds, noise sd) of one phase: measured directly; for a single-phase objective, its time from
+    the measured throughput. None for a phase not measured: the whole step's ratio says nothing of one phase (and
+    a throughput ratio counts tokens as verl does, not as the model does: 1.00 where the step was 4.7x slower)."""
+    noise = noise or PRIORS.noise_sd
     if len(o.predicted_phases) == 1 and o.measured_throughput and o.predicted_throughput:
         # One phase is the whole objective (the training step of mcore probes and train tables): the measured
         # throughput says its time exactly for the model's tokens per step, whatever the probe's own batch was.
-        return o.predicted_phases[phase] * o.predicted_throughput / o.measured_throughput, NOISE_SD
+        return o.predicted_phases[phase] * o.predicted_throughput / o.measured_throughput, noise
     if o.measured_phases.get(phase):
-        return float(o.measured_phases[phase]), NOISE_SD
+        return float(o.measured_phases[phase]), noise
     if len(o.predicted_phases) == 1 and o.measured_phases.get("step"):  # a training-only step is the one phase
-        return float(o.measured_phases["step"]), NOISE_SD
-    if o.measured_throughput and o.predicted_throughput and not any(
-            o.measured_phases.get(p) for p in FEATURES):
-        ratio = o.predicted_throughput / o.measured_throughput  # measured time / predicted time
-        noise = NOISE_SD if len(o.predicted_phases) == 1 else 2 * NOISE_SD
-        return o.predicted_phases[phase] * ratio, noise
+        return float(o.measured_phases["step"]), noise
     return None
 
 
