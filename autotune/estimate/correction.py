@@ -51,13 +51,18 @@ class Priors:
     The level of a phase is either about right (the spike: the model's held-out error per phase is 22-27%,
     benchmarks/results/step_time_error.md) or off by anything (the slab: on small real models the Megatron passes
     measured 10-60x slower than predicted, generation 2-3x); `noise_sd` is what one configuration's ratio misses of
-    its study's level (the model's shape and run-to-run noise; ratios within one landscape spread by about 0.25)."""
+    its study's level (the model's shape and run-to-run noise: ratios within one study spread by 0.15-0.6). So one
+    trial 3x off moves the level to about x2, two such trials nearly all the way; a 1.5x error needs about eight
+    trials that agree, while one CP layout's 1.8x says little of a TP layout (the landscapes' worst case)."""
 
-    spike_p: float = 0.5
-    spike_sd: float = 0.1
+    spike_p: float = 0.9
+    spike_sd: float = 0.05
     level_sd: float = 2.0
-    slope_sd: float = 0.08  # per doubling of a knob
-    noise_sd: float = 0.25
+    slope_sd: float = 0.04  # per doubling of a knob
+    noise_sd: float = 0.5  # what a measurement of one phase misses of its study's level
+    # Noise sds the ratios' spread chooses among instead (empty: noise_sd). Rejected: two trials that share the
+    # model's error (two CP layouts) agree, and the level follows them all the way.
+    noise_grid: tuple[float, ...] = ()
     slopes_after: int = 3  # measurements of a phase before a slope moves (and its feature took two values)
 
 
@@ -298,39 +303,46 @@ def fit(observations: Iterable[Observation], job: Job, start: Correction = NO_CO
 
 def _fit_phase(phase: str, rows: list[tuple[np.ndarray, float, float]], base: PhaseFit | None,
                pr: Priors) -> PhaseFit:
-    """Level on a grid (its prior robust, or the warm start's Gaussian), the free slopes Gaussian and integrated
-    out exactly: given the level, y - level is a Gaussian linear model of the slopes."""
+    """Level on a grid (its prior robust, or the warm start's Gaussian) and the noise on a grid (ratios that agree
+    say the model's error here is small, so they move the level further), the free slopes Gaussian and integrated
+    out exactly: given the level and the noise, y - level is a Gaussian linear model of the slopes."""
     X = np.array([r[0] for r in rows])
     y = np.array([r[1] for r in rows])
-    noise = np.array([r[2] for r in rows])
-    k = X.shape[1]
+    n, k = X.shape
     m0, c0 = (np.array(base.mean), np.array(base.cov)) if base is not None else prior(phase, pr)
-    free = [j for j in range(1, k) if len(rows) >= pr.slopes_after and len(set(np.round(X[:, j], 6))) >= 2]
-    Xs = X[:, free]
-    ms, cs = m0[free], c0[np.ix_(free, free)]
+    free = [j for j in range(1, k) if n >= pr.slopes_after and len(set(np.round(X[:, j], 6))) >= 2]
     fixed = [j for j in range(1, k) if j not in free]
+    Xs, ms, cs = X[:, free], m0[free], c0[np.ix_(free, free)]
     resid = y - X[:, fixed] @ m0[fixed] - Xs @ ms  # what the level and the free slopes must explain
-    S = Xs @ cs @ Xs.T + np.diag(noise**2)
-    Si = np.linalg.inv(S)
-    a, b = float(np.sum(Si)), float(np.sum(Si @ resid))
-    if base is not None:  # a warm start: its level's Gaussian
-        log_prior = -0.5 * (_LEVEL_GRID - m0[0]) ** 2 / c0[0, 0]
-    else:
-        log_prior = _spike_slab(_LEVEL_GRID, pr)
-    log_post = log_prior - 0.5 * a * _LEVEL_GRID**2 + b * _LEVEL_GRID
-    w = np.exp(log_post - log_post.max())
-    w /= w.sum()
-    level = float(np.sum(w * _LEVEL_GRID))
-    level_var = max(float(np.sum(w * (_LEVEL_GRID - level) ** 2)), 1e-8)
+    grid = _LEVEL_GRID
+    log_prior = (-0.5 * (grid - m0[0]) ** 2 / c0[0, 0]) if base is not None else _spike_slab(grid, pr)
+    parts = []
+    for sd in pr.noise_grid or (pr.noise_sd,):
+        Si = np.linalg.inv(Xs @ cs @ Xs.T + sd**2 * np.eye(n))
+        a, b, c = float(np.sum(Si)), float(np.sum(Si @ resid)), float(resid @ Si @ resid)
+        logdet = float(np.linalg.slogdet(Si)[1])
+        parts.append((Si, log_prior + 0.5 * logdet - 0.5 * (a * grid**2 - 2 * b * grid + c)))
+    top = max(float(lp.max()) for _, lp in parts)
+    weights = [np.exp(lp - top) for _, lp in parts]
+    total = sum(float(w.sum()) for w in weights)
+    level = sum(float(np.sum(w * grid)) for w in weights) / total
+    level_var = max(sum(float(np.sum(w * (grid - level) ** 2)) for w in weights) / total, 1e-8)
     mean, cov = m0.astype(float).copy(), np.diag(np.diag(c0)).astype(float)
     mean[0], cov[0, 0] = level, level_var
-    if free:
-        h = cs @ Xs.T @ Si @ np.ones(len(rows))
-        mean[free] = ms + cs @ Xs.T @ Si @ resid - level * h
-        cov[np.ix_(free, free)] = cs - cs @ Xs.T @ Si @ Xs @ cs + level_var * np.outer(h, h)
-        cov[0, free] = cov[free, 0] = -level_var * h
+    if free:  # E[slopes | level, noise] = g - level * h: averaged over the joint posterior of both
+        moments = []
+        for (Si, _), w in zip(parts, weights, strict=True):
+            ws = float(w.sum()) / total
+            g, h = ms + cs @ Xs.T @ Si @ resid, cs @ Xs.T @ Si @ np.ones(n)
+            lm = float(np.sum(w * grid)) / max(float(w.sum()), 1e-300)
+            lv = float(np.sum(w * (grid - lm) ** 2)) / max(float(w.sum()), 1e-300)
+            moments.append((ws, g - lm * h, cs - cs @ Xs.T @ Si @ Xs @ cs + lv * np.outer(h, h), h, lv))
+        bm = sum(ws * m for ws, m, _, _, _ in moments)
+        mean[free] = bm
+        cov[np.ix_(free, free)] = sum(ws * (v + np.outer(m - bm, m - bm)) for ws, m, v, _, _ in moments)
+        cov[0, free] = cov[free, 0] = -sum(ws * lv * h for ws, _, _, h, lv in moments)
     xbar = X.mean(axis=0)
-    return PhaseFit(tuple(float(v) for v in mean), tuple(tuple(float(v) for v in r) for r in cov), len(rows),
+    return PhaseFit(tuple(float(v) for v in mean), tuple(tuple(float(v) for v in r) for r in cov), n,
                     float(np.exp(np.mean(X @ mean))), float(math.sqrt(max(float(xbar @ cov @ xbar), 0.0))))
 
 
