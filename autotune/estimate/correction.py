@@ -51,9 +51,10 @@ class Priors:
     The level of a phase is either about right (the spike: the model's held-out error per phase is 22-27%,
     benchmarks/results/step_time_error.md) or off by anything (the slab: on small real models the Megatron passes
     measured 10-60x slower than predicted, generation 2-3x); `noise_sd` is what one configuration's ratio misses of
-    its study's level (the model's shape and run-to-run noise: ratios within one study spread by 0.15-0.6). So one
-    trial 3x off moves the level to about x2, two such trials nearly all the way; a 1.5x error needs about eight
-    trials that agree, while one CP layout's 1.8x says little of a TP layout (the landscapes' worst case)."""
+    its study's level (the model's shape and run-to-run noise: ratios within one study spread by 0.15-0.6). Measured
+    factors (identical trials, 1/2/3/8 of them): 10x -> x8.7/9.3/9.5/9.8, 4x -> x1.9/3.7/3.9/4.0, 2x ->
+    x1.05/1.09/1.16/1.9, 1.5x -> about x1.0 until many agree: one CP layout's 1.8x says little of a TP layout that
+    the model predicts right (the landscapes' worst case before)."""
 
     spike_p: float = 0.9
     spike_sd: float = 0.05
