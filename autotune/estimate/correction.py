@@ -5,9 +5,10 @@ multiplies them:
 
 - each phase's time (gen, old_log_prob, ref, update_actor, update_weights) by exp(x . beta), x a few features of the
   configuration that the phase itself depends on (an intercept, log2 of TP, CP, PP, the micro-batch's tokens, the
-  rollout's TP): a Bayesian linear regression of log(measured / predicted) with a Gaussian prior (the intercept's
-  from the model's own held-out error, the slopes' tight) and known noise, so that a single measurement moves the
-  level of a phase and several are needed to tilt it;
+  rollout's TP), fitted on log(measured / predicted) so that a few trials cannot over-correct it (issue 23): the
+  level's prior robust (the model right within its error, or off by anything), a slope free only once its feature
+  took two values among three measurements, a factor only for a measured phase (`Priors`; the evidence:
+  benchmarks/results/correction_accuracy.md);
 - the memory the model is least sure of (each moment's activations, logits and allocator reserve: what the probes
   showed to be wrong, not the weights or vLLM's exact share) by exp(delta), delta's posterior on a grid from every
   measured peak, every OOM (the peak was above the capacity) and every run that fitted without a measured peak.
