@@ -37,6 +37,15 @@ def speedup(x: float) -> str:
     return f"{x:.{SPEEDUP_DECIMALS}f}x"
 
 
+def factor(x: float, log_sd: float = 0.0) -> str:
+    """A learned factor of the model with its uncertainty: "x11.2 (x9.8-12.7)", the range one posterior sd either
+    side (in log); without an sd, "x11.2". Three significant digits: x0.44 and x61.6 alike."""
+    text = f"x{x:.3g}"
+    if log_sd <= 0:
+        return text
+    return f"{text} (x{x * math.exp(-log_sd):.3g}-{x * math.exp(log_sd):.3g})"
+
+
 def rounded(x: Any, decimals: int = THROUGHPUT_DECIMALS) -> float | None:
     """A JSON-safe number at a view's precision (NaN, infinities and non-numbers become null)."""
     if x is None:
