@@ -41,6 +41,11 @@ class Candidate:
     # The reference model's offload (only with a KL loss or KL reward); None: verl's default, the actor's
     # param_offload (trainer/config/ref/megatron_ref.yaml).
     ref_param_offload: bool | None = None
+    # Megatron's CPU optimizer (megatron-core OptimizerConfig.optimizer_cpu_offload, verl's default off): a share of
+    # the optimizer's fp32 master and Adam moments lives on the CPU and steps there. The share defaults to all of it
+    # when on (Megatron's own 0.0 would offload nothing; verl_megatron_practice's large runs use 1.0); null when off.
+    optimizer_cpu_offload: bool = False
+    optimizer_offload_fraction: float | None = None
 
     @classmethod
     def param_names(cls) -> tuple[str, ...]:
@@ -66,6 +71,10 @@ class Candidate:
             c = replace(c, recompute_method="uniform", recompute_num_layers=c.recompute_num_layers or 1)
         if c.recompute == "selective" and c.recompute_modules is None:
             c = replace(c, recompute_modules="core_attn")
+        if not c.optimizer_cpu_offload and c.optimizer_offload_fraction is not None:
+            c = replace(c, optimizer_offload_fraction=None)
+        elif c.optimizer_cpu_offload and c.optimizer_offload_fraction is None:
+            c = replace(c, optimizer_offload_fraction=1.0)
         if c.use_dynamic_bsz:
             c = replace(c, ppo_micro_batch_size_per_gpu=None, log_prob_micro_batch_size_per_gpu=None,
                         ppo_max_token_len_per_gpu=c.ppo_max_token_len_per_gpu or 16384,
@@ -90,6 +99,8 @@ class Candidate:
         params = self.applied_params()
         if params["ref_param_offload"] is None:  # ids from before the reference model's knob stay the same
             del params["ref_param_offload"]
+        if not params["optimizer_cpu_offload"]:  # ... and from before the CPU optimizer's
+            del params["optimizer_cpu_offload"], params["optimizer_offload_fraction"]
         return hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
@@ -132,8 +143,12 @@ class Candidate:
                 continue
             elif name == "ref_param_offload" and value is None:
                 continue  # verl's own default (the actor's param_offload) applies
+            elif name in ("optimizer_cpu_offload", "optimizer_offload_fraction") and not self.optimizer_cpu_offload:
+                continue  # verl's default: its override_optimizer_config stays empty
             for key in verl.keys_for(name):
                 out[key] = value
+            if value is True:
+                out.update(verl.IMPLIED_KEYS.get(name, {}))
         return out
 
 

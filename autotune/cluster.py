@@ -21,6 +21,9 @@ class GPUType:
     hbm_tbps: float  # memory bandwidth, TB/s
     link_gbps: float  # intra-node GPU-GPU bandwidth per direction, GB/s (NVLink, or PCIe)
     inter_node_gbps: float = 50.0  # per GPU, GB/s (400 Gb/s InfiniBand)
+    # Host <-> device per direction, GB/s: the GPU's PCIe link (Gen5 x16 64, Gen4 x16 32; the datasheets give both
+    # directions together: H100/H200/H20 "PCIe Gen5 128 GB/s", A100/L40S "PCIe Gen4 64 GB/s"). Offload moves over it.
+    host_gbps: float = 64.0
 
     @property
     def memory_bytes(self) -> float:
@@ -35,10 +38,10 @@ GPU_TYPES: dict[str, GPUType] = {
         GPUType("h200", 143771 / 1024, 989.0, 4.8, 450.0),
         GPUType("h800", 81559 / 1024, 989.0, 3.35, 200.0),
         GPUType("h20", 97871 / 1024, 148.0, 4.0, 450.0),
-        GPUType("a100", 81920 / 1024, 312.0, 2.0, 300.0),
-        GPUType("a100-40gb", 40960 / 1024, 312.0, 1.55, 300.0),
-        GPUType("a800", 81920 / 1024, 312.0, 2.0, 200.0),
-        GPUType("l40s", 46068 / 1024, 362.0, 0.864, 32.0),
+        GPUType("a100", 81920 / 1024, 312.0, 2.0, 300.0, host_gbps=32.0),
+        GPUType("a100-40gb", 40960 / 1024, 312.0, 1.55, 300.0, host_gbps=32.0),
+        GPUType("a800", 81920 / 1024, 312.0, 2.0, 200.0, host_gbps=32.0),
+        GPUType("l40s", 46068 / 1024, 362.0, 0.864, 32.0, host_gbps=32.0),
         GPUType("b200", 183359 / 1024, 2250.0, 8.0, 900.0),
     ]
 }

@@ -48,7 +48,9 @@ def launch_values(
     values.update(job.mapping)
     tuned = cand.verl_overrides()
     for key in tuned:
-        values.pop("+" + key, None)
+        bare = key.lstrip("+")
+        for form in (bare, "+" + bare, "++" + bare):  # the candidate's key replaces the job's, however prefixed
+            values.pop(form, None)
     values.update(tuned)
     values[verl.N_GPUS_PER_NODE] = cluster.gpus_per_node
     values[verl.NNODES] = cluster.nodes

@@ -62,6 +62,7 @@ _TOKENS: tuple[Callable[[Candidate], str], ...] = (
     _offload,
     lambda c: "" if c.ref_param_offload is None else ("ref:offload" if c.ref_param_offload else "ref:on-gpu"),
     lambda c: "fused" if c.use_fused_kernels else "no-fused",
+    lambda c: f"cpu-adam{c.optimizer_offload_fraction or 0:g}" if c.optimizer_cpu_offload else "gpu-adam",
 )
 
 

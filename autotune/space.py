@@ -42,7 +42,8 @@ PARAM_TYPES: dict[str, tuple[str, bool]] = {
     "rollout_tp": ("int", False), "gpu_memory_utilization": ("float", False),
     "max_num_batched_tokens": ("int", False), "param_offload": ("bool", False),
     "optimizer_offload": ("bool", False), "use_fused_kernels": ("bool", False),
-    "ref_param_offload": ("bool", True),
+    "ref_param_offload": ("bool", True), "optimizer_cpu_offload": ("bool", False),
+    "optimizer_offload_fraction": ("float", True),
 }
 _ENUMS = {"recompute": RECOMPUTE_CHOICES, "recompute_method": ("uniform", "block")}
 
@@ -62,6 +63,8 @@ def value_error(name: str, value: Any) -> str | None:
         return f"{name} takes a whole number of at least 1, not {value!r}"
     if name == "gpu_memory_utilization" and not 0 < value < 1:
         return f"{name} takes a fraction between 0 and 1, not {value!r}"
+    if name == "optimizer_offload_fraction" and not 0 <= value <= 1:
+        return f"{name} takes a fraction from 0 to 1, not {value!r}"
     return None
 
 

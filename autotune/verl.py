@@ -24,6 +24,7 @@ _MEGATRON = f"{_ACTOR}.megatron"
 _TRANSFORMER = f"{_MEGATRON}.override_transformer_config"
 _ROLLOUT = "actor_rollout_ref.rollout"
 _REF = "actor_rollout_ref.ref"
+_OPTIM_OVERRIDE = f"{_ACTOR}.optim.override_optimizer_config"
 
 # Search-space parameter -> the verl keys it sets (the first is the one read from a job file).
 PARAM_KEYS: dict[str, tuple[str, ...]] = {
@@ -57,6 +58,21 @@ PARAM_KEYS: dict[str, tuple[str, ...]] = {
     # The reference model's own offload; verl's default follows the actor's param_offload (ref/megatron_ref.yaml).
     "ref_param_offload": (f"{_REF}.megatron.param_offload",),
     "use_fused_kernels": ("actor_rollout_ref.model.use_fused_kernels",),
+    # Megatron's CPU optimizer: OptimizerConfig fields that verl 0.9.1 passes through optim.override_optimizer_config
+    # (utils/megatron/optimizer.py init_megatron_optim_config), an empty mapping in verl's config, hence Hydra's
+    # `++` (add or override). IMPLIED_KEYS below go with it.
+    "optimizer_cpu_offload": (f"++{_OPTIM_OVERRIDE}.optimizer_cpu_offload",),
+    "optimizer_offload_fraction": (f"++{_OPTIM_OVERRIDE}.optimizer_offload_fraction",),
+}
+
+# What a knob turned on brings with it (knob -> {verl key: value}), written only when the knob is on: the CPU
+# optimizer runs with its copies overlapped under the CPU step and with the precision-aware optimizer (the fp32
+# master then lives only on the CPU), as verl_megatron_practice's large runs set them.
+IMPLIED_KEYS: dict[str, dict[str, Any]] = {
+    "optimizer_cpu_offload": {
+        f"++{_OPTIM_OVERRIDE}.overlap_cpu_optimizer_d2h_h2d": True,
+        f"{_ACTOR}.optim.use_precision_aware_optimizer": True,
+    },
 }
 
 # Keys autotune sets for the node's software when the job does not (runners/verl.py, from `autotune doctor`):
@@ -174,7 +190,7 @@ def param_for_key(key: str) -> str | None:
     """The search-space parameter that sets a verl key (the key may carry Hydra's '+' or '++' prefix)."""
     key = key.lstrip("+")
     for param, keys in PARAM_KEYS.items():
-        if key in keys:
+        if key in (k.lstrip("+") for k in keys):
             return param
     return None
 

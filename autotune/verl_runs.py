@@ -195,9 +195,10 @@ def candidate_from_config(config: dict[str, Any]) -> Candidate:
     """The knobs autotune tunes, as the run had them (verl's resolved values)."""
     params: dict[str, Any] = {}
     for param, keys in verl.PARAM_KEYS.items():
-        if keys[0] not in config:
+        key = keys[0].lstrip("+")  # a run's resolved config names keys without Hydra's prefixes
+        if key not in config:
             continue
-        value = config[keys[0]]
+        value = config[key]
         if param == "recompute":
             value = value or "none"
         elif param == "recompute_modules":

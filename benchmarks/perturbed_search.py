@@ -37,7 +37,7 @@ TARGET = 0.97
 SPREAD = 0.4
 EFFICIENCIES = ("train", "forward", "decode_compute", "prefill", "moe_train", "tokens_half", "tp_penalty",
                 "cp_penalty")
-BANDWIDTHS = ("hbm", "intensity", "a2a", "pcie_gbps", "reshard_gbps")
+BANDWIDTHS = ("hbm", "intensity", "a2a", "host_link_share", "cpu_adam_params_per_s", "reshard_gbps")
 ACTIVATIONS = ("act_h", "act_q", "act_kv", "act_f")
 
 

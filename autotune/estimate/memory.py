@@ -14,6 +14,7 @@ from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster
 from autotune.estimate.batching import BatchingPlan, plan_batching
 from autotune.estimate.lengths import Lengths, worst_case
+from autotune.estimate.offload import cpu_fraction, cpu_optimizer_bytes, gpu_optimizer
 from autotune.job import Job
 from autotune.model import ModelArch
 
@@ -329,7 +330,8 @@ def estimate_memory(
     has_ref, sleeps = job.has_ref_model, job.free_cache_engine  # read once: a job lookup is not free
     total = cl.gpu.memory_bytes
     states = model_state_bytes(m, cl, c)
-    optimizer = states["optimizer_master"] + states["optimizer_adam"]
+    master, adam = gpu_optimizer(states, c)  # what Megatron's CPU optimizer leaves on the GPU
+    optimizer = master + adam
     ref = ref_param_bytes(m, c) if has_ref else 0.0
     ref_resident = 0.0 if c.ref_offloaded else ref
 
@@ -351,7 +353,7 @@ def estimate_memory(
     # vLLM then needs gpu_memory_utilization x total free.
     vllm_start = Moment("vllm_start", (
         ("params", kept_params), ("grads", kept_grads),
-        ("optimizer", 0.0 if c.optimizer_offload else states["optimizer_master"]),
+        ("optimizer", 0.0 if c.optimizer_offload else master),
         *refs(ref_resident), *fixed, ("vllm_budget", budget),
     ), total, "vLLM needs gpu_memory_utilization x total GPU memory free when it starts")
 
@@ -398,7 +400,7 @@ def estimate_memory(
     logit = logits_bytes(m, c, s, cal.logits_bytes, cal)
     # With PP the in-flight activations (first stage) and the logits (last stage) are on different GPUs.
     acts, logit = (first, 0.0) if c.pp > 1 and first > last + logit else (last, logit)
-    torch_managed = sum(states.values()) + acts + logit
+    torch_managed = states["params"] + states["grads"] + optimizer + acts + logit
     moments.append(Moment("update", (
         ("params", states["params"]), ("grads", states["grads"]), ("optimizer", optimizer),
         *refs(ref_resident), ("activations", acts), ("logits", logit),
@@ -414,6 +416,9 @@ def estimate_memory(
     notes = []
     if c.param_offload or c.optimizer_offload:
         notes.append("offload lowers what stays on the GPU during rollout, not the update peak")
+    if cpu_fraction(c):
+        notes.append(f"CPU optimizer: {cpu_fraction(c):.0%} of the fp32 master and Adam moments on the CPU "
+                     f"({cpu_optimizer_bytes(states, c) / GIB:.0f} GiB of host memory per GPU)")
     if has_ref:
         notes.append("reference model (KL) on the GPU " + ("only in its log-prob pass" if c.ref_offloaded
                                                             else "through the whole step (ref param_offload off)"))

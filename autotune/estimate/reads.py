@@ -22,6 +22,7 @@ _STATES = frozenset({"tp", "pp", "ep", "etp"})  # what decides the parameters, g
 _LAYOUT = frozenset({"tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"})
 _OFFLOAD = frozenset({"param_offload", "optimizer_offload"})
 _REF = frozenset({"param_offload", "ref_param_offload"})  # where the reference model's weights live
+_CPU_OPT = frozenset({"optimizer_cpu_offload", "optimizer_offload_fraction"})  # Megatron's CPU optimizer
 _TRAIN_MB = frozenset({"use_dynamic_bsz", "ppo_max_token_len_per_gpu", "ppo_micro_batch_size_per_gpu"})
 _LP_MB = frozenset({"use_dynamic_bsz", "log_prob_max_token_len_per_gpu", "log_prob_micro_batch_size_per_gpu"})
 _RECOMPUTE = frozenset({"recompute", "recompute_method", "recompute_num_layers", "recompute_modules"})
@@ -40,6 +41,7 @@ DERIVED: dict[str, frozenset[str]] = {
     "log_prob_max_token_len_per_gpu": frozenset({"use_dynamic_bsz"}),
     "ppo_micro_batch_size_per_gpu": frozenset({"use_dynamic_bsz"}),
     "log_prob_micro_batch_size_per_gpu": frozenset({"use_dynamic_bsz"}),
+    "optimizer_offload_fraction": frozenset({"optimizer_cpu_offload"}),
 }
 NORMALIZATION_READS = frozenset().union(*DERIVED.values())
 NORMALIZED_FIELDS = frozenset(DERIVED)
@@ -64,9 +66,12 @@ RULE_READS: dict[str, frozenset[str]] = {
 # the weights, gradients and optimizer states kept on the GPU in a log-prob pass, and the host<->device copies of
 # offload in a phase's time. piece -> (the offload knobs, what else their part reads). The ranking then evaluates
 # the rest once for every offload setting. tests/test_reads.py checks the sums on random candidates.
-OFFLOAD_REFERENCE = {"param_offload": False, "optimizer_offload": False, "ref_param_offload": None}
+OFFLOAD_REFERENCE = {"param_offload": False, "optimizer_offload": False, "ref_param_offload": None,
+                     "optimizer_cpu_offload": False, "optimizer_offload_fraction": None}
 _ADD_STATES = (frozenset(OFFLOAD_REFERENCE), _STATES)
 _ADD_COPIES = (frozenset({"param_offload", "optimizer_offload"}), _STATES | {"cp"})
+# The update's copies and the CPU optimizer's step (what stays on the GPU decides what verl's offload moves).
+_ADD_UPDATE = (_OFFLOAD | _CPU_OPT, _STATES | {"cp"})
 
 
 @dataclass(frozen=True)
@@ -87,36 +92,39 @@ def reads_for(objective: str, job: Job) -> Reads:
 
     rules = {name: RULE_READS.get(name, ALL) for name in constraints.RULES}
     ref = _REF if job.has_ref_model else frozenset()  # without a reference model nothing of it is on the GPU
-    update = _LAYOUT | _TRAIN_MB | _RECOMPUTE | ref | {"use_fused_kernels"}
-    update_time = (_LAYOUT - {"sequence_parallel"}) | _TRAIN_MB | {"recompute", "recompute_modules"} | _OFFLOAD
+    update = _LAYOUT | _TRAIN_MB | _RECOMPUTE | ref | _CPU_OPT | {"use_fused_kernels"}
+    update_time = ((_LAYOUT - {"sequence_parallel"}) | _TRAIN_MB | {"recompute", "recompute_modules"} | _OFFLOAD
+                   | _CPU_OPT)
     if objective == "train":
         rules.pop("rollout_tp", None)
         return Reads({"update_actor": update_time}, {"update": update}, frozenset({"cp"}) | _TRAIN_MB, rules,
-                     {("phase", "update_actor"): _ADD_COPIES})
+                     {("phase", "update_actor"): _ADD_UPDATE})
     # Without free_cache_engine vLLM never sleeps: its whole share (gpu_memory_utilization) is in every moment.
     asleep = frozenset() if job.free_cache_engine else _UTIL
     log_prob = ((_LAYOUT - {"vpp"}) | _LP_MB | {"recompute", "recompute_modules", "use_fused_kernels"} | _OFFLOAD
-                | ref | asleep)
+                | _CPU_OPT | ref | asleep)
     lp_time = (_LAYOUT - {"sequence_parallel", "vpp"}) | _LP_MB
     phases = {
         "gen": _VLLM,
         "old_log_prob": lp_time | _OFFLOAD,
         "update_actor": update_time,
-        "update_weights": _STATES | {"rollout_tp"},
+        "update_weights": _STATES | {"rollout_tp", "param_offload"},
         "adv": frozenset(),
     }
     moments = {
-        "vllm_start": _STATES | _OFFLOAD | ref | _UTIL,
-        "reshard": _STATES | _OFFLOAD | ref | {"rollout_tp"} | _UTIL,
-        "rollout": _STATES | _OFFLOAD | ref | _UTIL,
+        "vllm_start": _STATES | _OFFLOAD | _CPU_OPT | ref | _UTIL,
+        "reshard": _STATES | _OFFLOAD | _CPU_OPT | ref | {"rollout_tp"} | _UTIL,
+        "rollout": _STATES | _OFFLOAD | _CPU_OPT | ref | _UTIL,
         "old_log_prob": log_prob,
         "update": update | asleep,
         "vllm_kv_cache": _VLLM,
     }
-    additive = {("phase", "update_actor"): _ADD_COPIES, ("phase", "old_log_prob"): _ADD_COPIES,
+    additive = {("phase", "update_actor"): _ADD_UPDATE, ("phase", "old_log_prob"): _ADD_COPIES,
+                ("phase", "update_weights"): (frozenset({"param_offload"}), _STATES),
                 ("moment", "old_log_prob"): _ADD_STATES}
     if job.has_ref_model:
-        phases["ref"] = lp_time
+        phases["ref"] = lp_time | _REF
+        additive[("phase", "ref")] = (_REF, _STATES)
         moments["ref_log_prob"] = log_prob
         additive[("moment", "ref_log_prob")] = _ADD_STATES
         additive[("moment", "update")] = (frozenset({"param_offload", "ref_param_offload"}), _STATES)

@@ -19,7 +19,14 @@ from autotune.candidate import Candidate
 from autotune.cluster import Cluster
 from autotune.estimate.batching import BatchingPlan, plan_batching
 from autotune.estimate.lengths import Lengths
-from autotune.estimate.memory import MemoryEstimate, estimate_memory, params_per_gpu
+from autotune.estimate.memory import (
+    MemoryEstimate,
+    estimate_memory,
+    model_state_bytes,
+    params_per_gpu,
+    ref_param_bytes,
+)
+from autotune.estimate.offload import DEFAULT_HOST_COPY, HostCopy, cpu_optimizer_seconds, offload_seconds
 from autotune.estimate.step_error import STEP_TIME_ERROR
 from autotune.job import Job
 from autotune.model import ModelArch
@@ -71,7 +78,10 @@ class Efficiency:
     # (the tables ran vLLM eagerly, verl 0.4's default).
     moe_decode_layer_s: float = 3e-4
     rollout_tp_comm_s_per_layer: float = 3.5e-5  # two all-reduces per layer per decode step
-    pcie_gbps: float = 25.0  # host <-> device for offload
+    # Host <-> device copies and the CPU optimizer (sources in autotune/estimate/offload.py HostCopy).
+    host_link_share: float = DEFAULT_HOST_COPY.link_share
+    gpus_per_uplink: int = DEFAULT_HOST_COPY.gpus_per_uplink
+    cpu_adam_params_per_s: float = DEFAULT_HOST_COPY.cpu_adam_params_per_s
     reshard_gbps: float = 6.0  # effective weight-sync bandwidth (per-tensor overheads dominate)
     # What a step costs whatever the model (reward, advantage, data loading, Ray dispatch of each phase, vLLM
     # wake-up and sleep), shown as verl's `adv` phase. Calibrated on ONE point: the real verl 0.9.1 run above (step
@@ -287,20 +297,21 @@ def estimate_throughput(
     fwd *= 1 + ((c.pp - 1) / plan.log_prob_micro_batches if c.pp > 1 else 0.0)
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
 
-    offload_bytes = (6 * pc.total if c.param_offload else 0.0) + (
-        12 * pc.total / max(dp * c.cp, 1) if c.optimizer_offload else 0.0
-    )
-    offload = 2 * offload_bytes / (eff.pcie_gbps * 1e9)
+    # Offload: what verl moves in and out around each phase, and Megatron's CPU optimizer step (estimate/offload.py).
+    hc = HostCopy(eff.host_link_share, eff.gpus_per_uplink, eff.cpu_adam_params_per_s)
+    states = model_state_bytes(m, cl, c)
+    copies = offload_seconds(states, ref_param_bytes(m, c) if job.has_ref_model else 0.0, c, cl, hc)
+    update += cpu_optimizer_seconds(states, c, cl, hc)
     reshard = 1.0 + 2 * m.total_params() / c.rollout_tp / (eff.reshard_gbps * 1e9) + 2 * pc.total / (
         eff.reshard_gbps * 1e9 * 2
     )
     phases = [
         ("gen", gen),
-        ("old_log_prob", fwd + offload / 2),
-        ("update_actor", update + offload / 2),
-        ("update_weights", reshard),
+        ("old_log_prob", fwd + copies.get("old_log_prob", 0.0)),
+        ("update_actor", update + copies.get("update_actor", 0.0)),
+        ("update_weights", reshard + copies.get("update_weights", 0.0)),
         ("adv", eff.fixed_step_s),
     ]
     if job.has_ref_model:
-        phases.insert(2, ("ref", fwd))
+        phases.insert(2, ("ref", fwd + copies.get("ref", 0.0)))
     return ThroughputEstimate(tuple(phases), tokens, world, conc, plan, ln)
