@@ -13,7 +13,9 @@ from typing import Any
 from autotune import units
 from autotune.candidate import DEFAULTS_NAME, STOCK_NAME
 from autotune.labels import provenance
+from autotune.noise import leaders_tie, noise_words
 from autotune.store import TrialRow
+from autotune.timeline import Timeline, study_time
 
 # How the tuner words a prune (the reasons' first words): store.Store.claim_launch, Evaluation.prune_reason,
 # ProbedRunner, ReplayRunner.refuse and the verl runner's --prune-slower-than stop. tests/test_report.py checks
@@ -88,6 +90,10 @@ class StudyReport:
     no_baseline: bool = True
     interrupted: int = 0  # launched runs stopped and re-queued (not counted in `launched`; their time is)
     model: str = ""  # what the study learned of the model's errors (autotune/learning.py), in words
+    best_noise: str = ""  # the best trial's measured noise in words ("noise not measured ..." where none)
+    best_timeline: str = ""  # the best trial's "GPU busy x% of this trial: ..." (real runs only)
+    time: str = ""  # the study's runs: start-up vs step GPU-hours (real runs only)
+    tie: dict[str, Any] | None = None  # the leaders within the measured noise (autotune/noise.py Tie.as_dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +115,9 @@ def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
     replayed = bool(ran) and all(r.backend == "replay" for r in ran)
     # GPU time is wall time x GPUs of what ran on GPUs now: a simulated or replayed trial's wall time is not.
     seconds = 0.0 if simulated or replayed else sum((r.duration_s or 0.0) + _confirm_s(r) for r in ran)
+    spent = study_time(ran)
+    best_tl = Timeline.from_extra(best.extra) if best and not best.simulated and best.backend != "replay" else None
+    tie = leaders_tie(r for r in ordered if r.status == "ok")
     kinds: Counter[str] = Counter()
     detail: dict[str, Counter[str]] = {}
     for r in ordered:
@@ -125,6 +134,9 @@ def study_report(rows: Sequence[TrialRow], best: TrialRow | None, gpus: int,
         replayed=replayed, pruned=dict(kinds.most_common()),
         pruned_detail={k: dict(v.most_common()) for k, v in detail.items()},
         no_baseline=not any(r.what.startswith("your") for r in refs), interrupted=len(ran) - len(launched), model=model,
+        best_noise=noise_words(best) if best else "", best_timeline=best_tl.summary() if best_tl else "",
+        time=spent.words(gpus) if spent and not simulated and not replayed else "",
+        tie=tie.as_dict() if tie else None,
     )
 
 
@@ -177,6 +189,13 @@ def report_lines(rep: StudyReport) -> list[str]:
     else:
         lines.append(f"GPU time: {rep.gpu_hours:.2f} GPU-hours ({runs}, {rep.gpus} GPUs each; wall time launch to "
                      "recorded, confirmations included)")
+        if rep.time:
+            lines.append(f"  {rep.time}")
+    if rep.best_trial is not None:
+        lines.append(f"best trial {rep.best_trial}: {rep.best_noise}"
+                     + (f"; {rep.best_timeline}" if rep.best_timeline else ""))
+    if rep.tie:
+        lines.append(rep.tie["words"])
     if rep.pruned:
         parts = []
         for kind, n in rep.pruned.items():

@@ -5,7 +5,9 @@ what each trial was)."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +17,7 @@ from autotune.cluster import GIB, Cluster, make_cluster
 from autotune.estimate.memory import estimate_memory
 from autotune.job import Job
 from autotune.model import ModelArch, get_model
+from autotune.runners import verl_log
 from autotune.runners.verl_log import LineTail, RunLog, classify
 from autotune.store import Store, TrialRow
 
@@ -47,12 +50,38 @@ def test_the_real_vllm_start_failure_is_a_line_no_run_recovers_from(tmp_path: Pa
     assert run.fatal_at is not None and not run.steps
 
 
-def test_real_startup_milestones_are_read(tmp_path: Path) -> None:
+def test_real_startup_milestones_are_read_at_their_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's own time-stamped copy of a real run (verl.ts.log) replayed line by line at its stamps: each
+    milestone is noted when its line came (the OOM'd trial 6 ran up to its first step's update)."""
+    stamped = [(float(m.group(1)), m.group(2)) for m in re.finditer(
+        r"^\[\s*([\d.]+)\] (.*)$", (LEASE1 / "trial_0006" / "verl.ts.log").read_text(errors="replace"), re.M)]
+    clock = [0.0]
+    monkeypatch.setattr(verl_log, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     log = tmp_path / "verl.log"
-    log.write_text(log_of("trial_0006"))
     run = RunLog(LineTail(log), LineTail(tmp_path / "none.jsonl"), started=0.0)
+    with log.open("a") as f:
+        for at, line in stamped:
+            if at > clock[0]:
+                f.flush()
+                run.poll()
+                clock[0] = at
+            f.write(line + "\n")
     run.poll(final=True)
-    assert {"ray_up", "config"} <= set(run.milestones)
+    assert run.milestones == {"validated": 17.66, "ray_up": 24.36, "config": 56.31, "workers": 91.38,
+                              "weights_loaded": 124.92, "vllm_ready": 265.48}
+    assert list(run.milestones) == [k for k in verl.STARTUP_MILESTONES if k in run.milestones]  # in their order
+
+
+def test_real_milestones_and_steps_of_a_run_that_measured(tmp_path: Path) -> None:
+    """A real run that reached its measured step (Llama-3 lease, 2026-11-24): every milestone of verl's own start-up
+    is found, in the order STARTUP_MILESTONES lists them, then its three steps."""
+    log = tmp_path / "verl.log"
+    log.write_text((LEASE1.parent / "h100_2026-11-24_l3" / "l3b_trial_0000" / "verl.log").read_text(errors="replace"))
+    run = RunLog(LineTail(log), LineTail(tmp_path / "none.jsonl"), started=time.monotonic())
+    run.poll(final=True)
+    assert list(run.milestones) == ["validated", "ray_up", "config", "workers", "weights_loaded", "vllm_ready",
+                                    "first_step"]
+    assert sorted(run.step_at) == [1, 2, 3] and all(verl.PHASE_TIMINGS["step"] in run.steps[s] for s in (1, 2, 3))
 
 
 def _vllm_failure_lines(text: str) -> list[str]:

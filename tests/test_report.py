@@ -200,3 +200,24 @@ def test_verl_example_and_verl_defaults_are_named_apart():
     lines = "\n".join(report_lines(study_report(rows, rows[0], 8, lambda p: "L")))
     assert f"1.50x over {STOCK_NAME} (trial 1" in lines
     assert f"so your configuration is {DEFAULTS_NAME} (not the example's)" in lines
+
+
+def test_the_report_says_start_up_vs_step_hours_the_best_trials_noise_and_a_tie():
+    def timed(number: int, key: str, thr: float, spread: float) -> TrialRow:
+        return _row(number, key, "ok", thr, timings={"wall_s": 450.0, "ray_up_s": 24.0},
+                    step_spans_s={"1": [270.0, 360.0], "2": [360.0, 395.0], "3": [395.0, 430.0]},
+                    noise={"spread": spread, "steps": [3, 4], "per_step": {"3": thr}})
+
+    rows = [timed(0, "a", 3000.0, 0.02), timed(1, "b", 2960.0, 0.03), timed(2, "c", 2000.0, 0.01)]
+    rep = study_report(rows, rows[0], 8, lambda p: "L")
+    lines = "\n".join(report_lines(rep))
+    # 3 runs x (270 s start-up, 160 s steps, 20 s after) on 8 GPUs
+    assert "of which start-up 1.80 GPU-hours, steps 1.07, the rest (stop, clean-up) 0.13: GPU busy 36%" in lines
+    assert "best trial 0: steps 3-4 spread 2.0% (measured noise); GPU busy 36% of this trial" in lines
+    assert rep.tie is not None and rep.tie["trials"] == [0, 1]
+    assert "tie within measured noise (3.0%): trial 0 and trial 1 are 1.3% apart" in lines
+    # without noise steps (an older study, or --extra-steps 0) nothing is called a tie
+    quiet = [_row(0, "a", "ok", 3000.0), _row(1, "b", "ok", 2999.0)]
+    rep = study_report(quiet, quiet[0], 8, lambda p: "L")
+    assert rep.tie is None and "best trial 0: noise not measured" in "\n".join(report_lines(rep))
+    assert "start-up" not in "\n".join(report_lines(rep))

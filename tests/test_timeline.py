@@ -140,3 +140,56 @@ def test_noise_is_the_range_of_the_measured_and_extra_steps_over_the_objective()
     assert doc["spread"] == pytest.approx(0.06) and doc["per_step"] == {"2": 1100.0, "3": 1000.0, "4": 1040.0,
                                                                          "5": 980.0}
     assert "spread" not in measure({3: {m: 1000.0}}, 3, 3, 1, "gpu_oom: ...")
+
+
+def test_a_noisy_study_ties_its_leaders_every_view_says_so_and_the_confirmation_decides(
+        tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.runners.confirm import confirm_top
+    from autotune.study import Tuner
+    from tests.conftest import cli_run
+
+    # steps after the first alternate 0.8x, 1.2x: a 50% spread, wider than any two layouts of the double differ
+    runner = fake_runner(env_for(tmp_path / "rec.jsonl", FAKE_VERL_STEP_JITTER="0.2"))
+    tuner = Tuner(make_setup(), runner, sqlite_url, "noisy", workdir=tmp_path / "trials", seed=3, learn=False)
+    tuner.run(2)
+    ok = tuner.store.trials("noisy", "ok")
+    tie = leaders_tie(ok)
+    assert len(ok) == 2 and tie is not None and not tie.decided and set(tie.trials) == {r.number for r in ok}
+    code, out, _ = cli_run(capsys, "best", "--storage", sqlite_url)
+    assert code == 0 and "tie within measured noise (" in out and "spread 50.0% (measured noise)" in out
+    number = tie.trials[0]
+    code, out, _ = cli_run(capsys, "status", "--storage", sqlite_url, "--trial", str(number))
+    assert code == 0 and "workers up" in out and "vLLM ready" in out and "step 4 (" in out
+    assert "GPU busy " in out and "% of this trial" in out and "tokens/s/GPU by step: 2:" in out
+    doc = __import__("json").loads(cli_run(capsys, "status", "--storage", sqlite_url, "--trial", str(number),
+                                           "--json")[1])
+    assert doc["noise"]["spread"] == pytest.approx(0.5, rel=1e-3) and doc["timeline"]["events"][-1]["what"] == "exit"
+
+    pytest.importorskip("fastapi", reason="the dashboard's dependencies are not installed")
+    from fastapi.testclient import TestClient
+
+    from autotune.dashboard.app import create_app
+
+    client = TestClient(create_app(sqlite_url))
+    page = client.get(f"/study/noisy/trial/{number}").text
+    assert 'id="timeline"' in page and "weights loaded" in page and "GPU busy" in page
+    assert "spread 50.0% (measured noise)" in page
+    summary = client.get("/study/noisy/fragment/summary").text
+    assert 'id="best-tie"' in summary and "tie within measured noise" in summary and 'id="study-time"' in summary
+
+    # --confirm 1 would confirm the best alone: the tie has both leaders confirmed, and their runs decide
+    done = confirm_top(tuner, 1, 5)
+    assert {r["trial"] for r in done["runs"]} == set(tie.trials) and done["tie_after"]["decided"]
+    code, out, _ = cli_run(capsys, "best", "--storage", sqlite_url)
+    assert "their confirmation runs decided" in out
+
+
+def test_a_simulated_trial_says_its_timeline_and_noise_were_not_measured(
+        db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import cli_run
+
+    assert cli_run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "1",
+                   "--backend", "simulate")[0] == 0
+    code, out, _ = cli_run(capsys, "status", "--storage", db, "--trial", "0")
+    assert code == 0 and "noise: noise not measured (simulated)" in out
+    assert "timeline: nothing ran now: the result is SIMULATED" in out

@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--startup-timeout", type=float, help="seconds from launch to the first training step: Ray, "
                    "model build, vLLM start and step 1 (default 1800)")
     g.add_argument("--measure-steps", help="measured window FIRST-LAST, e.g. 3-5: the objective is its mean")
+    g.add_argument("--extra-steps", type=int, metavar="K", help="steps run after the measured one (default 1; 0: "
+                   "none): their spread is the trial's measured noise, and leaders within it are a tie; the "
+                   "objective stays the measured step's")
     g.add_argument("--prune-slower-than", type=float, metavar="FRACTION",
                    help="stop a trial whose early steps run below FRACTION of the best trial's (default: off)")
     g.add_argument("--prune-after", type=int, default=5, help="completed trials before pruning starts (default 5)")
@@ -99,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="table of a study's trials")
     _storage_args(p)
     p.add_argument("--all", action="store_true", help="include trials pruned before launch")
+    p.add_argument("--trial", type=int, metavar="N", help="one trial: its result, measured noise and timeline "
+                   "(launch, start-up milestones, each step, exit)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("best", help="the best trial of a study")

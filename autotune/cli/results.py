@@ -21,10 +21,12 @@ from autotune.export import ExportInfo, export_text, missing_keys
 from autotune.labels import Labeller, provenance, study_reference
 from autotune.launch_script import read_script
 from autotune.learning import saved_correction
+from autotune.noise import Noise, leaders_tie, noise_words
 from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow
 from autotune.study import open_storage
 from autotune.tables import print_table
+from autotune.timeline import Timeline
 
 
 def _speed(row: TrialRow) -> str:
@@ -90,6 +92,8 @@ def _best_dict(row: TrialRow, study: str) -> dict[str, Any]:
 def cmd_status(args: argparse.Namespace) -> int:
     store, name = _open_study(args)
     meta = store.get_study(name)
+    if getattr(args, "trial", None) is not None:
+        return _trial_status(store, name, args.trial, args.json)
     shown = store.trial_summaries(name, launched_only=not args.all)
     counts = store.status_counts(name)
     labels = Labeller(study_reference(meta))
@@ -129,17 +133,55 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trial_status(store: Store, name: str, number: int, as_json: bool) -> int:
+    """`status --trial N`: one trial's result, its measured noise and its timeline from launch to exit."""
+    row = store.trial(name, number)
+    if row is None:
+        raise CLIError(f"study {name!r}: no trial {number}")
+    tl = Timeline.from_extra(row.extra)
+    label = Labeller(study_reference(store.get_study(name)))(row.params, row.candidate_key) if row.params else "-"
+    if as_json:
+        print(json.dumps({"study": name, "trial": row.number, "status": row.status, "reason": row.reason,
+                          "throughput": row.throughput, "simulated": row.simulated, "label": label,
+                          "noise": (row.extra or {}).get("noise"), "noise_words": noise_words(row),
+                          "timeline": tl.as_dict() if tl else None}, indent=2, default=str))
+        return 0
+    say = lambda text: out.print(text, markup=False)  # noqa: E731
+    say(f"study {name}: trial {row.number}, {row.status}, {_speed(row)} ({label})")
+    say(f"reason: {row.reason or '-'}")
+    say(f"noise: {noise_words(row)}")
+    per_step = (Noise.from_extra(row.extra) or Noise(None, (0, 0), {})).per_step
+    if per_step:
+        say("  tokens/s/GPU by step: " + ", ".join(f"{s}: {units.throughput(v)}" for s, v in per_step.items()))
+    if tl is None:
+        why = ("nothing ran now: the result is " + provenance(row.simulated, row.backend).upper()
+               if row.simulated or row.backend == "replay" else "none recorded (not launched, or launched by an "
+               "older autotune)")
+        say(f"timeline: {why}")
+        return 0
+    say("timeline (seconds after launch):")
+    for what, at, took in tl.rows():
+        say(f"  {units.seconds(at):>8}  {what}" + (f" ({units.seconds(took)} s)" if took is not None else ""))
+    say(tl.summary())
+    return 0
+
+
 def cmd_best(args: argparse.Namespace) -> int:
     store, name = _open_study(args)
     best = store.best(name)
     if best is None:
         raise CLIError(f"study {name!r} has no trial that ran to its measured step yet")
     best_label = Labeller(study_reference(store.get_study(name)))(best.params)
+    tie = leaders_tie(store.trials(name, "ok"))
     if args.json:
-        print(json.dumps({**_best_dict(best, name), "label": best_label,
+        print(json.dumps({**_best_dict(best, name), "label": best_label, "noise": (best.extra or {}).get("noise"),
+                          "tie": tie.as_dict() if tie else None,
                           "model": saved_correction(store, name).as_dict()}, indent=2, default=str))
         return 0
     out.print(f"study {name}: best trial {best.number}, {_speed(best)} ({best_label})", markup=False)
+    out.print(f"noise: {noise_words(best)}", markup=False)
+    if tie is not None:
+        out.print(tie.words(), markup=False)
     verdict = (best.predicted_memory or {}).get("verdict")
     if verdict:
         out.print(f"memory: {verdict} (model estimate)", markup=False)

@@ -200,8 +200,11 @@ def _replay_setup(args: argparse.Namespace) -> tuple[Setup, str, Any]:
 
 
 def _verl_options(args: argparse.Namespace) -> dict[str, Any]:
+    extra_steps = getattr(args, "extra_steps", None)
+    if extra_steps is not None and extra_steps < 0:
+        raise CLIError(f"--extra-steps {extra_steps}: steps after the measured one, 0 or more")
     return {"trial_timeout_s": args.trial_timeout, "stall_timeout_s": args.stall_timeout,
-            "startup_timeout_s": args.startup_timeout,
+            "startup_timeout_s": args.startup_timeout, "extra_steps": extra_steps,
             "doctor": False if getattr(args, "skip_doctor", False) else None}
 
 

@@ -31,7 +31,9 @@ from autotune.dashboard import data, failures, history, importance, plots, profi
 from autotune.estimate.throughput import step_error_percent
 from autotune.export import FORMATS
 from autotune.labels import provenance
+from autotune.noise import noise_words
 from autotune.store import Store, StoreError, StudyRow, TrialRow
+from autotune.timeline import Timeline
 
 HERE = Path(__file__).resolve().parent
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
@@ -243,6 +245,7 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
         log, log_source = failures.log_tail(row)
         return page(request, "trial.html", study=st, t=row, formats=FORMATS,
                     profile=profiles.trial_profile(store, name, number),
+                    timeline=Timeline.from_extra(row.extra), noise=noise_words(row),
                     layout=data.layout(row.params, data.reference(store, st)),
                     cls=data.failure_class(row.status, row.reason or ""), steps=steps,
                     step_metrics=list(dict.fromkeys(k for s in steps for k in s.metrics)),

@@ -11,7 +11,9 @@ from sqlalchemy import case, func, select
 
 from autotune.candidate import STOCK_NAME
 from autotune.dashboard.data import INTERRUPTED, LAUNCHED_FAILURES, _iso, _r, layout, reference
+from autotune.noise import leaders_tie, noise_words
 from autotune.store import Store, StudyRow, TrialRow
+from autotune.timeline import study_time
 
 
 def studies_overview(store: Store) -> list[dict[str, Any]]:
@@ -110,10 +112,25 @@ def summary(store: Store, study: StudyRow) -> dict[str, Any]:
         "running": int(counts.get("running", 0)),
         "best": best_row,
         "best_layout": layout(best_row.params, reference(store, study)) if best_row else None,
+        "best_noise": noise_words(best_row) if best_row else "",
+        **measured_time(store, study),
         "refs": [r.as_dict(best) for r in refs],
         "last_update": _iso(last),
         "model": model_note(store, study),
     }
+
+
+def measured_time(store: Store, study: StudyRow) -> dict[str, Any]:
+    """The leaders' tie within the measured noise (autotune/noise.py), and where the study's real runs spent their
+    time: start-up vs steps (autotune/timeline.py; none for simulated or replayed studies)."""
+    t = TrialRow
+    with store.session() as s:
+        rows = list(s.execute(select(t.number, t.status, t.throughput, t.launched, t.simulated, t.backend, t.extra)
+                              .where(t.study == study.name, t.launched.is_(True))))
+    tie = leaders_tie(r for r in rows if r.status == "ok")
+    spent = study_time(rows)
+    gpus = int((study.cluster or {}).get("nodes", 1) or 1) * int((study.cluster or {}).get("gpus_per_node", 1) or 1)
+    return {"tie": tie.as_dict() if tie else None, "time": spent.words(gpus) if spent else ""}
 
 
 def model_note(store: Store, study: StudyRow) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from autotune import verl
 from autotune.candidate import Candidate
+from autotune.noise import leaders_tie
 from autotune.runners.base import TrialSpec, TrialStatus
 from autotune.store import TrialRow
 from autotune.timeline import SPANS
@@ -35,7 +36,10 @@ def confirm_top(tuner: Any, k: int = 2, steps: int = 6) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     ok = [r for r in tuner.store.trials(tuner.study_name, TrialStatus.OK.value) if r.throughput is not None]
     queue = sorted(ok, key=lambda r: -r.throughput)[:k]
-    while queue and len(runs) < 2 * k:
+    tie = leaders_tie(ok)  # leaders within the measured noise: each is confirmed, whatever k, and the runs decide
+    tied = [r for r in ok if tie and not tie.decided and r.number in tie.trials and r not in queue]
+    queue += tied
+    while queue and len(runs) < 2 * k + len(tied):
         row = queue.pop(0)
         if _confirmed(row, steps):
             continue
@@ -45,7 +49,12 @@ def confirm_top(tuner: Any, k: int = 2, steps: int = 6) -> dict[str, Any]:
             if best is not None and not _confirmed(best, steps):
                 queue.append(best)
     best = tuner.store.best(tuner.study_name)
-    return {"runs": runs, "best": best.number if best else None}
+    done: dict[str, Any] = {"runs": runs, "best": best.number if best else None}
+    if tie is not None:
+        done["tie"] = tie.as_dict()
+        after = leaders_tie(tuner.store.trials(tuner.study_name, TrialStatus.OK.value))
+        done["tie_after"] = after.as_dict() if after else None
+    return done
 
 
 def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:

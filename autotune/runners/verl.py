@@ -294,7 +294,7 @@ class VerlRunner(Runner):
                         seen_at[step] = now - started
                 if spec.progress is not None and (new or now - last_shown >= 0.5):
                     last_shown = now
-                    self._show(spec, log, seen_at, now - started, monitor, attempt)
+                    self._show(spec, log, seen_at, now - started, monitor, attempt, last)
                 for step in sorted(new):
                     thr = log.steps[step].get(verl.M_THROUGHPUT)
                     if step < first and thr is not None and spec.report is not None and step not in reported:
@@ -387,7 +387,7 @@ class VerlRunner(Runner):
 
     @staticmethod
     def _show(spec: TrialSpec, log: RunLog, seen_at: dict[int, float], elapsed: float, monitor: GpuMonitor,
-              attempt: int) -> None:
+              attempt: int, last: int) -> None:
         """Hand the trial's progress to spec.progress; a failing display never stops the trial."""
         done = [(s, seen_at.get(s, elapsed), log.steps[s]) for s in sorted(log.steps)]
         peak, source = monitor.peak_so_far(), "NVML"
@@ -396,7 +396,7 @@ class VerlRunner(Runner):
             peak, source = (max(torch_peaks), "torch, actor") if torch_peaks else (None, "")
         pred = spec.prediction
         try:
-            spec.progress(estimate(spec.number, spec.measure_step, elapsed, done,
+            spec.progress(estimate(spec.number, last, elapsed, done,  # to the run's last step (the extra ones)
                                    pred.step_time if pred else None, dict(pred.phases) if pred else None,
                                    peak, source, attempt))
         except Exception:
