@@ -111,7 +111,9 @@ start() {
 }
 
 progress() {
-    python3 -m autotune status --storage sqlite:////root/smoke/smoke.db 2>&1 | tail -25
+    for db in /root/smoke/*.db; do
+        [ -f "$db" ] && python3 -m autotune status --storage "sqlite:///$db" 2>&1 | tail -12
+    done
     tail -3 /root/smoke/plan.out
     local last
     last=$(ls -td /root/smoke/trials/*/trial_* 2>/dev/null | head -1)
