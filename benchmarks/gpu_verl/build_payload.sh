@@ -13,7 +13,7 @@
 #   pack     tar | xz, checksum, split into parts of at most $PART_MB MiB (.stageK/), one per device call
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
-P=${PAYLOAD_DIR:-$REPO/.payload}; PART_MB=${PART_MB:-58}
+P=${PAYLOAD_DIR:-$REPO/.payload}; PART_MB=${PART_MB:-50}  # a call carries 64 MiB with the working tree (~7 MiB, test data included)
 # A Python 3.12 that runs (a pyenv shim on PATH may exist and fail): PY312, then PATH, then pyenv's own versions.
 find_py312() {
     local c

@@ -86,6 +86,8 @@ assert ModelType.encoder_and_decoder is None' 2>/dev/null); then log "mbridge sh
             | tail -1 | tee -a /root/smoke/device.log
     fi
     wait
+    # the plans find every size as /root/work-<model> (campaign.sh), the setup's own model too
+    ln -sfn /root/work "/root/work-${AT_MODEL:-qwen2.5-0.5b}"
     cat /root/smoke/doctor.txt
     # Other sizes (AT_MORE_MODELS="qwen2.5-1.5b qwen2.5-3b"), written on the CPU in the background while the first
     # study runs (the GPU stays the trials'): /root/work-<model>/ appears whole (renamed) when it is ready.

@@ -6,8 +6,7 @@ GPU_TYPE=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q
 
 # workload MODEL: the folder of MODEL's random-weight checkpoint (written by device.sh setup), waiting for it.
 workload() {
-    local m=$1 d=/root/work-$1 t=0
-    [ "$m" = "${AT_MODEL:-qwen2.5-0.5b}" ] && d=/root/work
+    local m=$1 d=/root/work-$1 t=0  # device.sh setup links its own model's folder there too
     while [ ! -f "$d/model/config.json" ] && [ $t -lt "${2:-600}" ]; do sleep 5; t=$((t + 5)); done
     [ -f "$d/model/config.json" ] || { stamp "no workload for $m in $d" >&2; return 1; }
     sed "s|/root/work/model|$d/model|" /root/at_src/benchmarks/gpu_verl/job_smoke.yaml > "/root/smoke/job-$m.yaml"
