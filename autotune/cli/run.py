@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from autotune import units
+from autotune import stopping, units
 from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, _window, err, make_setup, out, parse_params
 from autotune.cli.results import _best_dict, _speed
@@ -121,7 +121,9 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
 
         try:
             summary = tuner.run(args.n_trials, args.timeout, on_trial=on_trial)
+            stopping.check()  # a signal after the last safe point of the loop still stops the command
             summary["confirm"] = confirm_top(tuner, args.confirm, args.confirm_steps)
+            stopping.check()
             for c in summary["confirm"].get("runs", []):
                 say.print(f"  confirm #{c['trial']}: {c['status']}: {units.clip(c['reason'], 150)}")
                 if c.get("longest_response") is not None:
@@ -132,11 +134,12 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
                                  if c.get("predicted_headroom_gib") is not None else ""))
             if args.confirm and summary["confirm"].get("skipped"):
                 say.print(f"confirmation skipped: {summary['confirm']['skipped']}")
-        except KeyboardInterrupt:
-            err.print("autotune: interrupted; the running trials are recorded as interrupted. "
-                      "Re-run the same command to resume the study.")
+        except KeyboardInterrupt as e:
+            how = " by SIGTERM" if stopping.exit_code(e) == 143 else ""
+            err.print(f"autotune: interrupted{how}; the running trials are recorded as interrupted and every Optuna "
+                      "trial this run asked is told. Re-run the same command to resume the study.")
             runner.close()
-            return 130
+            return stopping.exit_code(e)
     runner.close()
     best = tuner.store.best(tuner.study_name)
     summary["pruned_this_run"] = counts["pruned"]
