@@ -77,6 +77,7 @@ def handle_signals() -> Iterator[None]:
     finally:
         for s, h in saved.items():
             signal.signal(s, h)
+        _requested = None  # the caller has its Stopped (str(): the signal); nothing after the block stops
 
 
 def reset() -> None:
