@@ -74,10 +74,21 @@ def handle_signals() -> Iterator[None]:
     saved = {s: signal.signal(s, _handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
-    finally:
-        for s, h in saved.items():
-            signal.signal(s, h)
-        _requested = None  # the caller has its Stopped (str(): the signal); nothing after the block stops
+    except BaseException:
+        _restore(saved)
+        raise
+    pending = _restore(saved)
+    if pending:  # asked after the block's last safe point: it still stops (a signal is never ignored)
+        raise Stopped(pending)
+
+
+def _restore(saved: dict[signal.Signals, Any]) -> str | None:
+    """The old handlers back; the flag forgotten (nothing after the block stops on it). Returns what it held."""
+    global _requested
+    for s, h in saved.items():
+        signal.signal(s, h)
+    pending, _requested = _requested, None
+    return pending
 
 
 def reset() -> None:

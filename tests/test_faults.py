@@ -187,6 +187,8 @@ def _assert_whole(r: soak_mod.SoakReport) -> None:
     assert r.unmatched == 0 and r.optuna_trials == r.autotune_rows, "autotune rows and Optuna trials differ"
     assert r.launched == r.n_trials, "--n-trials not met exactly"
     assert r.duplicates == 0, "a configuration was launched twice"
+    assert r.failed_to_stop == 0, "a signal landed and the worker ran on to exit 0"
+    assert r.wrong_exit == 0, "a stopped worker exited with another code than 143 (SIGTERM) or 130 (Ctrl-C)"
 
 
 @pytest.mark.slow
