@@ -43,6 +43,7 @@ from autotune.store import (
     TrialRow,
     TrialTaken,
     retry_schema_race,
+    safe_url,
     unreachable_message,
     utcnow,
     worker_id,
@@ -176,7 +177,7 @@ class Tuner:
             diffs.append(f"backend: study has {row.backend!r}, this run has {self.runner.name!r}")
         if diffs:
             raise StudyMismatchError(
-                f"study {self.study_name!r} in {self.storage_url} was made for a different setup ("
+                f"study {self.study_name!r} in {safe_url(self.storage_url)} was made for a different setup ("
                 + "; ".join(diffs)
                 + "): use another --study name to start a new study, or the study's own options to resume it"
             )

@@ -22,7 +22,7 @@ from autotune.labels import Labeller, provenance, study_reference
 from autotune.launch_script import read_script
 from autotune.learning import saved_correction
 from autotune.setup import setup_from_row
-from autotune.store import Store, TrialRow
+from autotune.store import Store, TrialRow, safe_url
 from autotune.study import open_storage
 from autotune.tables import print_table
 
@@ -48,12 +48,13 @@ def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
     names = [s.name for s in store.list_studies()]
     if args.study:
         if args.study not in names:
-            raise CLIError(f"no study {args.study!r} in {args.storage}; studies there: {', '.join(names) or 'none'}")
+            raise CLIError(f"no study {args.study!r} in {safe_url(args.storage)}; studies there: "
+                           f"{', '.join(names) or 'none'}")
         return store, args.study
     if not names:
-        raise CLIError(f"no study in {args.storage}; start one with `autotune run --model ...`")
+        raise CLIError(f"no study in {safe_url(args.storage)}; start one with `autotune run --model ...`")
     if len(names) > 1:
-        raise CLIError(f"{args.storage} holds several studies; choose one with --study: {', '.join(names)}")
+        raise CLIError(f"{safe_url(args.storage)} holds several studies; choose one with --study: {', '.join(names)}")
     return store, names[0]
 
 
@@ -200,7 +201,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         err.print(f"autotune: the dashboard has no login; anyone who can reach {args.host}:{args.port} can read "
                   "the studies and edit notes.")
     out.print(f"autotune dashboard: http://{'localhost' if args.host in ('127.0.0.1', '::1') else args.host}:"
-              f"{args.port}/ over {args.storage} (Ctrl-C to stop)")
+              f"{args.port}/ over {safe_url(args.storage)} (Ctrl-C to stop)")
     try:
         serve(args.storage, args.host, args.port, sock)
     except KeyboardInterrupt:  # Ctrl-C is how a dashboard is meant to end (uvicorn re-raises it once shut down)

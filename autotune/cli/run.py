@@ -25,7 +25,7 @@ from autotune.report import StudyReport, report_lines, study_report
 from autotune.runners import auto_backend, make_runner
 from autotune.runners.confirm import confirm_top
 from autotune.setup import Setup
-from autotune.store import TrialRow
+from autotune.store import TrialRow, safe_url
 from autotune.study import Tuner
 
 
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
         say.print(f"autotune: {note}", markup=False)
     if executor.name != "local":
         say.print(f"autotune: executor {executor.describe()}")
-    say.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
+    say.print(f"study {tuner.study_name} in {safe_url(args.storage)}: {setup.model.name}, {setup.cluster.describe()}, "
               f"job {setup.job.source}, space {setup.space.name}")
     counts = {"pruned": 0}
     labels = Labeller(tuner.setup.stock)
@@ -164,7 +164,8 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
     for line in report_lines(report):
         out.print(line, markup=False)
     if best:
-        out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
+        out.print(f"next: autotune export --study {tuner.study_name} --storage {safe_url(args.storage)} --format sh "
+                  "-o job.sh")
     return 0
 
 
