@@ -157,3 +157,48 @@ class Liveness:
     def others_alive(self, study: str) -> bool:
         """Some other tuner of this study is alive (it may be between Optuna's ask and marking its trial)."""
         return any(p.study == study and p.worker != self.me and self.alive(p.worker) for p in self.peers.values())
+
+
+@dataclass(frozen=True)
+class Unrecorded:
+    """An Optuna trial with no autotune row: asked, not recorded (yet, or ever: its tuner died there)."""
+
+    number: int
+    state: str  # Optuna's: RUNNING, FAIL, ...
+    owner: str | None  # the worker that asked it (OWNER), where it said
+    owner_alive: bool | None  # None: unknown (no owner, or a worker the registry never saw)
+
+    def describe(self) -> str:
+        who = f"asked by {self.owner}" if self.owner else "asked by an unknown tuner"
+        alive = {True: "alive", False: "gone: the next tuner to start or look closes it", None: ""}[self.owner_alive]
+        return f"#{self.number} {self.state} ({who}{', ' + alive if alive else ''})"
+
+
+def unrecorded(store: Store, study: str) -> list[Unrecorded]:
+    """Optuna trials of `study` without an autotune row (`status` and the dashboard show them: a tuner between its
+    ask and its first write, or a dead one's leftover, which optuna-dashboard and SQL would show otherwise)."""
+    import json
+
+    from sqlalchemy import text
+
+    q = text("SELECT t.number, t.state, a.value_json FROM trials t JOIN studies s ON s.study_id = t.study_id "
+             "LEFT JOIN trial_system_attributes a ON a.trial_id = t.trial_id AND a.key = :owner "
+             "WHERE s.study_name = :study AND t.state NOT IN ('WAITING') AND t.number NOT IN "
+             "(SELECT number FROM autotune_trials WHERE study = :study) ORDER BY t.number")
+    try:
+        with store.session() as s:
+            found = s.execute(q, {"study": study, "owner": OWNER}).all()
+    except StoreError:  # no Optuna tables (a database written by `autotune import` alone)
+        return []
+    registry = Registry.__new__(Registry)  # a look only: no table made, no heartbeat
+    registry.store, registry.me = store, worker_id()
+    try:
+        live = Liveness.now(registry)
+    except StoreError:
+        live = Liveness(worker_id(), {})
+    out = []
+    for number, state, owner_json in found:
+        owner = json.loads(owner_json) if owner_json else None
+        state = state.name if hasattr(state, "name") else str(state)
+        out.append(Unrecorded(int(number), state, owner, live.alive(owner) if owner else None))
+    return out

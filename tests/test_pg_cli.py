@@ -38,6 +38,11 @@ def test_no_command_prints_the_password(secret_url, capsys, tmp_path):
     for argv in (["status"], ["best"], ["status", "--study", "nope"]):
         code, out, err = cli_run(capsys, *argv, "--storage", secret_url)
         assert SECRET not in out + err, argv
+    import optuna
+
+    asked = optuna.load_study(study_name="pw", storage=secret_url).ask()  # on PostgreSQL too: shown, not hidden
+    code, out, err = cli_run(capsys, "status", "--storage", secret_url)
+    assert f"1 Optuna trial(s) without an autotune row: #{asked.number} RUNNING (asked by an unknown tuner)" in out
 
 
 def test_a_malformed_port_is_one_line_without_the_password(capsys):

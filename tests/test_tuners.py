@@ -160,3 +160,29 @@ def test_a_handler_that_only_sets_the_flag_never_raises_outside_an_interruptible
         assert stopping.requested() == "SIGTERM"
         # no safe point checked: the block's end still stops (a signal is never ignored)
     assert stopping.requested() is None
+
+
+def test_status_and_the_dashboard_show_optuna_trials_without_a_row(sqlite_url, capsys):
+    """An Optuna trial asked and never recorded is not hidden: `status` (text and JSON) and the dashboard's summary
+    name it, its owner and whether that tuner is alive."""
+    import json
+
+    from autotune.dashboard.studies import summary
+    from tests.conftest import cli_run
+
+    tuner = _tuner(sqlite_url)
+    tuner.run(n_trials=1)
+    _register(tuner, "otherhost:4242")
+    t = _asked_by(tuner, "otherhost:4242")
+    code, out, _ = cli_run(capsys, "status", "--storage", sqlite_url)
+    assert code == 0 and f"1 Optuna trial(s) without an autotune row: #{t.number} RUNNING (asked by otherhost:4242, " \
+        "alive)" in out
+    code, out, _ = cli_run(capsys, "status", "--storage", sqlite_url, "--json")
+    assert json.loads(out)["optuna_without_row"] == [{"number": t.number, "state": "RUNNING",
+                                                     "owner": "otherhost:4242", "owner_alive": True}]
+    assert [u.number for u in summary(tuner.store, tuner.store.get_study("s"))["unrecorded"]] == [t.number]
+    with tuner.store.session() as s:  # its tuner stops: the next look closes the trial, and it has its row
+        s.execute(update(TunerRow).where(TunerRow.worker == "otherhost:4242").values(stopped_at=utcnow()))
+    tuner.recover()
+    code, out, _ = cli_run(capsys, "status", "--storage", sqlite_url)
+    assert "without an autotune row" not in out

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import socket
@@ -25,6 +26,7 @@ from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow, safe_url
 from autotune.study import open_storage
 from autotune.tables import print_table
+from autotune.tuners import unrecorded
 
 
 def _speed(row: TrialRow) -> str:
@@ -96,10 +98,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     labels = Labeller(study_reference(meta))
     model = saved_correction(store, name)
     cap = _capacity_gib(meta)
+    orphans = unrecorded(store, name)  # Optuna trials with no row of ours: shown, never hidden
     if args.json:
         print(json.dumps({
             "study": name, "backend": meta.backend, "simulated": meta.simulated,
             "counts": counts, "model": model.as_dict(),
+            "optuna_without_row": [dataclasses.asdict(u) for u in orphans],
             "trials": [{**{k: getattr(r, k) for k in (
                 "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
                 "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": Candidate(**r.params).layout(),
@@ -123,6 +127,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     ) for r in shown]
     print_table(out, f"study {name}: {meta.model_name}, backend {meta.backend}{sim}", columns, cells)
     out.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+    if orphans:
+        out.print(f"{len(orphans)} Optuna trial(s) without an autotune row: "
+                  + "; ".join(u.describe() for u in orphans), markup=False)
     out.print(model.summary(), markup=False)
     if any(_at_limit(r.predicted_peak_gib, cap) for r in shown):
         out.print(f"(at limit): predicted within the memory model's expected error ({MEMORY_MARGIN:.0%}) of the "

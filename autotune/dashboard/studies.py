@@ -12,6 +12,7 @@ from sqlalchemy import case, func, select
 from autotune.candidate import STOCK_NAME
 from autotune.dashboard.data import INTERRUPTED, LAUNCHED_FAILURES, _iso, _r, layout, reference
 from autotune.store import Store, StudyRow, TrialRow
+from autotune.tuners import unrecorded
 
 
 def studies_overview(store: Store) -> list[dict[str, Any]]:
@@ -113,6 +114,7 @@ def summary(store: Store, study: StudyRow) -> dict[str, Any]:
         "refs": [r.as_dict(best) for r in refs],
         "last_update": _iso(last),
         "model": model_note(store, study),
+        "unrecorded": unrecorded(store, study.name),  # Optuna trials without a row of ours: shown, not hidden
     }
 
 
