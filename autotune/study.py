@@ -357,6 +357,7 @@ class Tuner:
             self._asked.clear()
             raise
         self.store.touch_study(self.study_name)
+        self.plan.refresh()  # every tuner's launches, not only those this one saw: tuners of a study agree
         left = self.plan.left()
         stop_reason += f" ({left} runnable candidate{'s' if left != 1 else ''} of the space not launched)"
         return {"study": self.study_name, "launched": self.launched_count(), "stopped": stop_reason,

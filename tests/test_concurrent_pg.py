@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 from pathlib import Path
 
@@ -87,6 +88,9 @@ def test_clean_concurrent_starts_of_a_new_study_interrupt_nothing(postgres_url, 
               for i in range(6)]
     interrupted = sum(r.status == "interrupted" for i in range(6) for r in Store(url).trials(f"clean-{i}"))
     print("clean concurrent starts:", _total(rounds), "interrupted:", interrupted)
+    for i in range(6):  # the runnable candidates left: the same count from every tuner of a finished study
+        said = re.findall(r'"runnable_left": (\d+)', (tmp_path / f"clean-{i}.log").read_text())
+        assert len(said) == 3 and len(set(said)) == 1, said
     assert interrupted == 0
     assert _total(rounds) | {"landed": 0} == {"running_left": 0, "false_interrupts": 0, "failed_to_stop": 0,
                                               "wrong_exit": 0, "clean_failed": 0, "landed": 0}
