@@ -11,6 +11,7 @@ import os
 import signal
 
 ENV = "AUTOTUNE_TEST_FAULTS"
+FIRED = "AUTOTUNE_TEST_FAULTS_FIRED"  # a file each fired fault appends "pid plan point" to
 
 _passed = 0
 
@@ -24,6 +25,10 @@ def point(name: str) -> None:
     _passed += 1
     sig, _, at = plan.partition("@")
     if _passed == int(at):
+        fired = os.environ.get(FIRED)
+        if fired:  # the soak tells a kill that landed from one the study ended before
+            with open(fired, "a") as f:
+                f.write(f"{os.getpid()} {plan} {name}\n")
         os.kill(os.getpid(), signal.Signals[sig])
 
 

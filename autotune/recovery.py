@@ -1,8 +1,9 @@
 """Recovery of what dead tuners left: trials they left running, Optuna trials they never told, re-queues.
 
-A tuner can die anywhere on the trial write path. The next one to start (and one whose budget is met) closes the
-rows of workers that are gone (stale heartbeat, or a dead process on this host) as interrupted, tells Optuna what
-our rows already say, records Optuna trials that have no row, and re-queues interrupted configurations.
+A tuner can die anywhere on the trial write path. Every live tuner (at its start, every RECOVER_EVERY_S of its loop,
+and when its budget is met) closes the rows of workers that are dead (autotune/tuners.py says which) as
+interrupted, tells Optuna what our rows already say, records Optuna trials that have no row, and re-queues
+interrupted configurations. A tuner stopped gracefully closes its own with `close_own` before it returns.
 OPTUNA_STATE, how our statuses map to Optuna's states, is shared with the Tuner's own tell.
 """
 
@@ -20,8 +21,10 @@ from autotune.candidate import Candidate
 from autotune.executors.base import Executor
 from autotune.runners.base import Runner, TrialStatus
 from autotune.store import REQUESTED, Store, TrialRow, TrialTaken, utcnow, worker_id
+from autotune.tuners import GRACE_PERIOD_S, OWNER, Liveness, Registry
 
-STALE_AFTER_S = 300.0
+STALE_AFTER_S = 300.0  # a worker the registry never saw (an older autotune): judged from its rows' heartbeat
+RECOVER_EVERY_S = 5.0  # how often a running tuner looks for dead ones
 
 OPTUNA_STATE = {
     TrialStatus.OK: TrialState.COMPLETE,
@@ -46,6 +49,7 @@ class Recovery:
     executor: Executor
     base: Candidate  # the setup's base: what an untuned dimension is
     enqueue: Callable[..., None]  # Tuner._enqueue: queue a configuration again
+    registry: Registry  # who is alive
 
     def recover(self) -> list[int]:
         """Close trials left running by a tuner that died; re-queue them and interrupted ones. Returns numbers."""
@@ -61,17 +65,19 @@ class Recovery:
                 requeued.append(row.number)
         return requeued
 
+    def _dead(self, live: Liveness, worker: str, heartbeat_at: dt.datetime | None, now: dt.datetime) -> bool:
+        alive = live.alive(worker)
+        if alive is None:  # not registered: its rows' heartbeat, as before the registry
+            return heartbeat_at is None or (now - heartbeat_at).total_seconds() >= STALE_AFTER_S
+        return not alive
+
     def _close_dead_rows(self) -> list[int]:
-        """Our rows left running by a tuner that is gone: interrupted (their Optuna trial FAIL)."""
+        """Our rows left running by a tuner that is dead: interrupted (their Optuna trial FAIL)."""
         closed = []
         now = utcnow()
-        me = worker_id()
+        live = Liveness.now(self.registry)
         for row in self.store.running(self.study_name):
-            host_pid = row.worker.rsplit(":", 1)
-            alive = row.worker == me or (
-                (now - row.heartbeat_at).total_seconds() < STALE_AFTER_S and not _dead_local(host_pid)
-            )
-            if alive:
+            if not self._dead(live, row.worker, row.heartbeat_at, now):
                 continue
             self.store.update_trial(
                 row.id, status=TrialStatus.INTERRUPTED.value, finished_at=max(now, row.started_at),
@@ -83,30 +89,56 @@ class Recovery:
         return closed
 
     def _reconcile_optuna(self) -> None:
-        """Optuna trials RUNNING that no live tuner will finish: told from our row, or closed as orphans.
+        """Optuna trials RUNNING whose tuner is dead: told from our row, or closed as orphans.
 
         A tuner killed after recording a result but before telling Optuna leaves our row final and Optuna's
         RUNNING (told now, from the row); one killed between `ask` and its first write leaves an Optuna trial
-        with no row (recorded as interrupted, never launched; re-queued when it was a queued configuration).
+        with no row (recorded as interrupted, never launched; re-queued when it was a queued configuration). The
+        trial's owner is the worker that marked it (OWNER) or recorded its row; one with neither (killed between
+        ask and mark) is closed when no other tuner of the study is alive, or once older than the grace period.
         """
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if not running:
             return
         rows = {r.number: r for r in self.store.trials(self.study_name) if r.number >= running[0].number}
         now = utcnow()
-        others = {w for w in self.store.recent_workers(self.study_name, now - dt.timedelta(seconds=STALE_AFTER_S))
-                  if w != worker_id() and not _dead_local(w.rsplit(":", 1))}
+        live = Liveness.now(self.registry)
         for t in running:
             row = rows.get(t.number)
+            owner = row.worker if row is not None else t.system_attrs.get(OWNER)
+            if owner == live.me and row is not None and row.status == TrialStatus.RUNNING.value:
+                continue  # this tuner's own trial, running
             if row is None:
-                # Optuna stamps trials in local time
-                age = (dt.datetime.now() - t.datetime_start).total_seconds() if t.datetime_start else 0.0
-                if not (others and age < STALE_AFTER_S):  # a live worker may be between its ask and its first write
-                    self._close_orphan(t)
-            elif row.status != TrialStatus.RUNNING.value and row.worker not in others:
+                if owner is None:
+                    # Optuna stamps trials in local time
+                    age = (dt.datetime.now() - t.datetime_start).total_seconds() if t.datetime_start else 0.0
+                    if live.others_alive(self.study_name) and age < GRACE_PERIOD_S:
+                        continue  # a live tuner may be between its ask and its mark
+                elif owner != live.me and not self._dead(live, owner, None, now):
+                    continue  # its tuner is alive: between its ask and its first write
+                self._close_orphan(t, owner)
+            elif row.status != TrialStatus.RUNNING.value and (
+                    owner == live.me or self._dead(live, owner, row.heartbeat_at, now)):
                 self._tell_from_row(t, row)  # (a live worker is telling it itself, now)
 
-    def _close_orphan(self, t: optuna.trial.FrozenTrial) -> None:
+    def close_own(self, trials: list[optuna.Trial], why: str) -> None:
+        """A graceful stop: every Optuna trial this tuner asked and did not tell is told now, never left RUNNING.
+        A row still running is interrupted (`why`); one already final is told as it says; no row: never launched."""
+        numbers = {t.number: t for t in trials}
+        frozen = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                  if t.number in numbers]
+        for t in frozen:
+            row = self.store.trial(self.study_name, t.number)
+            if row is None:
+                self._close_orphan(t, worker_id(), f"{why}; asked but not recorded, never launched")
+                continue
+            if row.status == TrialStatus.RUNNING.value:
+                self.store.update_trial(row.id, status=TrialStatus.INTERRUPTED.value, reason=why,
+                                        finished_at=max(utcnow(), row.started_at))
+                row = self.store.trial(self.study_name, t.number) or row
+            self._tell_from_row(t, row)
+
+    def _close_orphan(self, t: optuna.trial.FrozenTrial, owner: str | None, reason: str | None = None) -> None:
         attrs = t.user_attrs
         queued = t.system_attrs.get("fixed_params")
         params = attrs.get("candidate") or queued or t.params
@@ -119,7 +151,8 @@ class Recovery:
                 key, applied, overrides = cand.key(), cand.applied_params(), cand.verl_overrides()
             except (TypeError, ValueError):
                 applied = dict(params)
-        reason = "the tuner stopped between Optuna's ask and recording this trial; never launched"
+        reason = reason or (f"the tuner{f' ({owner})' if owner else ''} stopped between Optuna's ask and recording "
+                            "this trial; never launched")
         now = utcnow()
         asked = t.datetime_start  # Optuna stamps trials in local time
         started = min(now, asked.astimezone(dt.UTC).replace(tzinfo=None)) if asked else now
@@ -168,19 +201,3 @@ class Recovery:
                     self.storage.set_trial_state_values(t._trial_id, state=state)
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass
-
-
-def _dead_local(host_pid: list[str]) -> bool:
-    """True when the worker ran on this host and its process is gone."""
-    import os
-    import socket
-
-    if len(host_pid) != 2 or host_pid[0] != socket.gethostname():
-        return False
-    try:
-        os.kill(int(host_pid[1]), 0)
-    except (ProcessLookupError, ValueError):
-        return True
-    except PermissionError:
-        return False
-    return False

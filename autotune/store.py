@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -184,7 +185,7 @@ class Store:
             self.engine = engine or create_engine(url, pool_pre_ping=True, **kwargs)
             retry_schema_race(lambda: Base.metadata.create_all(self.engine))
             retry_schema_race(lambda: _add_new_columns(self.engine))
-        except SQLAlchemyError as e:
+        except (SQLAlchemyError, ImportError, ValueError) as e:  # unreachable, no driver, a malformed URL
             raise StoreError(unreachable_message(url, e)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
@@ -475,17 +476,22 @@ def _add_new_columns(engine: Engine) -> None:
 
 
 def safe_url(url: str) -> str:
-    """The URL without its password, for messages."""
+    """The URL without its password, for messages: also one SQLAlchemy cannot parse (a non-numeric port), whose
+    `user:password@` is masked by hand. Every URL autotune prints goes through here."""
     try:
         from sqlalchemy.engine import make_url
 
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
-        return url
+        return re.sub(r"^([^:/?#]+://[^:/@?#]*):[^@/]*@", r"\1:***@", url)
 
 
 def unreachable_message(url: str, err: Exception) -> str:
     first = str(err).splitlines()[0] if str(err) else type(err).__name__
+    first = first.replace(url, safe_url(url))  # SQLAlchemy repeats an unparsable URL whole
+    missing = _missing_driver(url, err)
+    if missing:
+        return missing
     if url.startswith("sqlite"):  # a file, no server: say what can be wrong with a file
         return (f"cannot open the study database {safe_url(url)}: {first}. Check the path: its directory must exist "
                 "and be writable, and the file must be a SQLite database (`autotune run` creates one)")
@@ -494,3 +500,27 @@ def unreachable_message(url: str, err: Exception) -> str:
         "Check that the server is running and the URL, user and password are right, or use a local file: "
         "--storage sqlite:///trials/autotune.db"
     )
+
+
+# SQLAlchemy's PostgreSQL drivers and what installs each.
+_DRIVERS = {"psycopg": "pip install -e '.[postgres]' (psycopg 3)", "psycopg2": "pip install psycopg2-binary",
+            "asyncpg": "pip install asyncpg", "pg8000": "pip install pg8000"}
+
+
+def _missing_driver(url: str, err: BaseException) -> str | None:
+    """One line naming the database driver the URL asks for and how to install it, when it is not installed."""
+    chain, e = [], err
+    while e is not None and len(chain) < 5:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    if not any(isinstance(x, ImportError) or "Failed to import DB access module" in str(x) for x in chain):
+        return None
+    scheme = url.split("://", 1)[0]
+    dialect, _, driver = scheme.partition("+")
+    if dialect.startswith("postgres"):
+        driver = driver or "psycopg2"  # SQLAlchemy's default for postgresql://
+        how = _DRIVERS.get(driver, f"pip install {driver}")
+        alt = "" if driver == "psycopg" else "; or use postgresql+psycopg://... with pip install -e '.[postgres]'"
+        return (f"cannot open the study database {safe_url(url)}: its driver {driver} is not installed: {how}{alt}")
+    return (f"cannot open the study database {safe_url(url)}: the driver for {scheme}:// is not installed "
+            f"({type(chain[-1]).__name__}: {chain[-1]})")

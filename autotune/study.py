@@ -22,14 +22,14 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy.exc import IntegrityError
 
-from autotune import faults, verl
+from autotune import faults, stopping, verl
 from autotune.candidate import Candidate
 from autotune.executors.base import Executor, Placement
 from autotune.executors.local import LocalExecutor
 from autotune.learning import Learning
 from autotune.plan import REFERENCES, Plan
 from autotune.ranking import InfeasibleSpaceError, infeasible_message, make_ranking
-from autotune.recovery import OPTUNA_STATE, Recovery
+from autotune.recovery import OPTUNA_STATE, RECOVER_EVERY_S, Recovery
 from autotune.report import prune_kind
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.progress import TrialProgress
@@ -43,10 +43,12 @@ from autotune.store import (
     TrialRow,
     TrialTaken,
     retry_schema_race,
+    safe_url,
     unreachable_message,
     utcnow,
     worker_id,
 )
+from autotune.tuners import OWNER, Registry
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -138,8 +140,10 @@ class Tuner:
             study_name=self.study_name, storage=self.storage, sampler=self.sampler, direction="maximize",
             load_if_exists=True,
         )
+        self.registry = Registry(self.store)  # liveness: registered when a run starts, stopped when it ends
+        self._asked: dict[int, optuna.Trial] = {}  # Optuna trials this tuner asked and has not told yet
         self.recovery = Recovery(self.study, self.storage, self.store, self.study_name, runner, self.executor,
-                                 setup.base, self._enqueue)
+                                 setup.base, self._enqueue, self.registry)
         self.plan = Plan(self.store, self.study_name, lambda: self.setup, self.ranking, n_model_seeds,
                          self._references(), learn, NOT_COUNTED)
 
@@ -173,7 +177,7 @@ class Tuner:
             diffs.append(f"backend: study has {row.backend!r}, this run has {self.runner.name!r}")
         if diffs:
             raise StudyMismatchError(
-                f"study {self.study_name!r} in {self.storage_url} was made for a different setup ("
+                f"study {self.study_name!r} in {safe_url(self.storage_url)} was made for a different setup ("
                 + "; ".join(diffs)
                 + "): use another --study name to start a new study, or the study's own options to resume it"
             )
@@ -258,7 +262,17 @@ class Tuner:
         ex = self.executor
         ex.check(self.setup.cluster.nodes, self.setup.cluster.gpus_per_node)
         self.n_trials = n_trials
+        self.registry.register(self.study_name)  # before the first ask: no recovery takes this tuner for dead
+        try:
+            return self._run(n_trials, timeout_s, on_trial)
+        finally:
+            self.registry.deregister()
+
+    def _run(self, n_trials: int, timeout_s: float | None, on_trial: Callable[[TrialRow], None] | None
+             ) -> dict[str, Any]:
+        ex = self.executor
         self.reclaim(self.recover())
+        last_recovery = time.monotonic()
         self.refresh_lengths()
         self.enqueue_requested()
         self.refit()
@@ -286,6 +300,10 @@ class Tuner:
             while True:
                 proposing = fatal is None
                 while proposing and len(inflight) < ex.parallel:
+                    stopping.check()  # a safe point: nothing half-written
+                    if time.monotonic() - last_recovery > RECOVER_EVERY_S:  # another tuner may have died
+                        self.reclaim(self.recover())
+                        last_recovery = time.monotonic()
                     if inflight:  # trials that ended meanwhile: recorded now, their slots free for this proposal
                         fatal = fatal or collect(ex.poll())
                         if fatal is not None:
@@ -316,10 +334,13 @@ class Tuner:
                         continue
                     why_idle.clear()
                     inflight[row.number] = pending
+                    stopping.check()
                     ex.submit(pending.spec, self.runner)
                 if not inflight and fatal is None:
                     break
-                fatal = fatal or collect(ex.wait())
+                with stopping.interruptible():  # a signal stops the running trials at once
+                    finished = ex.wait()
+                fatal = fatal or collect(finished)
                 if fatal is not None and not inflight:
                     raise RunnerFatal(fatal)
         except KeyboardInterrupt as e:
@@ -332,8 +353,11 @@ class Tuner:
             for pending in inflight.values():  # not returned by the executor: still recorded, never left RUNNING
                 self.finish(pending, TrialResult(TrialStatus.INTERRUPTED, why, simulated=self.runner.simulated),
                             0.0, None)
+            self.recovery.close_own(list(self._asked.values()), why)  # asked, not told: told now
+            self._asked.clear()
             raise
         self.store.touch_study(self.study_name)
+        self.plan.refresh()  # every tuner's launches, not only those this one saw: tuners of a study agree
         left = self.plan.left()
         stop_reason += f" ({left} runnable candidate{'s' if left != 1 else ''} of the space not launched)"
         return {"study": self.study_name, "launched": self.launched_count(), "stopped": stop_reason,
@@ -346,7 +370,8 @@ class Tuner:
             return row
         t0 = time.monotonic()
         try:
-            result = self.runner.run(pending.spec)
+            with stopping.interruptible():
+                result = self.runner.run(pending.spec)
             faults.point("ran")
         except KeyboardInterrupt as e:
             how = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
@@ -369,6 +394,8 @@ class Tuner:
         """
         self._plan_next()
         trial = self.study.ask()
+        self._asked[trial.number] = trial
+        self.storage.set_trial_system_attr(trial._trial_id, OWNER, worker_id())  # whose it is, for recoveries
         faults.point("asked")
         try:
             row, pending = self._record(trial)
@@ -377,6 +404,7 @@ class Tuner:
             return row, pending
         except (TrialTaken, optuna.exceptions.UpdateFinishedTrialError):
             # A recovery (another worker starting while we were between ask and record) closed this trial.
+            self._asked.pop(trial.number, None)
             return self.store.trial(self.study_name, trial.number) or TrialRow(
                 study=self.study_name, number=trial.number, status=TrialStatus.INTERRUPTED.value,
                 launched=False), None
@@ -407,6 +435,7 @@ class Tuner:
                 cand = Candidate.from_params(params, s.base)
         except (TypeError, ValueError) as e:
             self.study.tell(trial, state=TrialState.FAIL)
+            self._asked.pop(trial.number, None)
             raise ValueError(f"trial {trial.number}: cannot build a candidate: {e}") from e
         ev = s.evaluate(cand)
         planned = self.sampler.planned(trial.number)
@@ -542,6 +571,7 @@ class Tuner:
         if state == TrialState.COMPLETE and value is None:
             state = TrialState.FAIL
         self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state, skip_if_finished=True)
+        self._asked.pop(trial.number, None)
 
 
 def _reason_kind(reason: str) -> str:

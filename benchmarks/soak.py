@@ -21,6 +21,7 @@ import collections
 import multiprocessing
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -74,6 +75,9 @@ class SoakReport:
     launched: int = 0  # launched trials that count towards --n-trials
     interrupted: int = 0  # launched, killed, re-queued and run again
     not_final: int = 0  # Optuna trials RUNNING or WAITING at the end
+    failed_to_stop: int = 0  # kills that landed (fault fired, or sent to a live worker) and yet the worker exited 0
+    wrong_exit: int = 0  # kills that stopped a worker with another code than SIGKILL's, 143 (SIGTERM), 130 (SIGINT)
+    false_interrupts: int = 0  # interrupted trials blamed on a worker that was never killed
     unmatched: int = 0  # Optuna trials without a row, rows without a trial, or statuses that disagree
     duplicates: int = 0  # configurations launched (and not interrupted) more than once
     seconds: float = 0.0
@@ -95,11 +99,15 @@ def worker_context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
-def _worker(argv: list[str], plan: str | None, log: str) -> None:
-    """A forked `autotune run`: its own fault plan, default signal handling, output to a log file."""
+def _worker(argv: list[str], plan: str | None, log: str, fired: str | None = None) -> None:
+    """A forked `autotune run`: its own fault plan, default signal handling, output to a log file; a fault that
+    fires is written to `fired`."""
     os.environ.pop(faults.ENV, None)
+    os.environ.pop(faults.FIRED, None)
     if plan:
         os.environ[faults.ENV] = plan
+    if fired:
+        os.environ[faults.FIRED] = fired
     faults.reset()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -110,6 +118,8 @@ def _worker(argv: list[str], plan: str | None, log: str) -> None:
     code = 1
     try:
         code = cli.main(argv)
+    except KeyboardInterrupt:  # Ctrl-C after the command's own handling ended: it stopped, as a shell reports
+        code = 130
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
@@ -134,6 +144,9 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
     ctx = worker_context()
     start = time.monotonic()
     log = str(workdir / "workers.log")
+    fired = workdir / "fired.log"
+    fired.unlink(missing_ok=True)
+    killed: set[int] = set()  # pids of workers a kill landed on
     # Fault points per trial are ~6 (~7 trials per kill); a plan past the trials left simply does not fire.
     while todo:
         report.rounds += 1
@@ -143,20 +156,28 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
             sig = todo.pop() if todo else None  # a worker left unkilled would run the study to its end
             inside = sig is not None and rng.random() < 0.75
             plan = f"{sig}@{rng.randint(1, MAX_POINT)}" if inside else None
-            p = ctx.Process(target=_worker, args=(argv, plan, log))
+            p = ctx.Process(target=_worker, args=(argv, plan, log, str(fired)))
             p.start()
             procs.append((p, sig, inside))
+        sent = set()
         for p, sig, inside in procs:
             if sig and not inside:  # from outside, at a random moment (start-up, recovery, a trial, a write)
                 _wait_launched(storage, study, at_start + rng.randint(0, MAX_OUTSIDE), p)
                 p.join(rng.uniform(0.0, 0.5))
                 if p.is_alive():
                     os.kill(p.pid, signal.Signals[sig])
+                    sent.add(p.pid)
         _join([p for p, _, _ in procs], storage, study, log)
+        sent |= _fired_pids(fired)
         for p, sig, inside in procs:
-            if sig and p.exitcode != 0:
+            if sig and p.pid in sent:
+                killed.add(p.pid)
+                if p.exitcode == 0:  # the worker ran on and finished: the signal was ignored
+                    report.failed_to_stop += 1
+                    continue
                 report.kills[sig] += 1
                 report.in_write_path += inside
+                report.wrong_exit += p.exitcode not in EXIT_CODES[sig]
             elif sig:  # the study finished before the kill landed: try again
                 todo.append(sig)
             elif p.exitcode != 0:
@@ -173,8 +194,32 @@ def soak(storage: str, workdir: Path, n_trials: int = 1000, kills: int = 30, wor
         raise RuntimeError(f"the final run exited {[p.exitcode for p in procs]}; see {log}: "
                            + Path(log).read_text()[-3000:])
     report.seconds = round(time.monotonic() - start, 1)
-    check(storage, study, report)
+    check(storage, study, report, killed)
     return report
+
+
+# How a worker a kill landed on may end: killed by the signal, or its own graceful exit code (143, 130).
+EXIT_CODES = {"SIGKILL": (-9,), "SIGTERM": (143, -15), "SIGINT": (130, -2)}
+
+
+def _fired_pids(path: Path) -> set[int]:
+    """Workers whose fault point fired (each wrote `pid plan point` before signalling itself)."""
+    return {int(line.split()[0]) for line in path.read_text().splitlines() if line.strip()} if path.exists() \
+        else set()
+
+
+def false_interrupts(rows: list[TrialRow], killed: set[int]) -> int:
+    """Interrupted trials blamed on a worker that was never killed: the worker the reason names ("the tuner
+    (host:pid) stopped ..."), else the one that recorded it (a graceful stop records its own)."""
+    n = 0
+    for r in rows:
+        if r.status != "interrupted":
+            continue
+        named = re.search(r"the tuner \(([^()]+)\)", r.reason or "")
+        culprit = named.group(1) if named else r.worker
+        pid = culprit.rpartition(":")[2]
+        n += not (pid.isdigit() and int(pid) in killed)
+    return n
 
 
 def _join(procs: list[multiprocessing.Process], storage: str, study: str, log: str) -> None:
@@ -221,8 +266,8 @@ def _done(storage: str, study: str, n_trials: int) -> bool:
     return Store(storage).launched_count(study, exclude=("interrupted",)) >= n_trials
 
 
-def check(storage: str, study: str, report: SoakReport) -> None:
-    """Fill the report's end-state figures from the database."""
+def check(storage: str, study: str, report: SoakReport, killed: set[int] | None = None) -> None:
+    """Fill the report's end-state figures from the database (false interrupts: given the killed workers)."""
     trials = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
     rows = Store(storage).trials(study)
     by_number = {r.number: r for r in rows}
@@ -237,6 +282,8 @@ def check(storage: str, study: str, report: SoakReport) -> None:
     report.interrupted = sum(r.status == "interrupted" for r in rows)
     per_key = collections.Counter(r.candidate_key for r in counted)
     report.duplicates = sum(n - 1 for n in per_key.values() if n > 1)
+    if killed is not None:
+        report.false_interrupts = false_interrupts(rows, killed)
 
 
 HEADER = ["# Soak: kills at random moments, restarts, nothing lost", "",
@@ -246,10 +293,15 @@ HEADER = ["# Soak: kills at random moments, restarts, nothing lost", "",
           "path` is sent by the worker to itself at a random fault point of the trial write path "
           "(autotune/faults.py), the others from outside after a random number of launched trials (0-8) and a "
           "random delay under 0.5 s. `interrupted` counts trials killed "
-          "while running (re-queued and run again) and trials asked but never recorded (closed on restart).", "",
+          "while running (re-queued and run again) and trials asked but never recorded (closed on restart). "
+          "`failed to stop`: kills that landed (the fault fired, or the signal was sent to a live worker) after which "
+          "the worker exited 0 (a retry only when the kill never landed); `wrong exit`: stopped with another code "
+          "than 143 (SIGTERM), 130 (SIGINT) or the signal's; `false interrupts`: interrupted trials blamed on a worker "
+          "never killed (rows before these columns did not count them).", "",
           "| storage | workers | --n-trials | launched | SIGKILL | SIGTERM | SIGINT | in write path | "
-          "Optuna trials | autotune rows | interrupted | not final | trials lost | duplicates | seconds |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "Optuna trials | autotune rows | interrupted | not final | trials lost | duplicates | seconds | "
+          "failed to stop | wrong exit | false interrupts |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def record(report: SoakReport, path: str | Path) -> None:
@@ -264,7 +316,7 @@ def row(r: SoakReport) -> str:
     return (f"| {db} | {r.workers} | {r.n_trials} | {r.launched} | {r.kills.get('SIGKILL', 0)} | "
             f"{r.kills.get('SIGTERM', 0)} | {r.kills.get('SIGINT', 0)} | {r.in_write_path} | "
             f"{r.optuna_trials} | {r.autotune_rows} | {r.interrupted} | {r.not_final} | {r.lost} | "
-            f"{r.duplicates} | {r.seconds} |")
+            f"{r.duplicates} | {r.seconds} | {r.failed_to_stop} | {r.wrong_exit} | {r.false_interrupts} |")
 
 
 def main() -> None:

@@ -187,6 +187,8 @@ def _assert_whole(r: soak_mod.SoakReport) -> None:
     assert r.unmatched == 0 and r.optuna_trials == r.autotune_rows, "autotune rows and Optuna trials differ"
     assert r.launched == r.n_trials, "--n-trials not met exactly"
     assert r.duplicates == 0, "a configuration was launched twice"
+    assert r.failed_to_stop == 0, "a signal landed and the worker ran on to exit 0"
+    assert r.wrong_exit == 0, "a stopped worker exited with another code than 143 (SIGTERM) or 130 (Ctrl-C)"
 
 
 @pytest.mark.slow
@@ -210,13 +212,13 @@ def test_concurrency_four_workers_postgresql_with_kills(postgres_url, tmp_path):
 
 
 def test_sigterm_during_a_trial_records_it_as_interrupted_at_once(tmp_path):
-    """SIGTERM (a scheduler's stop) ends `autotune run` as Ctrl-C does: exit 130, the trial interrupted, re-queued."""
+    """SIGTERM (a scheduler's stop) ends `autotune run` as Ctrl-C does, exit 143: the trial interrupted, re-queued."""
     url = f"sqlite:///{tmp_path / 't.db'}"
     argv = _argv(url, tmp_path, n_trials=3)
     p = soak_mod.worker_context().Process(target=soak_mod._worker, args=(argv, "SIGTERM@4", str(tmp_path / "log")))
     p.start()  # fault points of the first trial: asked 1, evaluated 2, claimed 3, ran 4 (the runner has returned)
     p.join(120)
-    assert p.exitcode == 130, (tmp_path / "log").read_text()[-2000:]
+    assert p.exitcode == 143, (tmp_path / "log").read_text()[-2000:]
     rows = Store(url).trials("soak")
     assert [(r.number, r.status) for r in rows] == [(0, "interrupted")]
     assert rows[0].reason == "interrupted by SIGTERM; re-queued on resume"

@@ -9,11 +9,11 @@ probe), catalog (models, spaces); options holds what they share.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-from typing import Any, NoReturn
+from contextlib import nullcontext
+from typing import NoReturn
 
-from autotune import __version__
+from autotune import __version__, stopping
 from autotune.cli.catalog import cmd_models, cmd_spaces
 from autotune.cli.doctor import cmd_doctor
 from autotune.cli.estimate import cmd_estimate, cmd_probe
@@ -173,11 +173,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    """SIGTERM (`kill`, a scheduler's stop) ends a run as Ctrl-C does: the running trial recorded, resumable."""
-    raise KeyboardInterrupt("SIGTERM")
-
-
 COMMANDS = {
     "run": cmd_run, "status": cmd_status, "best": cmd_best, "export": cmd_export, "estimate": cmd_estimate,
     "models": cmd_models, "spaces": cmd_spaces, "dashboard": cmd_dashboard, "probe": cmd_probe,
@@ -187,18 +182,17 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    prev_term = signal.signal(signal.SIGTERM, _terminate) if args.command == "run" else None
+    # `run`: SIGTERM (`kill`, a scheduler's stop) and Ctrl-C set a flag the tuner stops at (autotune/stopping.py):
+    # the running trial recorded, every Optuna trial told, resumable; exit 143 and 130 as a shell reports them.
     try:
-        return COMMANDS[args.command](args)
+        with stopping.handle_signals() if args.command == "run" else nullcontext():
+            return COMMANDS[args.command](args)
     except (CLIError, *USER_ERRORS) as e:
         err.print(f"autotune: error: {e}", markup=False)
         return 2
-    except KeyboardInterrupt:
-        err.print("autotune: interrupted")
-        return 130
+    except KeyboardInterrupt as e:
+        err.print("autotune: interrupted" + (" by SIGTERM" if stopping.exit_code(e) == 143 else ""))
+        return stopping.exit_code(e)
     except BrokenPipeError:  # `autotune status | head`: the reader left; nothing more to say
         sys.stderr.close()
         return 0
-    finally:
-        if prev_term is not None:
-            signal.signal(signal.SIGTERM, prev_term)

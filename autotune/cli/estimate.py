@@ -26,13 +26,13 @@ def _study_setup(args: argparse.Namespace) -> Any:
     other setup options) describe another one."""
     from autotune.learning import saved_correction
     from autotune.setup import setup_from_row
-    from autotune.store import Store
+    from autotune.store import Store, safe_url
 
     store = Store(args.storage)
     row = store.get_study(args.study)
     if row is None:
         names = ", ".join(s.name for s in store.list_studies()) or "none"
-        raise CLIError(f"no study {args.study!r} in {args.storage}; studies there: {names}")
+        raise CLIError(f"no study {args.study!r} in {safe_url(args.storage)}; studies there: {names}")
     setup = make_setup(args)[0] if args.model else setup_from_row(row)
     corr = saved_correction(store, args.study)
     return dataclasses.replace(setup, correction=corr), corr

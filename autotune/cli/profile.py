@@ -22,7 +22,7 @@ from rich.table import Table
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, make_setup, out, parse_params
-from autotune.store import Store
+from autotune.store import Store, safe_url
 
 PROFILED_BACKENDS = ("verl", "mcore")
 
@@ -67,7 +67,7 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
             raise CLIError("give either --study with --trial/--best, or --model with --set, not both")
         st = store.get_study(args.study)
         if st is None:
-            raise CLIError(f"no study named {args.study!r} in {args.storage}")
+            raise CLIError(f"no study named {args.study!r} in {safe_url(args.storage)}")
         row = store.best(args.study) if args.best else store.trial(args.study, args.trial)
         if row is None:
             what = "no trial that ran to its measured step" if args.best else f"no trial {args.trial}"
@@ -135,7 +135,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.show is not None:
         row = store.profile(args.show)
         if row is None:
-            raise CLIError(f"no profile {args.show} in {args.storage}")
+            raise CLIError(f"no profile {args.show} in {safe_url(args.storage)}")
         doc = _row_doc(row)
         if args.json:
             print(json.dumps(doc, indent=2, default=str))

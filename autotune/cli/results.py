@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import socket
@@ -23,10 +24,11 @@ from autotune.launch_script import read_script
 from autotune.learning import saved_correction
 from autotune.noise import Noise, leaders_tie, noise_words
 from autotune.setup import setup_from_row
-from autotune.store import Store, TrialRow
+from autotune.store import Store, TrialRow, safe_url
 from autotune.study import open_storage
 from autotune.tables import print_table
 from autotune.timeline import Timeline
+from autotune.tuners import unrecorded
 
 
 def _speed(row: TrialRow) -> str:
@@ -50,12 +52,13 @@ def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
     names = [s.name for s in store.list_studies()]
     if args.study:
         if args.study not in names:
-            raise CLIError(f"no study {args.study!r} in {args.storage}; studies there: {', '.join(names) or 'none'}")
+            raise CLIError(f"no study {args.study!r} in {safe_url(args.storage)}; studies there: "
+                           f"{', '.join(names) or 'none'}")
         return store, args.study
     if not names:
-        raise CLIError(f"no study in {args.storage}; start one with `autotune run --model ...`")
+        raise CLIError(f"no study in {safe_url(args.storage)}; start one with `autotune run --model ...`")
     if len(names) > 1:
-        raise CLIError(f"{args.storage} holds several studies; choose one with --study: {', '.join(names)}")
+        raise CLIError(f"{safe_url(args.storage)} holds several studies; choose one with --study: {', '.join(names)}")
     return store, names[0]
 
 
@@ -99,10 +102,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     labels = Labeller(study_reference(meta))
     model = saved_correction(store, name)
     cap = _capacity_gib(meta)
+    orphans = unrecorded(store, name)  # Optuna trials with no row of ours: shown, never hidden
     if args.json:
         print(json.dumps({
             "study": name, "backend": meta.backend, "simulated": meta.simulated,
             "counts": counts, "model": model.as_dict(),
+            "optuna_without_row": [dataclasses.asdict(u) for u in orphans],
             "trials": [{**{k: getattr(r, k) for k in (
                 "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
                 "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": Candidate(**r.params).layout(),
@@ -126,6 +131,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     ) for r in shown]
     print_table(out, f"study {name}: {meta.model_name}, backend {meta.backend}{sim}", columns, cells)
     out.print(", ".join(f"{k}: {v}" for k, v in counts.items()))
+    if orphans:
+        out.print(f"{len(orphans)} Optuna trial(s) without an autotune row: "
+                  + "; ".join(u.describe() for u in orphans), markup=False)
     out.print(model.summary(), markup=False)
     if any(_at_limit(r.predicted_peak_gib, cap) for r in shown):
         out.print(f"(at limit): predicted within the memory model's expected error ({MEMORY_MARGIN:.0%}) of the "
@@ -242,7 +250,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         err.print(f"autotune: the dashboard has no login; anyone who can reach {args.host}:{args.port} can read "
                   "the studies and edit notes.")
     out.print(f"autotune dashboard: http://{'localhost' if args.host in ('127.0.0.1', '::1') else args.host}:"
-              f"{args.port}/ over {args.storage} (Ctrl-C to stop)")
+              f"{args.port}/ over {safe_url(args.storage)} (Ctrl-C to stop)")
     try:
         serve(args.storage, args.host, args.port, sock)
     except KeyboardInterrupt:  # Ctrl-C is how a dashboard is meant to end (uvicorn re-raises it once shut down)

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from autotune import units
+from autotune import stopping, units
 from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, _window, err, make_setup, out, parse_params
 from autotune.cli.results import _best_dict, _speed
@@ -25,7 +25,7 @@ from autotune.report import StudyReport, report_lines, study_report
 from autotune.runners import auto_backend, make_runner
 from autotune.runners.confirm import confirm_top
 from autotune.setup import Setup
-from autotune.store import TrialRow
+from autotune.store import TrialRow, safe_url
 from autotune.study import Tuner
 
 
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
         say.print(f"autotune: {note}", markup=False)
     if executor.name != "local":
         say.print(f"autotune: executor {executor.describe()}")
-    say.print(f"study {tuner.study_name} in {args.storage}: {setup.model.name}, {setup.cluster.describe()}, "
+    say.print(f"study {tuner.study_name} in {safe_url(args.storage)}: {setup.model.name}, {setup.cluster.describe()}, "
               f"job {setup.job.source}, space {setup.space.name}")
     counts = {"pruned": 0}
     labels = Labeller(tuner.setup.stock)
@@ -121,7 +121,9 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
 
         try:
             summary = tuner.run(args.n_trials, args.timeout, on_trial=on_trial)
+            stopping.check()  # a signal after the last safe point of the loop still stops the command
             summary["confirm"] = confirm_top(tuner, args.confirm, args.confirm_steps)
+            stopping.check()
             for c in summary["confirm"].get("runs", []):
                 say.print(f"  confirm #{c['trial']}: {c['status']}: {units.clip(c['reason'], 150)}")
                 if c.get("longest_response") is not None:
@@ -132,11 +134,12 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
                                  if c.get("predicted_headroom_gib") is not None else ""))
             if args.confirm and summary["confirm"].get("skipped"):
                 say.print(f"confirmation skipped: {summary['confirm']['skipped']}")
-        except KeyboardInterrupt:
-            err.print("autotune: interrupted; the running trials are recorded as interrupted. "
-                      "Re-run the same command to resume the study.")
+        except KeyboardInterrupt as e:
+            how = " by SIGTERM" if stopping.exit_code(e) == 143 else ""
+            err.print(f"autotune: interrupted{how}; the running trials are recorded as interrupted and every Optuna "
+                      "trial this run asked is told. Re-run the same command to resume the study.")
             runner.close()
-            return 130
+            return stopping.exit_code(e)
     runner.close()
     best = tuner.store.best(tuner.study_name)
     summary["pruned_this_run"] = counts["pruned"]
@@ -161,7 +164,8 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
     for line in report_lines(report):
         out.print(line, markup=False)
     if best:
-        out.print(f"next: autotune export --study {tuner.study_name} --storage {args.storage} --format sh -o job.sh")
+        out.print(f"next: autotune export --study {tuner.study_name} --storage {safe_url(args.storage)} --format sh "
+                  "-o job.sh")
     return 0
 
 

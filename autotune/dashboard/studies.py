@@ -14,6 +14,7 @@ from autotune.dashboard.data import INTERRUPTED, LAUNCHED_FAILURES, _iso, _r, la
 from autotune.noise import leaders_tie, noise_words
 from autotune.store import Store, StudyRow, TrialRow
 from autotune.timeline import study_time
+from autotune.tuners import unrecorded
 
 
 def studies_overview(store: Store) -> list[dict[str, Any]]:
@@ -117,6 +118,7 @@ def summary(store: Store, study: StudyRow) -> dict[str, Any]:
         "refs": [r.as_dict(best) for r in refs],
         "last_update": _iso(last),
         "model": model_note(store, study),
+        "unrecorded": unrecorded(store, study.name),  # Optuna trials without a row of ours: shown, not hidden
     }
 
 

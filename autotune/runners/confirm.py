@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from autotune import verl
+from autotune import stopping, verl
 from autotune.candidate import Candidate
 from autotune.noise import leaders_tie
 from autotune.runners.base import TrialSpec, TrialStatus
@@ -69,7 +69,8 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         progress=getattr(tuner, "on_progress", None),
     )
     t0 = time.monotonic()
-    result = tuner.runner.run(spec)
+    with stopping.interruptible():  # a signal stops a confirmation run at once (autotune/stopping.py)
+        result = tuner.runner.run(spec)
     wall_s = round(time.monotonic() - t0, 3)  # GPU time the study spent (autotune.report)
     conf: dict[str, Any] = {
         "steps": steps, "window": [s.measure_step + 1, steps], "status": result.status.value,
