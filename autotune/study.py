@@ -288,10 +288,8 @@ class Tuner:
             found = None
             for fin in finished:
                 pending = inflight.pop(fin.number)
-                self.finish(pending, fin.result, fin.duration_s, fin.placement)
+                self.finish(pending, fin.result, fin.duration_s, fin.placement)  # its lengths, then the refit
                 found = found or fin.fatal
-                if pending.row.status == TrialStatus.OK.value and not pending.row.simulated:
-                    self.refresh_lengths()
                 if on_trial:
                     on_trial(pending.row)
             return found
@@ -504,6 +502,10 @@ class Tuner:
         self._tell(pending.trial, result.status, result.throughput, result.reason, pending.cand)
         self.plan.note(pending.row, finished=True)
         if pending.row.launched and not pending.row.simulated and pending.row.status in ("ok", "oom"):
+            if pending.row.status == TrialStatus.OK.value:
+                # first the lengths it measured: the refit predicts each trial at them, not at the typical shares
+                # of the job's caps (a first fit at those read a 2x error as 6.6x on a real 1.5B study)
+                self.refresh_lengths()
             self.refit()  # learn from every measurement
 
     def refresh_lengths(self) -> None:
