@@ -75,7 +75,8 @@ def _case(db: Path, setup: Setup, row: Any, store: Store) -> Case:
     step_metric = verl.PHASE_TIMINGS["step"]
     step_s = float(at[step_metric]) if at.get(step_metric) is not None else None
     return Case(
-        source=f"{db.parent.name}/{db.name}/{row.study}#{row.number}", model=_size(setup.model),
+        source=f"{db.parent.name}/{db.name}/{row.study}#{row.number}",
+        model=f"{_size(setup.model)}, attention {job.get(verl.ATTENTION_BACKEND) or 'as verl chooses'}",
         label=(row.extra or {}).get("label") or _short(row.params), status=row.status,
         measured_step_s=step_s, measured_phases=measured,
         predicted_step_s=thr.step_time if thr else None,

@@ -27,14 +27,16 @@ def test_the_device_prediction_is_reproduced_by_the_old_constants():
     assert before.tokens_per_step == SEQS * 0.30 * 128  # 12% of the prompt cap + 18% of the response cap
 
 
-def test_the_real_run_is_predicted_within_the_band_once_its_lengths_are_known():
+def test_the_real_run_once_its_lengths_are_known_shows_what_the_model_still_lacks():
+    """Its tokens are right once the lengths are known; its step is predicted at half the 4 s measured since the
+    campaign's per-phase timings replaced the 2.6 s fixed cost fitted on this one step (the cost outside the phases
+    is 0.2 s): what is left is the Megatron passes' cost per micro-batch (benchmarks/results/calibration.md)."""
     t = run.predict(at_step(run.job(), run.RESPONSE_MEAN, run.prompts()))
     assert t.tokens_per_step == pytest.approx(run.MEASURED_THROUGHPUT * run.MEASURED_STEP_S)
-    assert abs(t.step_time / run.MEASURED_STEP_S - 1) < run.BAND
-    assert abs(t.throughput / run.MEASURED_THROUGHPUT - 1) < run.BAND
-    # the old model, given the same lengths, is still 18% slow: its eager decode and 3 s fixed cost
-    old = run.predict(at_step(run.job(), run.RESPONSE_MEAN, run.prompts()), before=True)
-    assert old.throughput < run.MEASURED_THROUGHPUT * (1 - run.BAND)
+    phases = dict(t.phases)
+    assert phases["adv"] == pytest.approx(0.2)
+    assert phases["gen"] > 0.5  # 128 decode steps at the campaign's 6.4 ms each
+    assert t.step_time < run.MEASURED_STEP_S * (1 - run.BAND)
 
 
 def test_prompt_lengths_are_counted_with_the_runs_tokenizer(tmp_path):

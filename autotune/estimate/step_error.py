@@ -9,19 +9,19 @@ STEP_TIME_ERROR: dict = {
         "old_log_prob": 15.5,
         "update_actor": 11.5,
         "update_weights": 33.3,
-        "step": 8.7
+        "step": 8.6
     },
     "held_out": {
         "gen": 25.9,
         "old_log_prob": 27.6,
         "update_actor": 21.8,
         "update_weights": 33.3,
-        "step": 24.8
+        "step": 24.6
     },
     "held_out_step_by_family": {
-        "dense": 15.7,
-        "moe": 43.1
+        "dense": 15.1,
+        "moe": 43.6
     },
-    "step_p80_in_sample": 16.8,
+    "step_p80_in_sample": 17.2,
     "rows_with_step": 24
 }

@@ -63,11 +63,12 @@ class Efficiency:
     prefill: float = 0.5
     decode_step_overhead_s: float = 0.007  # scheduler, sampler and kernel launches per decode step, vLLM eager
     # The same with CUDA graphs (verl >= 0.9 captures them by default: autotune.verl.ENFORCE_EAGER_DEFAULT): the
-    # forward is one graph replay, what is left is vLLM's scheduler, sampler and output processing. The one real
-    # verl 0.9.1 run (2-layer Qwen2 on 1 H100, benchmarks/results/real_verl_throughput.md) measured the step time
-    # only, which cannot separate this from fixed_step_s: an assumption (the eager 7 ms less the launches of a few
-    # hundred kernels of a ~30-layer model), to be split when a real run's timing_s/gen is recorded.
-    decode_step_overhead_graph_s: float = 0.003
+    # forward is one graph replay, what is left is vLLM's scheduler, sampler and output processing, which the graphs
+    # do not shorten. Fitted on the nine real verl 0.9.1 GRPO steps of the H100 campaign (Qwen2.5-0.5B and 1.5B,
+    # 128 sequences decoded together, timing_s/gen 8.1-10.1 s for 1,024 decode steps; benchmarks/results/
+    # calibration.md): 6.4 ms; held out per model size 5.8 / 7.2 ms, median gen error 25% / 19% (3.0 ms before,
+    # an assumption: 57% / 34%).
+    decode_step_overhead_graph_s: float = 0.0064
     longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
     rope_fusion: float = 0.817  # update and log-prob time with apply_rope_fusion over without (fitted, paired rows)
     # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
@@ -83,11 +84,11 @@ class Efficiency:
     gpus_per_uplink: int = DEFAULT_HOST_COPY.gpus_per_uplink
     cpu_adam_params_per_s: float = DEFAULT_HOST_COPY.cpu_adam_params_per_s
     reshard_gbps: float = 6.0  # effective weight-sync bandwidth (per-tensor overheads dominate)
-    # What a step costs whatever the model (reward, advantage, data loading, Ray dispatch of each phase, vLLM
-    # wake-up and sleep), shown as verl's `adv` phase. Calibrated on ONE point: the real verl 0.9.1 run above (step
-    # ~4.0 s at 982 tokens/s/GPU, of which the model puts ~1.0 s in update_weights and ~0.4 s in gen) gives 2.6 s; the
-    # verl_megatron_practice steps (175-4400 s) cannot see it (it was 3.0, a guess, before that run).
-    fixed_step_s: float = 2.6
+    # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
+    # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
+    # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
+    # run, where it stood in for per-micro-batch costs of the Megatron passes that the model does not yet describe.
+    fixed_step_s: float = 0.2
 
 
 DEFAULT_WORKLOAD = Workload()
