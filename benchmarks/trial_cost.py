@@ -1,0 +1,109 @@
+"""What a real verl trial costs, and how much of it is the steps: from the real trials' own records.
+
+Reads every study database under tests/data/real_verl_gpu/*/ (real verl 0.9.1 GRPO trials on one lent H100) and, per
+trial: its wall time as the tuner recorded it (launch to recorded, the doctor's pre-flight of a study's first trial
+included), verl's own step times (`timing_s/step` of each step run), the start-up (launch to the first step's start,
+from the time-stamped console where the trial kept one) and whether the shared compile caches were cold or warm.
+Compares the trials before the start-up work (leases 3 and 3b: a fresh vLLM compile in every trial, three steps)
+with the trials after it (lease 4 on, the same 0.5B job: vLLM's compile cache kept under the work dir, one extra
+step for the noise).
+
+    python -m benchmarks.trial_cost      # writes benchmarks/results/trial_cost.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune import verl
+from autotune.store import Store
+from autotune.timeline import Timeline
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "tests" / "data" / "real_verl_gpu"
+STEP = verl.PHASE_TIMINGS["step"]
+
+
+@dataclass(frozen=True)
+class Cost:
+    source: str
+    model_layers: int
+    caches: str  # "cold", "warm", or "" (before the shared caches: every trial compiled anew)
+    wall_s: float  # the tuner's record of the trial, launch to result
+    steps_s: dict[int, float]  # verl's timing_s/step per step run
+    startup_s: float | None  # launch to the first step's start (time-stamped console), where known
+
+    def share(self, upto: int = 3) -> float:
+        """Steps 1..upto's time over the trial's wall time."""
+        return sum(v for k, v in self.steps_s.items() if k <= upto) / self.wall_s
+
+
+def costs(dbs: list[Path]) -> list[Cost]:
+    out = []
+    for db in sorted(dbs):
+        store = Store(f"sqlite:///{db}")
+        for study in store.list_studies():
+            for row in store.trials(study.name):
+                if row.status != "ok" or not row.launched or not row.duration_s:
+                    continue
+                steps = {s.step: float(s.metrics[STEP]) for s in store.steps(row.id) if STEP in s.metrics}
+                tl = Timeline.from_extra(row.extra)
+                out.append(Cost(f"{db.parent.name}/{study.name}#{row.number}", int(study.model["num_layers"]),
+                                (row.extra or {}).get("caches", ""), float(row.duration_s), steps,
+                                tl.startup_s if tl and tl.steps else None))
+    return out
+
+
+def report(cs: list[Cost]) -> str:
+    small = [c for c in cs if c.model_layers == 24]  # the 0.5B smoke job, before and after
+    before = [c for c in small if not c.caches]
+    cold = [c for c in small if c.caches == "cold"]
+    warm = [c for c in small if c.caches == "warm"]
+    lines = ["# What a real trial costs (real verl 0.9.1 on one H100)", "",
+             "Written by `python -m benchmarks.trial_cost` from the study databases under `tests/data/real_verl_gpu/`."
+             " Wall: the tuner's record of a trial (launch to result, the doctor's pre-flight of a study's first trial"
+             " included). Steps: verl's `timing_s/step`. Start-up: launch to the first step's start.", "",
+             "| trial | caches | wall s | start-up s | steps (s) | steps 1-3 / wall |", "|---|---|---|---|---|---|"]
+    for c in cs:
+        steps = ", ".join(f"{k}: {v:.1f}" for k, v in sorted(c.steps_s.items()))
+        start = f"{c.startup_s:.0f}" if c.startup_s is not None else "-"
+        lines.append(f"| {c.source} ({c.model_layers} layers) | {c.caches or 'compiled anew'} | {c.wall_s:.0f} | "
+                     f"{start} | {steps} | {100 * c.share():.0f}% |")
+    lines.append("")
+    if before and warm:
+        b = statistics.median(c.wall_s for c in before)
+        w = statistics.median(c.wall_s for c in warm)
+        first = cold[0].wall_s if cold else w
+        study_before, study_after = 8 * b, first + 7 * w
+        lines += [
+            "## The 0.5B smoke job, before and after the start-up work", "",
+            f"- before (leases 3/3b, {len(before)} trials): median wall {b:.0f} s, steps 1-3 "
+            f"{100 * statistics.median(c.share() for c in before):.0f}% of it",
+            f"- after, cold caches (a study's first trial, {len(cold)}): wall "
+            + ", ".join(f"{c.wall_s:.0f} s" for c in cold) + "; steps 1-3 "
+            + ", ".join(f"{100 * c.share():.0f}%" for c in cold),
+            f"- after, warm caches ({len(warm)} trials): median wall {w:.0f} s, steps 1-3 "
+            f"{100 * statistics.median(c.share() for c in warm):.0f}% of it, start-up "
+            + ", ".join(f"{c.startup_s:.0f} s" for c in warm if c.startup_s is not None)
+            + " (cold: " + ", ".join(f"{c.startup_s:.0f} s" for c in cold if c.startup_s is not None) + ")",
+            f"- a study of eight trials: {study_before / 3600:.2f} GPU-hours before, {study_after / 3600:.2f} after "
+            f"(one cold, seven warm; each now runs one extra step for the noise): **{study_after / study_before:.2f}x**",
+            ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "trial_cost.md")
+    args = ap.parse_args(argv)
+    text = report(costs(list(args.data.glob("*/*.db"))))
+    args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
