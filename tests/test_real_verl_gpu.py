@@ -164,3 +164,56 @@ def test_the_fixed_models_best_ran_and_was_the_fastest_measured() -> None:
     best = max(rows, key=lambda r: r.throughput or 0.0)
     assert best.origin == "model-seed" and best.params["recompute"] == "selective"
     assert best.throughput == pytest.approx(4977.8, abs=0.1)
+
+
+# Leases 4 and 5 (2026-11-25): the doctor's cuDNN fix (CUDNN_PATH/CUDNN_HOME to torch's wheel) made TE's fused
+# attention run; vLLM's compile cache kept under the work dir; one extra step per trial for the noise.
+LEASE4 = Path(__file__).parent / "data" / "real_verl_gpu" / "h100_2026-11-25_l4"
+LEASE5 = Path(__file__).parent / "data" / "real_verl_gpu" / "h100_2026-11-25_l5"
+
+
+def _rows(db: Path, study: str) -> list[TrialRow]:
+    return [r for r in Store(f"sqlite:///{db}").trials(study) if r.launched]
+
+
+def test_the_campaign_ran_fused_attention_chosen_by_the_doctor() -> None:
+    for text in ((LEASE4 / "doctor.txt").read_text(), (LEASE5 / "doctor.txt").read_text()):
+        assert "cuDNN 91900" in text and "attention_backend=fused" in text and "doctor exit 0" in text
+    rows = [r for r in _rows(LEASE4 / "c-0.5b.db", "c-0.5b") + _rows(LEASE5 / "c-1.5b.db", "c-1.5b")
+            if r.status in ("ok", "oom")]  # the interrupted one was stopped by the lease, before a result
+    assert len(rows) == 5 and all((r.extra or {}).get("job_defaults", {}).get(verl.ATTENTION_BACKEND) == "fused" for r in rows)
+    assert not any("cudnnFinalize" in (r.reason or "") for r in rows)
+
+
+def test_every_fused_attention_memory_verdict_of_the_campaign_is_right() -> None:
+    """Five verdicts with the attention the trials ran: four fitted and ran, the 1.5B micro-batches of 64 ran out of
+    memory in the update as predicted. The interrupted trial measured nothing."""
+    cases = [(get_model("qwen2.5-0.5b"), r) for r in _rows(LEASE4 / "c-0.5b.db", "c-0.5b")]
+    cases += [(get_model("qwen2.5-1.5b"), r) for r in _rows(LEASE5 / "c-1.5b.db", "c-1.5b")]
+    cases = [(m, r) for m, r in cases if r.status in ("ok", "oom")]
+    assert sorted(r.status for _, r in cases) == ["ok"] * 4 + ["oom"]
+    for m, r in cases:
+        job = Job.from_file(SMOKE_JOB).with_node_defaults(r.extra["job_defaults"])
+        est = estimate_memory(m, make_cluster(1, 1, "h100"), job, Candidate(**r.params))
+        assert est.fits == (r.status == "ok"), (m.name, r.number, est.reasons())
+        if r.status == "oom":
+            assert est.binding.name == "update" and "Tried to allocate 43.07 GiB" in r.reason + r.log_excerpt
+
+
+def test_the_second_trial_of_a_node_started_on_warm_compile_caches() -> None:
+    rows = {r.number: r for r in _rows(LEASE4 / "c-0.5b.db", "c-0.5b")}
+    assert [rows[n].extra["caches"] for n in (0, 1, 2)] == ["cold", "warm", "warm"]
+    ready = [rows[n].extra["timings"]["vllm_ready_s"] for n in (0, 1, 2)]
+    assert ready[1] < ready[0] - 30 and ready[2] < ready[0] - 30  # vLLM's compile cache: a minute saved
+
+
+def test_the_extra_step_measured_the_noise_and_the_offload_pair_is_within_it() -> None:
+    rows = {r.number: r for r in _rows(LEASE4 / "c-0.5b.db", "c-0.5b")}
+    for n in (0, 1):
+        noise = rows[n].extra["noise"]
+        assert noise["steps"] == [3, 4] and 0.1 < noise["spread"] < 0.25
+    off, on = rows[1], rows[2]  # the same configuration but parameter and optimizer offload
+    assert {k: v for k, v in off.params.items() if "offload" not in k} == \
+        {k: v for k, v in on.params.items() if "offload" not in k}
+    assert on.params["param_offload"] and on.params["optimizer_offload"] and not off.params["param_offload"]
+    assert abs(on.throughput / off.throughput - 1) < 0.01 < off.extra["noise"]["spread"]
