@@ -90,7 +90,8 @@ def report(cs: list[Cost]) -> str:
             + ", ".join(f"{c.startup_s:.0f} s" for c in warm if c.startup_s is not None)
             + " (cold: " + ", ".join(f"{c.startup_s:.0f} s" for c in cold if c.startup_s is not None) + ")",
             f"- a study of eight trials: {study_before / 3600:.2f} GPU-hours before, {study_after / 3600:.2f} after "
-            f"(one cold, seven warm; each now runs one extra step for the noise): **{study_after / study_before:.2f}x**",
+            "(one cold, seven warm; each now runs one extra step for the noise): "
+            f"**{study_after / study_before:.2f}x**",
             ""]
     return "\n".join(lines)
 

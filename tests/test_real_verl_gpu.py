@@ -181,7 +181,8 @@ def test_the_campaign_ran_fused_attention_chosen_by_the_doctor() -> None:
         assert "cuDNN 91900" in text and "attention_backend=fused" in text and "doctor exit 0" in text
     rows = [r for r in _rows(LEASE4 / "c-0.5b.db", "c-0.5b") + _rows(LEASE5 / "c-1.5b.db", "c-1.5b")
             if r.status in ("ok", "oom")]  # the interrupted one was stopped by the lease, before a result
-    assert len(rows) == 5 and all((r.extra or {}).get("job_defaults", {}).get(verl.ATTENTION_BACKEND) == "fused" for r in rows)
+    assert len(rows) == 5
+    assert all(r.extra["job_defaults"][verl.ATTENTION_BACKEND] == "fused" for r in rows)
     assert not any("cudnnFinalize" in (r.reason or "") for r in rows)
 
 
