@@ -72,8 +72,8 @@ def test_factors_are_shown_with_their_range():
 
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: int):
-    groups = real_groups()
-    assert groups and all(len(g.points) >= 5 for g in groups)
+    groups = [g for g in real_groups() if len(g.points) > k]  # k to fit on, one at least to predict
+    assert any(len(g.points) >= 5 for g in groups)  # lease 3's five, then lease 4's three (another attention)
     cases = [c for c in prove(groups, shipped) if c.k == k and c.phase == "step"]
     assert cases
     assert sum(c.better for c in cases) / len(cases) >= BETTER_SHARE
