@@ -25,12 +25,13 @@ def measure(steps: Mapping[int, Mapping[str, float]], first: int, last: int, ext
     end = last + extra_steps
     per_step = {str(s): steps[s][verl.M_THROUGHPUT] for s in range(verl.FIRST_STEP + 1, end + 1)
                 if verl.M_THROUGHPUT in (steps.get(s) or {})}
-    values = [per_step[str(s)] for s in range(first, end + 1) if str(s) in per_step]
-    window = [per_step[str(s)] for s in range(first, last + 1) if str(s) in per_step]
+    thr = {s: m[verl.M_THROUGHPUT] for s, m in steps.items() if verl.M_THROUGHPUT in (m or {})}
+    values = [thr[s] for s in range(first, end + 1) if s in thr]  # the measured window (step 1 too) and after
+    window = [thr[s] for s in range(first, last + 1) if s in thr]
     doc: dict[str, Any] = {"steps": [first, end], "measured": [first, last], "per_step": per_step}
     if extra_steps <= 0:
         doc["note"] = "no extra step asked (--extra-steps 0)"
-    elif len(values) < len(window) + 1:
+    elif not window or len(values) < len(window) + 1:
         doc["note"] = f"the extra steps did not run: {missed}" if missed else "the extra steps did not run"
     else:
         doc["spread"] = round((max(values) - min(values)) / (sum(window) / len(window)), 5)

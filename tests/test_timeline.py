@@ -193,3 +193,13 @@ def test_a_simulated_trial_says_its_timeline_and_noise_were_not_measured(
     code, out, _ = cli_run(capsys, "status", "--storage", db, "--trial", "0")
     assert code == 0 and "noise: noise not measured (simulated)" in out
     assert "timeline: nothing ran now: the result is SIMULATED" in out
+
+
+def test_noise_of_a_window_that_starts_at_step_1() -> None:
+    """--measure-step 1: the window is step 1 alone (shown from step 2 on, as warm-up), the spread still taken."""
+    from autotune import noise
+
+    steps = {1: {verl.M_THROUGHPUT: 100.0}, 2: {verl.M_THROUGHPUT: 110.0}}
+    doc = noise.measure(steps, 1, 1, 1)
+    assert doc["spread"] == pytest.approx(0.1) and doc["per_step"] == {"2": 110.0}
+    assert "spread" not in noise.measure({2: {verl.M_THROUGHPUT: 1.0}}, 1, 1, 1)  # the measured step never came
