@@ -113,21 +113,10 @@ def _short(p: dict[str, Any]) -> str:
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:
-    if len(xs) < 3:
-        return None
+    """Spearman's rank correlation; None below three points."""
+    from scipy.stats import spearmanr
 
-    def ranks(v: list[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        for k, i in enumerate(order):
-            r[i] = float(k)
-        return r
-
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = statistics.fmean(rx), statistics.fmean(ry)
-    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    den = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
-    return num / den if den else None
+    return float(spearmanr(xs, ys).statistic) if len(xs) >= 3 else None
 
 
 def report(all_cases: list[Case]) -> str:
