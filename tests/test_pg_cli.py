@@ -17,7 +17,7 @@ SECRET = "s3cret-pw"
 @pytest.fixture
 def secret_url(postgres_url: str) -> str:
     """The session's server (trust authentication: any password is accepted), a fresh database, a password."""
-    name = f"pw_{os.getpid()}"
+    name = f"pw_{os.getpid()}_{os.urandom(3).hex()}"  # one per test: an earlier test's engine may still hold its own
     engine = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
     with engine.connect() as c:
         c.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name}"))
@@ -61,3 +61,28 @@ def test_a_missing_driver_names_itself_and_what_installs_it(capsys, tmp_path):
         code, out, err = cli_run(capsys, *argv)
         assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert "driver psycopg2 is not installed: pip install psycopg2-binary" in err and SECRET not in err
+
+
+@pytest.mark.postgres
+def test_the_dashboard_says_where_it_serves_without_the_password(secret_url, capsys, tmp_path):
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    code, _, err = cli_run(capsys, "run", "--model", "qwen2.5-1.5b", "--backend", "simulate", "--storage", secret_url,
+                           "--study", "pw", "--n-trials", "1", "--confirm", "0", "--workdir", str(tmp_path))
+    assert code == 0, err
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "dashboard", "--storage", secret_url, "--port",
+                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # the start line, printed before it serves
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+    assert first.startswith("autotune dashboard: http://") and "autotune:***@" in first, first
+    assert SECRET not in first + rest
