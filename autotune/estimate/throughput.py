@@ -84,6 +84,11 @@ class Efficiency:
     gpus_per_uplink: int = DEFAULT_HOST_COPY.gpus_per_uplink
     cpu_adam_params_per_s: float = DEFAULT_HOST_COPY.cpu_adam_params_per_s
     reshard_gbps: float = 6.0  # effective weight-sync bandwidth (per-tensor overheads dominate)
+    # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
+    # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
+    # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
+    # (lease 4 #0) at the same budgets: 3.7 s for its 3.9e12 attention FLOPs (benchmarks/results/calibration.md).
+    unfused_attn_tflops: float = 1.1
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
@@ -281,6 +286,10 @@ def estimate_throughput(
         layout_eff /= eff.rope_fusion
     update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * share(eff.train) * size_eff * layout_eff)
     update *= 1 + bubble
+    attn_flops = 6 * m.num_layers * m.q_size * tokens * seq_len / 2  # train_flops' attention term: fwd + bwd
+    unfused = job.attention_backend == "unfused"
+    if unfused:
+        update += attn_flops * job.ppo_epochs / (world * eff.unfused_attn_tflops * 1e12)
     passes = 3 + (c.recompute == "full")  # forward, backward (two), recomputed forward
     update += job.ppo_epochs * passes * moe_dispatch_s(m, cl, c, tokens, eff)
 
@@ -297,6 +306,8 @@ def estimate_throughput(
     fwd = f_train / 3 / (world * peak * share(eff.forward) * lp_size_eff * layout_eff)
     fwd *= 1 + ((c.pp - 1) / plan.log_prob_micro_batches if c.pp > 1 else 0.0)
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
+    if unfused:
+        fwd += attn_flops / 3 / (world * eff.unfused_attn_tflops * 1e12)
 
     # Offload: what verl moves in and out around each phase, and Megatron's CPU optimizer step (estimate/offload.py).
     hc = HostCopy(eff.host_link_share, eff.gpus_per_uplink, eff.cpu_adam_params_per_s)
