@@ -86,6 +86,29 @@ def test_broken_hf_config(capsys, recorded, tmp_path, config, expected):
     assert expected in line
 
 
+_QWEN = {"model_type": "qwen2", "num_hidden_layers": 24, "vocab_size": 151936}
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({**_QWEN, "hidden_size": 896, "num_attention_heads": 0},
+     "'num_attention_heads' must be a positive integer, got 0"),
+    ([{"hidden_size": 896}], "a model config.json must be a JSON object (of hidden_size, num_hidden_layers, ...), "
+     "got a JSON list"),
+    ({**_QWEN, "hidden_size": "big", "num_attention_heads": 14},
+     "'hidden_size' must be a positive integer, got \"big\""),
+    ({**_QWEN, "hidden_size": 896, "num_attention_heads": 14, "num_key_value_heads": -2},
+     "'num_key_value_heads' must be a whole number (0 or more), got -2"),
+], ids=["zero-heads", "json-list", "string-size", "negative-kv-heads"])
+@pytest.mark.parametrize("as_dir", [True, False], ids=["dir", "file"])
+def test_hf_config_with_a_value_of_the_wrong_kind(capsys, recorded, tmp_path, config, expected, as_dir):
+    """Issue 25 item 5: one line naming the file, the key and what it takes (was a ZeroDivisionError or TypeError
+    traceback, or a message naming neither file nor key)."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config))
+    line = refused(capsys, recorded, "run", "--model", str(tmp_path if as_dir else cfg), *storage(recorded))
+    assert f"autotune: error: {cfg}: {expected}" in line, line
+
+
 @pytest.mark.parametrize("verl_here", [True, False], ids=["verl-installed", "snapshot"])
 def test_job_key_verl_does_not_have(capsys, recorded, tmp_path, monkeypatch, verl_here):
     """Checked against the installed verl's config, or, where verl is not installed (README's first command), against
