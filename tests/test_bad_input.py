@@ -128,6 +128,24 @@ def test_job_key_verl_does_not_have(capsys, recorded, tmp_path, monkeypatch, ver
     assert "(and" not in line  # the config group and the key under an open mapping are accepted
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("data.max_prompt_length: 1024\ndata.max_response_length: [2048\n", r"not valid YAML: line 3, column 1: "),
+    ("data.max_prompt_length: 1024\n  data.train_batch_size: 64\n", r"not valid YAML: line 2, column 24: "),
+], ids=["unclosed-list", "bad-indent"])
+def test_malformed_job_yaml_names_the_file(capsys, recorded, tmp_path, text, expected):
+    """Issue 25 item 7: one line naming the file and where in it (was 7 lines naming `<unicode string>`)."""
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-7b", "--job", str(job), *storage(recorded))
+    assert line.startswith(f"autotune: error: {job}: ") and "<unicode string>" not in line
+    assert __import__("re").search(expected, line), line
+
+
+def test_job_that_is_a_directory(capsys, recorded, tmp_path):
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-7b", "--job", str(tmp_path), *storage(recorded))
+    assert f"--job {tmp_path} is a directory; pass a YAML file of verl overrides or your verl launch script" in line
+
+
 def test_replay_table_with_missing_columns(capsys, recorded, tmp_path):
     table = tmp_path / "t.csv"
     table.write_text("tp,pp,status\n2,1,ok\n")
