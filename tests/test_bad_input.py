@@ -197,3 +197,33 @@ def test_the_recorded_study_is_still_whole(capsys, recorded):
     code = main(["status", "--study", "kept", "--json", *storage(recorded)])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["counts"].get("ok") == 2 and len(doc["trials"]) == 2
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("--timeout", "0", "argument --timeout: 0: a time limit is a positive number of seconds"),
+    ("--timeout", "-60", "argument --timeout: -60: a time limit is a positive number of seconds"),
+    ("--trial-timeout", "-1", "argument --trial-timeout: -1: a time limit is a positive number of seconds"),
+    ("--stall-timeout", "0", "argument --stall-timeout: 0: a time limit is a positive number of seconds"),
+    ("--startup-timeout", "-5", "argument --startup-timeout: -5: a time limit is a positive number of seconds"),
+    ("--confirm", "-1", "argument --confirm: -1: must be 0 or more (0: off)"),
+    ("--gpus", "1000", "argument --gpus: 1000 GPUs per node: no node has more than 16; --gpus counts the GPUs of "
+     "one node (e.g. 8), and --nodes the nodes"),
+    ("--gpus", "0", "argument --gpus: 0: must be at least 1"),
+    ("--nodes", "0", "argument --nodes: 0: must be at least 1"),
+])
+def test_run_refuses_impossible_limits_and_counts_at_parsing(capsys, tmp_path, option, value, expected):
+    """Issue 25 item 9: refused in one line before anything runs; no database is created."""
+    db = tmp_path / "never.db"
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--model", "qwen2.5-0.5b", option, value, *storage(db)])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and f"autotune run: error: {expected}" in err, err
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("gpus", ["1", "3", "8", "16"])
+def test_gpus_up_to_a_real_node_are_taken(gpus):
+    from autotune.cli import build_parser
+
+    assert build_parser().parse_args(["run", "--gpus", gpus]).gpus == int(gpus)
