@@ -17,6 +17,7 @@ import yaml
 
 from autotune import launch_script, verl
 from autotune.candidate import Candidate
+from autotune.space import yaml_error
 
 
 class JobError(ValueError):
@@ -72,14 +73,23 @@ class Job:
     @classmethod
     def from_file(cls, path: str | Path) -> Job:
         p = Path(path)
+        if p.is_dir():
+            raise JobError(f"--job {p} is a directory; pass a YAML file of verl overrides or your verl launch "
+                           "script")
         if not p.is_file():
             raise JobError(f"job file {p} does not exist")
         if launch_script.is_launch_script(p):  # a verl launch script (bash) instead of YAML
             return cls.from_launch_script(launch_script.read_script(p))
         try:
-            data = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise JobError(f"{p}: not valid YAML: {e}") from None
+            text = p.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise JobError(f"{p}: cannot read the job file ({e}); pass a readable YAML file or verl launch "
+                           "script") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:  # PyYAML names the stream `<unicode string>` over several lines: one, the file's
+            raise JobError(f"{p}: not valid YAML: {yaml_error(e)}; a job file maps verl override keys to "
+                           "values") from None
         if data is None:
             data = {}
         if not isinstance(data, Mapping):

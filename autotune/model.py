@@ -165,50 +165,77 @@ _ALIASES = {"qwen3-30b": "qwen3-30b-a3b", "qwen3-235b": "qwen3-235b-a22b", "llam
             "llama-3.1-70b": "llama3.1-70b"}
 
 
-def from_hf_config(cfg: dict, name: str) -> ModelArch:
-    """Build a ModelArch from a Hugging Face config.json mapping (Qwen2/Qwen3/Llama, Qwen MoE, DeepSeek-V3)."""
-    try:
-        h = int(cfg["hidden_size"])
-        heads = int(cfg["num_attention_heads"])
-        layers = int(cfg["num_hidden_layers"])
-        vocab = int(cfg["vocab_size"])
-    except KeyError as e:
-        raise UnknownModelError(
-            f"{name}: config.json has no {e.args[0]!r}; autotune reads decoder-only configs "
-            "(hidden_size, num_hidden_layers, num_attention_heads, vocab_size, ...)"
-        ) from None
-    arch = (cfg.get("architectures") or [""])[0]
-    experts = int(cfg.get("num_experts") or cfg.get("n_routed_experts") or cfg.get("num_local_experts") or 0)
-    kv_lora = int(cfg.get("kv_lora_rank") or 0)
-    model_type = cfg.get("model_type", "")
+_REQUIRED = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+
+
+def _hf_int(cfg: dict, key: str, source: str, default: int = 0) -> int:
+    """config.json's `key` as a whole number: positive where required, else >= 0 (absent or null: `default`)."""
+    value = cfg.get(key)
+    if value is None and key not in _REQUIRED:
+        return default
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < (1 if key in _REQUIRED else 0):
+        need = "a positive integer" if key in _REQUIRED else "a whole number (0 or more)"
+        raise UnknownModelError(f"{source}: {key!r} must be {need}, got {json.dumps(value)}; fix the model's "
+                                "config.json")
+    return int(value)
+
+
+def from_hf_config(cfg: dict, name: str, source: str | None = None) -> ModelArch:
+    """Build a ModelArch from a Hugging Face config.json mapping (Qwen2/Qwen3/Llama, Qwen MoE, DeepSeek-V3).
+
+    `source` (the file, default `name`) names where a bad or missing value is, in the UnknownModelError raised.
+    """
+    source = source or name
+    if not isinstance(cfg, dict):
+        raise UnknownModelError(f"{source}: a model config.json must be a JSON object (of hidden_size, "
+                                f"num_hidden_layers, ...), got a JSON {_json_kind(cfg)}")
+    for key in _REQUIRED:
+        if key not in cfg:
+            raise UnknownModelError(
+                f"{source if source.endswith('config.json') else source + ': config.json'} has no {key!r}; "
+                "autotune reads decoder-only configs (hidden_size, num_hidden_layers, num_attention_heads, "
+                "vocab_size, ...)")
+    h, heads, layers, vocab = (_hf_int(cfg, key, source) for key in _REQUIRED)
+
+    def num(key: str, default: int = 0) -> int:
+        return _hf_int(cfg, key, source, default)
+
+    archs = cfg.get("architectures")
+    arch = str(archs[0]) if isinstance(archs, list) and archs else ""
+    experts = num("num_experts") or num("n_routed_experts") or num("num_local_experts")
+    kv_lora = num("kv_lora_rank")
+    model_type = str(cfg.get("model_type") or "")
     return ModelArch(
         name=name,
         hidden_size=h,
         num_layers=layers,
         num_attention_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or h // heads),
-        ffn_hidden_size=int(cfg.get("intermediate_size") or 0),
+        num_kv_heads=num("num_key_value_heads") or heads,
+        head_dim=num("head_dim") or h // heads,
+        ffn_hidden_size=num("intermediate_size"),
         vocab_size=vocab,
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or 32768),
+        max_position_embeddings=num("max_position_embeddings") or 32768,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=bool(cfg.get("attention_bias", model_type.startswith("qwen2"))),
         qk_norm=model_type.startswith("qwen3"),
         num_experts=experts,
-        moe_top_k=int(cfg.get("num_experts_per_tok") or 0) if experts else 0,
-        moe_ffn_hidden_size=int(cfg.get("moe_intermediate_size") or 0) if experts else 0,
-        shared_expert_ffn_hidden_size=int(
-            cfg.get("shared_expert_intermediate_size")
-            or (cfg.get("n_shared_experts") or 0) * (cfg.get("moe_intermediate_size") or 0)
-        ),
-        first_k_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
-        q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+        moe_top_k=num("num_experts_per_tok") if experts else 0,
+        moe_ffn_hidden_size=num("moe_intermediate_size") if experts else 0,
+        shared_expert_ffn_hidden_size=(num("shared_expert_intermediate_size")
+                                       or num("n_shared_experts") * num("moe_intermediate_size")),
+        first_k_dense_layers=num("first_k_dense_replace"),
+        q_lora_rank=num("q_lora_rank"),
         kv_lora_rank=kv_lora,
-        qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0),
-        qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0),
-        v_head_dim=int(cfg.get("v_head_dim") or 0),
+        qk_nope_head_dim=num("qk_nope_head_dim"),
+        qk_rope_head_dim=num("qk_rope_head_dim"),
+        v_head_dim=num("v_head_dim"),
         hf_architecture=arch,
     )
+
+
+def _json_kind(value: object) -> str:
+    return {list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
 
 
 def get_model(name_or_path: str) -> ModelArch:
@@ -224,8 +251,8 @@ def get_model(name_or_path: str) -> ModelArch:
         try:
             cfg = json.loads(path.read_text())
         except json.JSONDecodeError as e:
-            raise UnknownModelError(f"{path}: not valid JSON ({e})") from None
-        return from_hf_config(cfg, path.parent.name.lower() if path.name == "config.json" else path.stem)
+            raise UnknownModelError(f"{path}: not valid JSON ({e}); a model config.json is a JSON object") from None
+        return from_hf_config(cfg, path.parent.name.lower() if path.name == "config.json" else path.stem, str(path))
     raise UnknownModelError(
         f"unknown model {name_or_path!r}: not in the catalog and not a path to a Hugging Face model directory "
         f"or config.json. Known models: {', '.join(sorted(CATALOG))} (see `autotune models`)"

@@ -86,6 +86,29 @@ def test_broken_hf_config(capsys, recorded, tmp_path, config, expected):
     assert expected in line
 
 
+_QWEN = {"model_type": "qwen2", "num_hidden_layers": 24, "vocab_size": 151936}
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({**_QWEN, "hidden_size": 896, "num_attention_heads": 0},
+     "'num_attention_heads' must be a positive integer, got 0"),
+    ([{"hidden_size": 896}], "a model config.json must be a JSON object (of hidden_size, num_hidden_layers, ...), "
+     "got a JSON list"),
+    ({**_QWEN, "hidden_size": "big", "num_attention_heads": 14},
+     "'hidden_size' must be a positive integer, got \"big\""),
+    ({**_QWEN, "hidden_size": 896, "num_attention_heads": 14, "num_key_value_heads": -2},
+     "'num_key_value_heads' must be a whole number (0 or more), got -2"),
+], ids=["zero-heads", "json-list", "string-size", "negative-kv-heads"])
+@pytest.mark.parametrize("as_dir", [True, False], ids=["dir", "file"])
+def test_hf_config_with_a_value_of_the_wrong_kind(capsys, recorded, tmp_path, config, expected, as_dir):
+    """Issue 25 item 5: one line naming the file, the key and what it takes (was a ZeroDivisionError or TypeError
+    traceback, or a message naming neither file nor key)."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config))
+    line = refused(capsys, recorded, "run", "--model", str(tmp_path if as_dir else cfg), *storage(recorded))
+    assert f"autotune: error: {cfg}: {expected}" in line, line
+
+
 @pytest.mark.parametrize("verl_here", [True, False], ids=["verl-installed", "snapshot"])
 def test_job_key_verl_does_not_have(capsys, recorded, tmp_path, monkeypatch, verl_here):
     """Checked against the installed verl's config, or, where verl is not installed (README's first command), against
@@ -103,6 +126,24 @@ def test_job_key_verl_does_not_have(capsys, recorded, tmp_path, monkeypatch, ver
     assert "actor_rollout_ref.actor.ppo_mini_batchsize is not a key of verl 0.9.1's config" in line
     assert "did you mean actor_rollout_ref.actor.ppo_mini_batch_size?" in line
     assert "(and" not in line  # the config group and the key under an open mapping are accepted
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("data.max_prompt_length: 1024\ndata.max_response_length: [2048\n", r"not valid YAML: line 3, column 1: "),
+    ("data.max_prompt_length: 1024\n  data.train_batch_size: 64\n", r"not valid YAML: line 2, column 24: "),
+], ids=["unclosed-list", "bad-indent"])
+def test_malformed_job_yaml_names_the_file(capsys, recorded, tmp_path, text, expected):
+    """Issue 25 item 7: one line naming the file and where in it (was 7 lines naming `<unicode string>`)."""
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-7b", "--job", str(job), *storage(recorded))
+    assert line.startswith(f"autotune: error: {job}: ") and "<unicode string>" not in line
+    assert __import__("re").search(expected, line), line
+
+
+def test_job_that_is_a_directory(capsys, recorded, tmp_path):
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-7b", "--job", str(tmp_path), *storage(recorded))
+    assert f"--job {tmp_path} is a directory; pass a YAML file of verl overrides or your verl launch script" in line
 
 
 def test_replay_table_with_missing_columns(capsys, recorded, tmp_path):
@@ -156,3 +197,33 @@ def test_the_recorded_study_is_still_whole(capsys, recorded):
     code = main(["status", "--study", "kept", "--json", *storage(recorded)])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["counts"].get("ok") == 2 and len(doc["trials"]) == 2
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("--timeout", "0", "argument --timeout: 0: a time limit is a positive number of seconds"),
+    ("--timeout", "-60", "argument --timeout: -60: a time limit is a positive number of seconds"),
+    ("--trial-timeout", "-1", "argument --trial-timeout: -1: a time limit is a positive number of seconds"),
+    ("--stall-timeout", "0", "argument --stall-timeout: 0: a time limit is a positive number of seconds"),
+    ("--startup-timeout", "-5", "argument --startup-timeout: -5: a time limit is a positive number of seconds"),
+    ("--confirm", "-1", "argument --confirm: -1: must be 0 or more (0: off)"),
+    ("--gpus", "1000", "argument --gpus: 1000 GPUs per node: no node has more than 16; --gpus counts the GPUs of "
+     "one node (e.g. 8), and --nodes the nodes"),
+    ("--gpus", "0", "argument --gpus: 0: must be at least 1"),
+    ("--nodes", "0", "argument --nodes: 0: must be at least 1"),
+])
+def test_run_refuses_impossible_limits_and_counts_at_parsing(capsys, tmp_path, option, value, expected):
+    """Issue 25 item 9: refused in one line before anything runs; no database is created."""
+    db = tmp_path / "never.db"
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--model", "qwen2.5-0.5b", option, value, *storage(db)])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and f"autotune run: error: {expected}" in err, err
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("gpus", ["1", "3", "8", "16"])
+def test_gpus_up_to_a_real_node_are_taken(gpus):
+    from autotune.cli import build_parser
+
+    assert build_parser().parse_args(["run", "--gpus", gpus]).gpus == int(gpus)

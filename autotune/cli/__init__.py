@@ -18,7 +18,17 @@ from autotune.cli.catalog import cmd_models, cmd_spaces
 from autotune.cli.doctor import cmd_doctor
 from autotune.cli.estimate import cmd_estimate, cmd_probe
 from autotune.cli.imports import cmd_import
-from autotune.cli.options import DEFAULT_STORAGE, CLIError, _setup_args, _storage_args, err
+from autotune.cli.options import (
+    DEFAULT_STORAGE,
+    CLIError,
+    _setup_args,
+    _storage_args,
+    count,
+    err,
+    gpus_per_node,
+    positive,
+    seconds,
+)
 from autotune.cli.profile import add_parser as add_profile_parser
 from autotune.cli.profile import cmd_profile
 from autotune.cli.results import cmd_best, cmd_dashboard, cmd_export, cmd_status
@@ -61,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probe each candidate's training step with Megatron-core on the local GPUs first; a probe "
                    "OOM prunes it before the full trial (needs GPUs and megatron-core)")
     p.add_argument("--n-trials", type=int, default=20, help="launched trials the study should hold (default 20)")
-    p.add_argument("--timeout", type=float, help="stop launching after this many seconds")
+    p.add_argument("--timeout", type=seconds, help="stop launching after this many seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-seeds", type=int, default=4, help="best candidates by the model to try first")
     p.add_argument("--enqueue", action="append", default=[], metavar="NAME=VALUE,...",
@@ -81,10 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ray-address", help="with --executor ray: the cluster's head, HOST:6379 (default: the cluster "
                                          "this host joined with `ray start`)")
     g = p.add_argument_group("verl backend")
-    g.add_argument("--trial-timeout", type=float, help="seconds a trial may run in all (default 3600)")
-    g.add_argument("--stall-timeout", type=float, help="seconds without a new training step once the first is in "
+    g.add_argument("--trial-timeout", type=seconds, help="seconds a trial may run in all (default 3600)")
+    g.add_argument("--stall-timeout", type=seconds, help="seconds without a new training step once the first is in "
                    "(default 1200)")
-    g.add_argument("--startup-timeout", type=float, help="seconds from launch to the first training step: Ray, "
+    g.add_argument("--startup-timeout", type=seconds, help="seconds from launch to the first training step: Ray, "
                    "model build, vLLM start and step 1 (default 1800)")
     g.add_argument("--measure-steps", help="measured window FIRST-LAST, e.g. 3-5: the objective is its mean")
     g.add_argument("--extra-steps", type=int, metavar="K", help="steps run after the measured one (default 1; 0: "
@@ -93,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prune-slower-than", type=float, metavar="FRACTION",
                    help="stop a trial whose early steps run below FRACTION of the best trial's (default: off)")
     g.add_argument("--prune-after", type=int, default=5, help="completed trials before pruning starts (default 5)")
-    g.add_argument("--confirm", type=int, default=2, help="re-run the K best for more steps before declaring "
+    g.add_argument("--confirm", type=count, default=2, help="re-run the K best for more steps before declaring "
                    "the best (default 2; 0: off; never for simulated results)")
     g.add_argument("--confirm-steps", type=int, default=6, help="steps of a confirmation run (default 6)")
     g.add_argument("--skip-doctor", action="store_true", help="launch without `autotune doctor`'s checks of the "
@@ -140,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="check that this node can run a verl trial (versions, GPUs, Transformer "
                        "Engine, attention backends, vLLM, verl); exit code 1 when it cannot")
     p.add_argument("--model", help="the model whose head size the attention check uses (default: 128)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds for the heavy imports (default 300)")
+    p.add_argument("--timeout", type=seconds, default=300.0, help="seconds for the heavy imports (default 300)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("import", help="record verl runs made by hand (console logs or metrics JSONL) as measured "
@@ -148,8 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="LOG_OR_JSONL", help="verl console logs (what main_ppo printed) or "
                    "metrics JSONL files (verl's file logger)")
     p.add_argument("--model", help="catalog name or Hugging Face model dir (needed for a new study)")
-    p.add_argument("--gpus", type=int, help="GPUs per node (default: the runs' trainer.n_gpus_per_node)")
-    p.add_argument("--nodes", type=int, help="nodes (default: the runs' trainer.nnodes)")
+    p.add_argument("--gpus", type=gpus_per_node, help="GPUs per node (default: the runs' trainer.n_gpus_per_node)")
+    p.add_argument("--nodes", type=positive, help="nodes (default: the runs' trainer.nnodes)")
     p.add_argument("--gpu-type", help="GPU type of the runs (default: detected, else h100)")
     p.add_argument("--job", help="the runs' verl overrides (YAML or launch script); needed for a JSONL with no "
                    "console log beside it (default: the workload verl printed)")

@@ -33,6 +33,53 @@ class CLIError(ValueError):
     pass
 
 
+MAX_GPUS_PER_NODE = 16  # more than any node sold has (8 is usual); a larger --gpus is a typo or a total
+
+
+def seconds(text: str) -> float:
+    """argparse type of a time limit: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: a time limit is a positive number of seconds (leave the option "
+                                         "out for the default)")
+    return value
+
+
+def count(text: str) -> int:
+    """argparse type of a count that may be 0: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be 0 or more (0: off)")
+    return value
+
+
+def positive(text: str) -> int:
+    """argparse type of a count of at least 1 (--nodes)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
+    return value
+
+
+def gpus_per_node(text: str) -> int:
+    """argparse type of --gpus: GPUs of one node, 1 to MAX_GPUS_PER_NODE."""
+    value = positive(text)
+    if value > MAX_GPUS_PER_NODE:
+        raise argparse.ArgumentTypeError(
+            f"{value} GPUs per node: no node has more than {MAX_GPUS_PER_NODE}; --gpus counts the GPUs of one node "
+            "(e.g. 8), and --nodes the nodes")
+    return value
+
+
 def require_database(url: str) -> None:
     """Commands that read a study need its database: a mistyped SQLite path must not create an empty one."""
     from sqlalchemy.engine import make_url
@@ -52,8 +99,8 @@ def require_database(url: str) -> None:
 def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     p.add_argument("--model", required=model_required,
                    help="catalog name (see `autotune models`) or a Hugging Face model dir / config.json")
-    p.add_argument("--gpus", type=int, help="GPUs per node (default: the local GPUs, else 8)")
-    p.add_argument("--nodes", type=int, help="number of nodes (default 1)")
+    p.add_argument("--gpus", type=gpus_per_node, help="GPUs per node (default: the local GPUs, else 8)")
+    p.add_argument("--nodes", type=positive, help="number of nodes (default 1)")
     p.add_argument("--gpu-type", help=f"one of {', '.join(GPU_TYPES)} (default: detected, else h100)")
     p.add_argument("--job", help="YAML mapping of verl override keys to values, or your verl launch script (bash "
                    "running verl.trainer.main_ppo with overrides) (default: a typical GRPO job)")

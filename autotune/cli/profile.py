@@ -21,7 +21,7 @@ from rich.table import Table
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.cli.options import CLIError, make_setup, out, parse_params
+from autotune.cli.options import CLIError, make_setup, out, parse_params, seconds
 from autotune.store import Store, safe_url
 
 PROFILED_BACKENDS = ("verl", "mcore")
@@ -49,8 +49,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--update-mini-batches", type=int, default=0,
                    help="update mini-batches traced (verl's profiler schedule; default 0: all)")
     p.add_argument("--steps", type=int, default=2, help="with --backend mcore: timed steps before the profiled one")
-    p.add_argument("--trial-timeout", type=float, help="with --backend verl: seconds the run may take (default 3600)")
-    p.add_argument("--stall-timeout", type=float, help="with --backend verl: seconds without a new step "
+    p.add_argument("--trial-timeout", type=seconds, help="with --backend verl: seconds the run may take (default 3600)")
+    p.add_argument("--stall-timeout", type=seconds, help="with --backend verl: seconds without a new step "
                    "(default 1200)")
     p.add_argument("--show", type=int, metavar="ID", help="print a stored profile")
     p.add_argument("--json", action="store_true")
