@@ -6,6 +6,7 @@ runner; what is faked is only verl itself (no GPU here).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -357,7 +358,7 @@ def test_compile_and_dataset_caches_are_shared_by_a_nodes_trials(tmp_path: Path,
     for var in verl.SHARED_CACHE_ENV:  # torch's Inductor, once imported, writes its default into os.environ
         monkeypatch.delenv(var, raising=False)
     rec = tmp_path / "rec.jsonl"
-    workdir = tmp_path / "trials" / "study"
+    workdir = tmp_path / "trials" / "s"  # <workdir>/<study>, as the tuner lays it out (make_spec's study is "s")
     runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok", TRITON_CACHE_DIR=str(tmp_path / "mine")))
     first = runner.run(make_spec(make_setup(), workdir, number=0))
     second = runner.run(make_spec(make_setup(), workdir, number=1))
@@ -369,6 +370,10 @@ def test_compile_and_dataset_caches_are_shared_by_a_nodes_trials(tmp_path: Path,
     assert env["VLLM_CACHE_ROOT"] == str(cache / "vllm") and env["HF_DATASETS_CACHE"] == str(cache / "datasets")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(cache / "inductor")
     assert env["TRITON_CACHE_DIR"] == str(tmp_path / "mine")  # set by the user: kept
+    # a confirmation run's folder lies inside its trial's: the same caches, warm
+    spec = make_spec(make_setup(), workdir, number=1)
+    confirm = runner.run(dataclasses.replace(spec, workdir=spec.workdir / "confirm_6"))
+    assert confirm.extra["caches"] == "warm" and launches(rec)[-1]["env"]["VLLM_CACHE_ROOT"] == str(cache / "vllm")
     # off: verl's own default (no compile cache) and the machine's cache folders
     rec2 = tmp_path / "rec2.jsonl"
     off = fake_runner(env_for(rec2, FAKE_VERL_MODE="ok"), shared_caches=False)

@@ -426,7 +426,9 @@ class VerlRunner(Runner):
         "warm" when vLLM's cache already held something, "cold" when not, "" when shared caches are off."""
         if not self.options.shared_caches:
             return ""
-        root = spec.workdir.resolve().parent.parent / "cache"
+        here = spec.workdir.resolve()  # <workdir>/<study>/trial_NNNN, or deeper for a confirmation run
+        study = next((p for p in here.parents if p.name == spec.study), here.parent)
+        root = study.parent / "cache"
         for var, sub in verl.SHARED_CACHE_ENV.items():
             # torch's Inductor writes its default folder into os.environ once imported (the pre-flight imports
             # verl): that value is torch's choice, not the user's
