@@ -48,12 +48,16 @@ def seconds(text: str) -> float:
     return value
 
 
-def count(text: str) -> int:
-    """argparse type of a count that may be 0: a whole number, 0 or more."""
+def _whole(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def count(text: str) -> int:
+    """argparse type of a count that may be 0: a whole number, 0 or more."""
+    value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text}: must be 0 or more (0: off)")
     return value
@@ -61,10 +65,7 @@ def count(text: str) -> int:
 
 def positive(text: str) -> int:
     """argparse type of a count of at least 1 (--nodes)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
     return value
