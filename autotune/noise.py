@@ -23,9 +23,8 @@ def measure(steps: Mapping[int, Mapping[str, float]], first: int, last: int, ext
             missed: str = "") -> dict[str, Any]:
     """extra["noise"] of a trial measured over steps first..last that ran up to `extra_steps` more."""
     end = last + extra_steps
-    per_step = {str(s): steps[s][verl.M_THROUGHPUT] for s in range(verl.FIRST_STEP + 1, end + 1)
-                if verl.M_THROUGHPUT in (steps.get(s) or {})}
     thr = {s: m[verl.M_THROUGHPUT] for s, m in steps.items() if verl.M_THROUGHPUT in (m or {})}
+    per_step = {str(s): thr[s] for s in range(verl.FIRST_STEP + 1, end + 1) if s in thr}  # step 1: warm-up
     values = [thr[s] for s in range(first, end + 1) if s in thr]  # the measured window (step 1 too) and after
     window = [thr[s] for s in range(first, last + 1) if s in thr]
     doc: dict[str, Any] = {"steps": [first, end], "measured": [first, last], "per_step": per_step}

@@ -23,6 +23,7 @@ from autotune.candidate import Candidate
 from autotune.cluster import GIB
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import at_step
+from autotune.labels import Labeller
 from autotune.model import CATALOG, ModelArch
 from autotune.setup import Setup, setup_from_row
 from autotune.store import Store
@@ -77,7 +78,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store) -> Case:
     return Case(
         source=f"{db.parent.name}/{db.name}/{row.study}#{row.number}",
         model=f"{_size(setup.model)}, attention {job.get(verl.ATTENTION_BACKEND) or 'as verl chooses'}",
-        label=(row.extra or {}).get("label") or _short(row.params), status=row.status,
+        label=Labeller(setup.stock)(row.params), status=row.status,
         measured_step_s=step_s, measured_phases=measured,
         predicted_step_s=thr.step_time if thr else None,
         predicted_phases={p: v for p, v in (thr.phases if thr else ()) if p in PHASES},
@@ -95,21 +96,6 @@ def _size(arch: ModelArch) -> str:
         if (m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size) == shape:
             return name
     return arch.name
-
-
-def _short(p: dict[str, Any]) -> str:
-    bits = []
-    if p.get("use_dynamic_bsz"):
-        upd, lp = int(p["ppo_max_token_len_per_gpu"]) // 1024, int(p["log_prob_max_token_len_per_gpu"]) // 1024
-        bits.append(f"dyn{upd}k/{lp}k")
-    else:
-        bits.append(f"mbs{p.get('ppo_micro_batch_size_per_gpu')}/{p.get('log_prob_micro_batch_size_per_gpu')}")
-    if p.get("recompute") not in (None, "none"):
-        bits.append(f"rc:{p['recompute']}")
-    if p.get("param_offload") or p.get("optimizer_offload"):
-        bits.append("offload")
-    bits.append(f"util{p.get('gpu_memory_utilization')}")
-    return " ".join(bits)
 
 
 def spearman(xs: list[float], ys: list[float]) -> float | None:

@@ -212,11 +212,15 @@ def moe_dispatch_s(m: ModelArch, cl: Cluster, c: Candidate, tokens: float, eff: 
     return per_gpu * (off_node / g.inter_node_gbps + on_node / g.link_gbps) / (1e9 * eff.a2a)
 
 
+def attention_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
+    """Causal attention's score and context products (halved), forward and backward, per optimizer pass."""
+    return 6 * m.num_layers * m.q_size * tokens * seq_len / 2
+
+
 def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
     """verl's flops_counter: 6 * tokens * matmul params + causal attention (halved), per optimizer pass."""
     matmul = active_params(m) - m.vocab_size * m.hidden_size * (0 if m.tie_word_embeddings else 1)
-    attention = 6 * m.num_layers * m.q_size * tokens * seq_len / 2
-    return 6 * tokens * matmul + attention
+    return 6 * tokens * matmul + attention_flops(m, tokens, seq_len)
 
 
 def estimate_throughput(
@@ -286,10 +290,10 @@ def estimate_throughput(
         layout_eff /= eff.rope_fusion
     update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * share(eff.train) * size_eff * layout_eff)
     update *= 1 + bubble
-    attn_flops = 6 * m.num_layers * m.q_size * tokens * seq_len / 2  # train_flops' attention term: fwd + bwd
-    unfused = job.attention_backend == "unfused"
-    if unfused:
-        update += attn_flops * job.ppo_epochs / (world * eff.unfused_attn_tflops * 1e12)
+    # unfused attention: its FLOPs at TE's unfused rate, on top of the pass (seconds per forward+backward)
+    unfused_s = (attention_flops(m, tokens, seq_len) / (world * eff.unfused_attn_tflops * 1e12)
+                 if job.attention_backend == "unfused" else 0.0)
+    update += unfused_s * job.ppo_epochs
     passes = 3 + (c.recompute == "full")  # forward, backward (two), recomputed forward
     update += job.ppo_epochs * passes * moe_dispatch_s(m, cl, c, tokens, eff)
 
@@ -306,8 +310,7 @@ def estimate_throughput(
     fwd = f_train / 3 / (world * peak * share(eff.forward) * lp_size_eff * layout_eff)
     fwd *= 1 + ((c.pp - 1) / plan.log_prob_micro_batches if c.pp > 1 else 0.0)
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
-    if unfused:
-        fwd += attn_flops / 3 / (world * eff.unfused_attn_tflops * 1e12)
+    fwd += unfused_s / 3
 
     # Offload: what verl moves in and out around each phase, and Megatron's CPU optimizer step (estimate/offload.py).
     hc = HostCopy(eff.host_link_share, eff.gpus_per_uplink, eff.cpu_adam_params_per_s)
