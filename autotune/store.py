@@ -222,9 +222,18 @@ class Store:
 
     # Learned corrections of the model
     def save_correction(self, row: CorrectionRow) -> None:
-        with self.session() as s:
-            row.updated_at = utcnow()
-            s.merge(row)
+        """Insert or replace the study's correction. Tuners of one study refit at once: `merge` reads, then
+        inserts, so a second first-writer loses the race with a duplicate key; its retry finds the row and
+        updates it (last writer wins, as with any refit)."""
+        row.updated_at = utcnow()
+        for attempt in range(3):
+            try:
+                with self.session() as s:
+                    s.merge(row)
+                return
+            except StoreError as e:
+                if attempt == 2 or not isinstance(e.__cause__, IntegrityError):
+                    raise
 
     def correction(self, study: str) -> CorrectionRow | None:
         with self.session() as s:
