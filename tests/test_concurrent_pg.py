@@ -71,7 +71,9 @@ def _round(url: str, work: Path, study: str, n_trials: int, plans: list[str | No
     counts["running_left"] = sum(t.state == TrialState.RUNNING for t in trials)
     counts["false_interrupts"] = soak_mod.false_interrupts(Store(url).trials(study), set(landed))
     if counts["clean_failed"] or counts["running_left"]:
-        print(Path(log).read_text()[-3000:])
+        text = Path(log).read_text()
+        print("\n".join(line for line in text.splitlines() if "error" in line.lower()))  # the cause, before the tail
+        print(text[-3000:])
     return counts
 
 
