@@ -1,0 +1,74 @@
+"""The real verl trials as replay landscapes (benchmarks/verl_landscapes.py): every measured trial of the campaign's
+databases is a row, its numbers as measured; the committed tables are what the data give; the study's first launch
+on each is read from a replay, not assumed."""
+
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+from autotune.runners.base import TrialStatus
+from autotune.runners.replay import ReplayTable
+from autotune.store import Store
+from benchmarks import verl_landscapes as vl
+from tests.conftest import REPO
+
+DATA = REPO / "tests" / "data" / "real_verl_gpu"
+
+
+def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
+    vl.main(["--out", str(tmp_path / "land"), "--report", str(tmp_path / "fl.md")])
+    tables = {p.name: ReplayTable.load(p) for p in sorted((tmp_path / "land").glob("verl-*.csv"))}
+    assert set(tables) == {"verl-qwen2.5-0.5b-h100-g1-fused.csv", "verl-qwen2.5-0.5b-h100-g1-unfused.csv",
+                           "verl-qwen2.5-1.5b-h100-g1-fused.csv"}
+    measured = {}
+    for db in DATA.glob("*/*.db"):
+        store = Store(f"sqlite:///{db}")
+        for study in store.list_studies():
+            for r in store.trials(study.name):
+                if r.launched and not r.simulated and r.status in ("ok", "oom"):
+                    measured[f"{db.parent.name}/{db.name}/{r.study}#{r.number}"] = r
+        store.engine.dispose()
+    rows = {r.extra["trial"]: r for t in tables.values() for r in t.rows}
+    assert set(rows) == set(measured)  # no trial lost, none invented
+    for source, r in rows.items():
+        m = measured[source]
+        assert r.status == TrialStatus(m.status)
+        if m.status == "ok":
+            assert abs(r.throughput - m.throughput) < 0.1
+            assert abs(r.phases["update_actor"] - m.phase_timings["update_actor"]) < 1e-3
+    fused = tables["verl-qwen2.5-0.5b-h100-g1-fused.csv"]
+    assert fused.job().get(vl.verl.ATTENTION_BACKEND) == "fused"  # the node's default the trials ran with
+    assert not any(k in fused.meta["job"] for k in vl._MACHINE_PATHS)
+    assert fused.setup().model.name == "qwen2.5-0.5b"
+    report = (tmp_path / "fl.md").read_text()
+    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 2 |" in report
+
+
+def test_the_committed_landscapes_are_what_the_data_give(tmp_path):
+    out = tmp_path / "land"
+    vl.main(["--out", str(out), "--report", str(tmp_path / "fl.md")])
+    committed = sorted(p.name for p in vl.OUT.glob(f"{vl.PREFIX}*"))
+    redo = "run python -m benchmarks.verl_landscapes"
+    assert committed == sorted(p.name for p in out.iterdir()), redo
+    for name in committed:
+        assert filecmp.cmp(vl.OUT / name, out / name, shallow=False), f"{name}: {redo}"
+    assert (tmp_path / "fl.md").read_text() == vl.RESULTS.read_text()
+
+
+def test_the_first_launch_is_read_from_the_replay(tmp_path):
+    table = tmp_path / "t.csv"
+    src = vl.OUT / "verl-qwen2.5-0.5b-h100-g1-fused.csv"
+    # the best row made to have run out of memory: the model's pick is the same, the verdict must turn
+    lines = src.read_text().splitlines()
+    best = next(i for i, ln in enumerate(lines) if "9241.6" in ln)
+    cells = lines[best].split(",")
+    status = lines[0].split(",").index("status")
+    cells[status], cells[status + 1] = "oom", ""
+    lines[best] = ",".join(cells)
+    table.write_text("\n".join(lines) + "\n")
+    Path(tmp_path / "t.meta.yaml").write_text((vl.OUT / "verl-qwen2.5-0.5b-h100-g1-fused.meta.yaml").read_text())
+    fl = vl.first_launch(table)
+    assert fl.status == "oom" and not fl.good and fl.rows == 3
+    ok = vl.first_launch(src)
+    assert ok.status == "ok" and ok.good and ok.share == 1.0
