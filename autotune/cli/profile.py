@@ -19,7 +19,6 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, make_setup, out, parse_params, seconds
 from autotune.store import Store, safe_url
@@ -91,12 +90,11 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
 def _with_measured_lengths(setup: Any, store: Store, row: Any) -> Any:
     """The trial's own sequence lengths at the measured step, for the advice's memory verdicts (as the study folds
     its trials' lengths in); a simulated trial measured none."""
-    keys = (verl.M_RESPONSE_LENGTH_MEAN, verl.M_RESPONSE_LENGTH_MAX, verl.M_PROMPT_LENGTH_MEAN,
-            verl.M_PROMPT_LENGTH_MAX)
-    measured = [] if row.simulated else [
-        tuple((k, float(st.metrics[k])) for k in keys if st.metrics.get(k) is not None)
-        for st in store.steps(row.id)
-        if st.step == setup.measure_step and st.metrics.get(verl.M_RESPONSE_LENGTH_MEAN) is not None]
+    from autotune.learning import step_lengths
+
+    found = [] if row.simulated else [step_lengths(st.metrics) for st in store.steps(row.id)
+                                      if st.step == setup.measure_step]
+    measured = [x for x in found if x]
     return dataclasses.replace(setup, measured_lengths=tuple(measured)) if measured else setup
 
 
