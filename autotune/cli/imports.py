@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 from autotune import units, verl
 from autotune.candidate import Candidate
-from autotune.cli.options import CLIError, err, out
+from autotune.cli.options import CLIError, err, existing_store, out
 from autotune.cluster import make_cluster
 from autotune.job import Job
 from autotune.labels import label
@@ -81,27 +81,6 @@ def _read_all(paths: list[str]) -> tuple[list[VerlRun], list[str]]:
             continue
         kept.append(r)
     return kept, bad
-
-
-def _existing(url: str) -> Store | None:
-    """The study database when it already holds autotune's tables; None otherwise (nothing is created to look)."""
-    from sqlalchemy import create_engine, inspect
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import SQLAlchemyError
-
-    try:
-        u = make_url(url)
-        if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:" \
-                and not Path(u.database).expanduser().exists():
-            return None
-        engine = create_engine(url)
-        try:
-            present = inspect(engine).has_table(StudyRow.__tablename__)
-        finally:
-            engine.dispose()
-    except (SQLAlchemyError, ValueError, ImportError):
-        return Store(url)  # raises StoreError with what to do
-    return Store(url) if present else None
 
 
 def _study_row(args: argparse.Namespace, store: Store | None) -> StudyRow | None:
@@ -297,7 +276,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise CLIError("--measure-step must be at least 1")
     run_job = Job.from_file(args.job) if args.job else None
     runs, bad = _read_all(args.files)
-    store = _existing(args.storage) if runs else None
+    store = existing_store(args.storage) if runs else None
     planned: list[_Planned] = []
     setup = name = row = None
     if runs:
