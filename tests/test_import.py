@@ -364,3 +364,17 @@ def test_into_the_only_study_and_reasons_cut_at_a_word(tmp_path: Path, sqlite_ur
     (row,) = [r for r in Store(sqlite_url).trials("s") if r.status == "oom"]
     shown = next(ln for ln in out.split("\n") if "as trial 1" in ln).split("oom: ", 1)[1]
     assert shown.endswith("\u2026") and (row.reason + " ").startswith(shown[:-1] + " "), shown
+
+
+def test_a_job_of_another_workload_is_refused_for_an_existing_study(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    log = verl_log(tmp_path / "x" / "verl.log")
+    assert cli_run(capsys, "import", str(log), *ARGS, "--storage", sqlite_url, "--study", "s")[0] == 0
+    before = dump(sqlite_url)
+    (tmp_path / "alone").mkdir()
+    jl = _jsonl_from(verl_log(tmp_path / "y" / "verl.log"), tmp_path / "alone" / "metrics.jsonl")
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({verl.TRAIN_BATCH_SIZE: 64, verl.PPO_MINI_BATCH_SIZE: 8}))
+    code, out, err = cli_run(capsys, "import", str(jl), "--job", str(job), "--storage", sqlite_url, "--study", "s")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "another workload than study 's'" in err and "data.train_batch_size is 64" in err
+    assert dump(sqlite_url) == before
