@@ -331,6 +331,13 @@ def test_imported_runs_calibrate_the_model(tmp_path: Path, capsys) -> None:
         assert code == 0 and "model corrected on 5 measured trials" in text and "not corrected" not in text
     code, text, _ = cli_run(capsys, "estimate", "--study", "s", "--storage", url, "--json")
     assert code == 0 and json.loads(text)["model_correction"]["trials"] == 5
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from autotune.dashboard.app import create_app
+
+    page = TestClient(create_app(url), base_url="http://127.0.0.1:8080").get("/study/s")
+    assert page.status_code == 200 and "model corrected on 5 measured trials" in page.text
 
 
 def test_an_imported_study_knows_what_its_runs_fixed(tmp_path: Path, capsys) -> None:
