@@ -6,7 +6,8 @@ read it without refitting, and offered to later studies of the same GPU type and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune import verl
@@ -15,8 +16,8 @@ from autotune.cluster import GIB
 from autotune.estimate import estimate_unchecked
 from autotune.estimate.correction import NO_CORRECTION, Correction, Observation, fit, moment_terms, warm_prior
 from autotune.model import ModelArch
-from autotune.setup import Setup
-from autotune.store import CorrectionRow, Store, TrialRow
+from autotune.setup import Setup, setup_from_row
+from autotune.store import CorrectionRow, Store, StudyRow, TrialRow
 
 MEASURED_STATUSES = ("ok", "oom")
 
@@ -117,3 +118,34 @@ def saved_correction(store: Store, study: str) -> Correction:
     """A study's correction as last saved (identity when it never measured anything)."""
     row = store.correction(study)
     return Correction.from_dict(row.doc) if row is not None else NO_CORRECTION
+
+
+Lengths = tuple[tuple[tuple[str, float], ...], ...]  # Setup.measured_lengths: each trial's length metrics
+
+
+def step_lengths(metrics: Mapping[str, Any]) -> tuple[tuple[str, float], ...] | None:
+    """A step's sequence-length metrics (verl.LENGTH_METRICS); None when it logged no response length."""
+    if metrics.get(verl.M_RESPONSE_LENGTH_MEAN) is None:
+        return None
+    return tuple((k, float(metrics[k])) for k in verl.LENGTH_METRICS if metrics.get(k) is not None)
+
+
+def measured_lengths(store: Store, study: str, measure_step: int) -> Lengths:
+    """The lengths the study's measured trials saw at the measured step: what its verdicts at that step assume
+    (the tuner after each trial, `import` and `estimate --study` alike)."""
+    found = []
+    for r in store.trials(study, "ok"):
+        if r.simulated:
+            continue
+        for st in store.steps(r.id):
+            got = step_lengths(st.metrics) if st.step == measure_step else None
+            if got:
+                found.append(got)
+    return tuple(found)
+
+
+def study_setup(store: Store, row: StudyRow) -> Setup:
+    """A recorded study's setup as its tuner last saw it: measured lengths and the saved correction."""
+    setup = setup_from_row(row)
+    return dataclasses.replace(setup, measured_lengths=measured_lengths(store, row.name, setup.measure_step),
+                               correction=saved_correction(store, row.name))

@@ -369,7 +369,8 @@ class Store:
         """The trials' small columns, in trial order (`autotune status`: no memory breakdown, logs or extras)."""
         t = TrialRow
         cols = (t.number, t.status, t.reason, t.origin, t.launched, t.simulated, t.candidate_key, t.params,
-                t.throughput, t.predicted_throughput, t.predicted_peak_gib, t.peak_memory_gib, t.placement)
+                t.throughput, t.predicted_throughput, t.predicted_peak_gib, t.peak_memory_gib, t.framework_memory_gib,
+                t.placement)
         q = select(*cols).where(t.study == study)
         if launched_only:
             q = q.where(t.launched.is_(True))

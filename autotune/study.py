@@ -22,11 +22,11 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy.exc import IntegrityError
 
-from autotune import faults, stopping, verl
+from autotune import faults, stopping
 from autotune.candidate import Candidate
 from autotune.executors.base import Executor, Placement
 from autotune.executors.local import LocalExecutor
-from autotune.learning import Learning
+from autotune.learning import Learning, measured_lengths
 from autotune.plan import REFERENCES, Plan
 from autotune.ranking import InfeasibleSpaceError, infeasible_message, make_ranking
 from autotune.recovery import OPTUNA_STATE, RECOVER_EVERY_S, Recovery
@@ -513,15 +513,7 @@ class Tuner:
 
         Later verdicts at the measured step use them; the worst case the job allows is judged as before.
         """
-        keys = (verl.M_RESPONSE_LENGTH_MEAN, verl.M_RESPONSE_LENGTH_MAX, verl.M_PROMPT_LENGTH_MEAN,
-                verl.M_PROMPT_LENGTH_MAX)
-        measured = []
-        for r in self.store.trials(self.study_name, TrialStatus.OK.value):
-            if r.simulated:
-                continue
-            for st in self.store.steps(r.id):
-                if st.step == self.setup.measure_step and st.metrics.get(verl.M_RESPONSE_LENGTH_MEAN) is not None:
-                    measured.append(tuple((k, float(st.metrics[k])) for k in keys if st.metrics.get(k) is not None))
+        measured = measured_lengths(self.store, self.study_name, self.setup.measure_step)
         if tuple(measured) != self.setup.measured_lengths:
             self.setup = dataclasses.replace(self.setup, measured_lengths=tuple(measured))
 

@@ -156,6 +156,9 @@ IMPORT_JOB_KEYS: tuple[str, ...] = tuple(dict.fromkeys((
     PPO_EPOCHS, USE_KL_LOSS, USE_KL_IN_REWARD, MAX_MODEL_LEN, MAX_NUM_SEQS, ENFORCE_EAGER, FREE_CACHE_ENGINE,
     ROPE_FUSION, *TRAINING_SEMANTICS.values(),
 )))
+# What the node ran besides the tuned knobs and the workload; a study made from imported runs keeps it in its job
+# where all its runs agree (the estimates read it: unfused attention's scores).
+IMPORT_SETTING_KEYS: tuple[str, ...] = (ATTENTION_BACKEND,)
 
 # Metrics (verl/trainer/ppo/metric_utils.py), one step's dict as the console and file loggers print it.
 M_THROUGHPUT = "perf/throughput"
@@ -170,6 +173,7 @@ M_RESPONSE_LENGTH_MEAN = "response_length/mean"
 M_RESPONSE_LENGTH_MAX = "response_length/max"
 M_PROMPT_LENGTH_MEAN = "prompt_length/mean"
 M_PROMPT_LENGTH_MAX = "prompt_length/max"
+LENGTH_METRICS = (M_RESPONSE_LENGTH_MEAN, M_RESPONSE_LENGTH_MAX, M_PROMPT_LENGTH_MEAN, M_PROMPT_LENGTH_MAX)
 # Phase -> timing metric (seconds).
 PHASE_TIMINGS: dict[str, str] = {
     "step": "timing_s/step",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,9 +211,19 @@ def candidate_from_config(config: dict[str, Any]) -> Candidate:
     return Candidate.from_params(params)
 
 
-def job_from_config(config: dict[str, Any], source: str) -> Job:
-    """The run's workload: the job-defining keys (verl.IMPORT_JOB_KEYS) as the run had them."""
-    return Job.from_mapping({k: config[k] for k in verl.IMPORT_JOB_KEYS if config.get(k) is not None}, source)
+def job_from_runs(configs: Sequence[dict[str, Any]], source: str) -> Job:
+    """What the runs fixed, as a study's job: the first run's workload (verl.IMPORT_JOB_KEYS; runs of another one
+    are refused) and every setting all the runs share (the tuned knobs, verl.IMPORT_SETTING_KEYS), so the study's
+    estimates start from what ran, not from verl's defaults."""
+    first = configs[0]
+    mapping = {k: first[k] for k in verl.IMPORT_JOB_KEYS if first.get(k) is not None}
+    mapping |= {k: first[k] for k in verl.IMPORT_SETTING_KEYS
+                if first.get(k) is not None and all(_same(c.get(k), first[k]) for c in configs)}
+    cands = [candidate_from_config(c) for c in configs]
+    params = [c.params() for c in cands]
+    common = {p for p, v in params[0].items() if v is not None and all(q[p] == v for q in params[1:])}
+    mapping |= {k: v for k, v in cands[0].verl_overrides().items() if v is not None and verl.param_for_key(k) in common}
+    return Job.from_mapping(mapping, source)
 
 
 def _norm(v: Any) -> Any:

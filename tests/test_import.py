@@ -280,3 +280,108 @@ def test_a_runner_trials_own_log_imports_as_the_same_configuration(tmp_path: Pat
     (row,) = Store(sqlite_url).trials("back")
     assert row.candidate_key == cand.key() and row.throughput == pytest.approx(res.throughput)
     assert row.phase_timings == pytest.approx(res.phase_timings)
+
+
+GPU = Path(__file__).parent / "data" / "real_verl_gpu"
+REAL_ARGS = ("--model", "qwen2.5-0.5b", "--gpus", "1", "--gpu-type", "h100")
+
+
+def test_a_jsonl_without_its_config_is_never_the_study_configuration(tmp_path: Path, capsys) -> None:
+    """A real run's metrics alone, into a study made from another run's console log: refused (it would be recorded
+    as a configuration nobody ran), with --study and with the database's only study alike, unless --job says."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    l3 = GPU / "h100_2026-11-24_l3"
+    assert cli_run(capsys, "import", str(l3 / "l3_trial_0000" / "verl.log"), *REAL_ARGS, "--storage", url,
+                   "--study", "s")[0] == 0
+    before = dump(url)
+    for study in (("--study", "s"), ()):
+        code, out, err = cli_run(capsys, "import", str(l3 / "l3_trial_0001" / "metrics.jsonl"), "--storage", url,
+                                 *study)
+        assert code == 2 and out == "" and "pass --job" in err and "nothing imported" in err, err
+        assert dump(url) == before
+    job = tmp_path / "job.yaml"  # what the run was launched with (its command.json)
+    job.write_text(yaml.safe_dump({verl.TRAIN_BATCH_SIZE: 16, verl.PPO_MINI_BATCH_SIZE: 8, verl.ROLLOUT_N: 8,
+                                   verl.MAX_PROMPT_LENGTH: 512, verl.MAX_RESPONSE_LENGTH: 1024,
+                                   verl.PARAM_KEYS["rollout_tp"][0]: 1, verl.PARAM_KEYS["use_dynamic_bsz"][0]: True}))
+    code, out, err = cli_run(capsys, "import", str(l3 / "l3_trial_0001" / "metrics.jsonl"), "--job", str(job),
+                             "--storage", url)
+    assert code == 0, err
+    row = Store(url).trial("s", 1)
+    assert row.params["rollout_tp"] == 1 and row.params["use_dynamic_bsz"] is True
+    assert row.extra["imported"]["config_from"] == "job"
+
+
+def _real_study(tmp_path: Path, capsys) -> tuple[str, str]:
+    """Six real verl runs of Qwen2.5-0.5B on one H100 (4 ok, 1 OOM, 1 stopped), imported as one study."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    logs = sorted(map(str, (GPU / "h100_2026-11-25_l4").glob("*/verl.log"))) + \
+        sorted(map(str, (GPU / "h100_2026-11-25_l5").glob("*/verl.log")))
+    code, out, err = cli_run(capsys, "import", *logs, *REAL_ARGS, "--storage", url, "--study", "s")
+    assert code == 0, err
+    return url, out
+
+
+def test_imported_runs_calibrate_the_model(tmp_path: Path, capsys) -> None:
+    url, out = _real_study(tmp_path, capsys)
+    assert "model corrected on 5 measured trials" in out
+    saved = Store(url).correction("s")
+    assert saved is not None and saved.trials == 5
+    for argv in (("status",), ("best",)):
+        code, text, _ = cli_run(capsys, *argv, "--storage", url)
+        assert code == 0 and "model corrected on 5 measured trials" in text and "not corrected" not in text
+    code, text, _ = cli_run(capsys, "estimate", "--study", "s", "--storage", url, "--json")
+    assert code == 0 and json.loads(text)["model_correction"]["trials"] == 5
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from autotune.dashboard.app import create_app
+
+    page = TestClient(create_app(url), base_url="http://127.0.0.1:8080").get("/study/s")
+    assert page.status_code == 200 and "model corrected on 5 measured trials" in page.text
+
+
+def test_an_imported_study_knows_what_its_runs_fixed(tmp_path: Path, capsys) -> None:
+    url, _ = _real_study(tmp_path, capsys)
+    job = dict(map(tuple, Store(url).get_study("s").job))
+    # every run had rollout TP 1 and fused attention: the study's job says so (verl's defaults: TP 2, flash)
+    assert job[verl.PARAM_KEYS["rollout_tp"][0]] == 1 and job[verl.ATTENTION_BACKEND] == "fused"
+    assert verl.PARAM_KEYS["use_dynamic_bsz"][0] not in job  # the runs differ there: not fixed
+    best = Store(url).trial("s", 0)  # the 9241.6 tokens/s/GPU run
+    sets = [x for k in ("use_dynamic_bsz", "ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu",
+                        "gpu_memory_utilization", "use_fused_kernels")
+            for x in ("--set", f"{k}={json.dumps(best.params[k])}")]
+    code, text, err = cli_run(capsys, "estimate", "--study", "s", "--storage", url, *sets, "--json")
+    assert code == 0, err
+    doc = json.loads(text)
+    assert doc["fits"] and doc["params"]["rollout_tp"] == 1 and not doc["violations"]
+    steps = {s.step: s.metrics for s in Store(url).steps(best.id)}
+    assert doc["lengths"]["at_step"]["response_max"] == steps[3][verl.M_RESPONSE_LENGTH_MAX]
+    code, text, _ = cli_run(capsys, "status", "--storage", url)
+    assert code == 0 and f"{best.framework_memory_gib:.1f} (verl)" in text and verl.M_MAX_MEM_ALLOCATED in text
+
+
+def test_into_the_only_study_and_reasons_cut_at_a_word(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    assert cli_run(capsys, "import", str(verl_log(tmp_path / "a" / "verl.log")), *ARGS, "--storage", sqlite_url,
+                   "--study", "s")[0] == 0
+    oom = verl_log(tmp_path / "b" / "verl.log", tail="oom", knobs={verl.PARAM_KEYS["gpu_memory_utilization"][0]: 0.8})
+    oom.write_text(oom.read_text().replace("Tried to allocate 4.64 GiB.", "Tried to allocate 4.64 GiB. " + " ".join(
+        f"word{i:03d}" for i in range(60))).replace("step:3 ", "stepx "))
+    code, out, err = cli_run(capsys, "import", str(oom), "--storage", sqlite_url)  # no --model, no --study
+    assert code == 0, err
+    (row,) = [r for r in Store(sqlite_url).trials("s") if r.status == "oom"]
+    shown = next(ln for ln in out.split("\n") if "as trial 1" in ln).split("oom: ", 1)[1]
+    assert shown.endswith("\u2026") and (row.reason + " ").startswith(shown[:-1] + " "), shown
+
+
+def test_a_job_of_another_workload_is_refused_for_an_existing_study(tmp_path: Path, sqlite_url: str, capsys) -> None:
+    log = verl_log(tmp_path / "x" / "verl.log")
+    assert cli_run(capsys, "import", str(log), *ARGS, "--storage", sqlite_url, "--study", "s")[0] == 0
+    before = dump(sqlite_url)
+    (tmp_path / "alone").mkdir()
+    jl = _jsonl_from(verl_log(tmp_path / "y" / "verl.log"), tmp_path / "alone" / "metrics.jsonl")
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({verl.TRAIN_BATCH_SIZE: 64, verl.PPO_MINI_BATCH_SIZE: 8}))
+    code, out, err = cli_run(capsys, "import", str(jl), "--job", str(job), "--storage", sqlite_url, "--study", "s")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "another workload than study 's'" in err and "data.train_batch_size is 64" in err
+    assert dump(sqlite_url) == before

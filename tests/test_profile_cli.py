@@ -74,6 +74,7 @@ def test_profile_traces_of_a_trial_are_stored_with_it(capsys, verl_traces, study
 def test_profile_text_shows_phases_top_kernels_and_checked_advice(capsys, verl_traces, tmp_path):
     url = f"sqlite:///{tmp_path / 'p.db'}"
     sets = [x for k, v in PP2.items() for x in ("--set", f"{k}={str(v).lower()}")]
+    Store(url)  # a study database: the profile is kept there
     code, out, err = cli_run(capsys, "profile", "--model", MODEL, "--gpus", str(GPUS), *sets,
                              "--traces", str(verl_traces), "--storage", url)
     assert code == 0, err
@@ -91,7 +92,6 @@ def test_profile_text_shows_phases_top_kernels_and_checked_advice(capsys, verl_t
 
 @pytest.mark.parametrize("argv,msg", [
     ([], "what to profile"),
-    (["--trial", "0"], "need --study"),
     (["--study", "sim"], "needs --trial N or --best"),
     (["--study", "nope", "--trial", "0"], "no study named"),
     (["--study", "sim", "--trial", "99"], "has no trial 99"),
@@ -113,7 +113,8 @@ def test_a_folder_without_traces_is_bad_input_and_stores_nothing(capsys, study_d
     (tmp_path / "empty" / "notes.txt").write_text("hi")
     code, _, err = cli_run(capsys, "profile", "--study", study, "--best", "--traces", str(tmp_path / "empty"),
                            "--storage", url)
-    assert code == 2 and "no trace written there" in err
+    assert code == 2 and "no trace written there" in err and "global_profiler.save_path" in err
+    assert err.count("\n") == 1 and "autotune/" not in err  # what to do, not where the code is
     with sqlite3.connect(url.removeprefix("sqlite:///")) as con:
         assert con.execute("select count(*) from autotune_profiles").fetchone()[0] == 0
 
@@ -156,3 +157,19 @@ def test_a_measured_trials_own_lengths_inform_the_advice(study_db):
             step.metrics = {**step.metrics, **lengths}
     got = _with_measured_lengths(setup, store, store.trial(study, 0))
     assert got.lengths is not None and got.lengths.response_max == 2000.0
+
+
+def test_traces_need_no_study_database(capsys, verl_traces, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --storage, trials/autotune.db, is not there
+    code, out, err = cli_run(capsys, "profile", "--traces", str(verl_traces))
+    assert code == 0, err
+    assert "update_actor" in out and "not stored: no study database" in out
+    assert not (tmp_path / "trials").exists()
+
+
+def test_best_of_the_only_study(capsys, verl_traces, study_db):
+    url, study = study_db
+    code, out, err = cli_run(capsys, "profile", "--best", "--traces", str(verl_traces), "--storage", url, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["study"] == study and doc["trial"] == Store(url).best(study).number

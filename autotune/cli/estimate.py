@@ -22,10 +22,9 @@ from autotune.estimate.throughput import error_band, step_time_label
 
 
 def _study_setup(args: argparse.Namespace) -> Any:
-    """--study NAME: that study's correction of the model applied, on the study's own setup unless --model (and the
-    other setup options) describe another one."""
-    from autotune.learning import saved_correction
-    from autotune.setup import setup_from_row
+    """--study NAME: that study's correction of the model applied, on the study's own setup (its job and the lengths
+    its trials measured) unless --model (and the other setup options) describe another one."""
+    from autotune.learning import saved_correction, study_setup
     from autotune.store import Store, safe_url
 
     store = Store(args.storage)
@@ -33,7 +32,7 @@ def _study_setup(args: argparse.Namespace) -> Any:
     if row is None:
         names = ", ".join(s.name for s in store.list_studies()) or "none"
         raise CLIError(f"no study {args.study!r} in {safe_url(args.storage)}; studies there: {names}")
-    setup = make_setup(args)[0] if args.model else setup_from_row(row)
+    setup = make_setup(args)[0] if args.model else study_setup(store, row)  # its runs' lengths, not typical ones
     corr = saved_correction(store, args.study)
     return dataclasses.replace(setup, correction=corr), corr
 

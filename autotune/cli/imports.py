@@ -19,12 +19,13 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from autotune import verl
+from autotune import units, verl
 from autotune.candidate import Candidate
-from autotune.cli.options import CLIError, err, out
+from autotune.cli.options import CLIError, err, existing_store, out
 from autotune.cluster import make_cluster
 from autotune.job import Job
 from autotune.labels import label
+from autotune.learning import Learning, measured_lengths, step_lengths
 from autotune.model import get_model
 from autotune.recovery import OPTUNA_STATE
 from autotune.runners.base import TrialStatus
@@ -37,13 +38,14 @@ from autotune.verl_runs import (
     VerlRun,
     candidate_from_config,
     conflicts,
-    job_from_config,
+    job_from_runs,
     outcome,
     read_run,
     strategy_error,
 )
 
 BACKEND = "import"
+REASON_WIDTH = 160  # characters of a failure's reason on its line (cut at a word; the trial keeps it whole)
 STUDY_BACKEND = "verl"  # imported runs are real verl runs: `autotune run --backend verl` may resume the study
 
 
@@ -81,47 +83,56 @@ def _read_all(paths: list[str]) -> tuple[list[VerlRun], list[str]]:
     return kept, bad
 
 
-def _existing(url: str) -> Store | None:
-    """The study database when it already holds autotune's tables; None otherwise (nothing is created to look)."""
-    from sqlalchemy import create_engine, inspect
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import SQLAlchemyError
+def _study_row(args: argparse.Namespace, store: Store | None) -> StudyRow | None:
+    """The study named by --study, else the database's only study when neither --study nor --model says more."""
+    if args.study:
+        return store.get_study(args.study) if store else None
+    if args.model or store is None:
+        return None
+    studies = store.list_studies()
+    if len(studies) > 1:
+        raise CLIError(f"{safe_url(args.storage)} holds several studies; choose one with --study: "
+                       f"{', '.join(s.name for s in studies)} (or --model to start a new one)")
+    return studies[0] if studies else None
 
-    try:
-        u = make_url(url)
-        if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:" \
-                and not Path(u.database).expanduser().exists():
-            return None
-        engine = create_engine(url)
+
+def _usable(configs: list[dict[str, Any]], gpus: int, nodes: int) -> list[dict[str, Any]]:
+    """The configs that will be imported into a study made from the first: Megatron runs of its workload."""
+    ok = []
+    for config in configs:
         try:
-            present = inspect(engine).has_table(StudyRow.__tablename__)
-        finally:
-            engine.dispose()
-    except (SQLAlchemyError, ValueError, ImportError):
-        return Store(url)  # raises StoreError with what to do
-    return Store(url) if present else None
+            candidate_from_config(config)
+        except (TypeError, ValueError):
+            continue
+        if strategy_error(config) is None:
+            ok.append(config)
+    if not ok:
+        return []
+    first = job_from_runs(ok[:1], "imported run")
+    return [c for c in ok if not conflicts(first, c, gpus, nodes)]
 
 
-def _setup(args: argparse.Namespace, store: Store | None, runs: list[VerlRun]) -> tuple[Setup, str,
-                                                                                        StudyRow | None]:
-    """The study's setup: the existing study's, or one made from the options and the first run's config."""
-    row = store.get_study(args.study) if args.study and store else None
+def _setup(args: argparse.Namespace, store: Store | None, runs: list[VerlRun],
+           run_job: Job | None) -> tuple[Setup, str, StudyRow | None]:
+    """The study's setup: the existing study's, or one made from the options and what the runs fixed."""
+    row = _study_row(args, store)
     if row is None:
         if not args.model:
             raise CLIError("--model is required to start a study from imported runs (or --study NAME of an "
                            "existing study)")
         model = get_model(args.model)
         first = next((r.config for r in runs if r.config), None)
-        if args.job:
-            job = Job.from_file(args.job)
-        elif first is not None:
-            job = job_from_config(first, "imported run")
-        else:
-            raise CLIError("no file holds verl's printed config (a metrics JSONL alone has none): pass --job with "
-                           "the runs' verl overrides, or import their console logs")
         gpus = args.gpus if args.gpus is not None else (first or {}).get(verl.N_GPUS_PER_NODE)
         nodes = args.nodes if args.nodes is not None else (first or {}).get(verl.NNODES)
         cluster = make_cluster(int(gpus) if gpus else None, int(nodes) if nodes else None, args.gpu_type)
+        usable = _usable([r.config for r in runs if r.config], cluster.gpus_per_node, cluster.nodes)
+        if run_job is not None:
+            job = run_job
+        elif usable:
+            job = job_from_runs(usable, "imported runs")
+        else:
+            raise CLIError("no file holds verl's printed config (a metrics JSONL alone has none): pass --job with "
+                           "the runs' verl overrides, or import their console logs")
         space_ref = args.space or default_space_name(model.is_moe)
         setup = Setup(model, cluster, job, load_space(space_ref), args.measure_step or 3)
         name = args.study or setup.default_study_name()
@@ -147,23 +158,32 @@ def _setup(args: argparse.Namespace, store: Store | None, runs: list[VerlRun]) -
                                                                                  setup.cluster.nodes)):
         if have is not None and have != want:
             raise CLIError(f"study {name!r} has {want} for {opt}, not {have}")
+    found = conflicts(setup.job, run_job.mapping, setup.cluster.gpus_per_node, setup.cluster.nodes) \
+        if run_job is not None else []
+    if found:
+        raise CLIError(f"--job {args.job}: another workload than study {name!r}'s: {'; '.join(found[:3])}; pass the "
+                       "job these runs ran with")
     return setup, name, row
 
 
-def _plan(runs: list[VerlRun], setup: Setup, job_given: bool, done: dict[str, int]) -> tuple[list[_Planned],
-                                                                                            list[str]]:
+def _plan(runs: list[VerlRun], setup: Setup, run_job: Job | None, done: dict[str, int]) -> tuple[list[_Planned],
+                                                                                                list[str]]:
+    """What each run is as a trial of the study; why a run is left out. A run without its printed config is the
+    configuration --job describes, never the study's: nothing else says what it ran."""
     planned, bad = [], []
+    given = run_job.candidate(Candidate()) if run_job is not None else None
     for run in runs:
         name = str(run.path)
         if run.sha256 in done:
             bad.append(f"{name}: already imported as trial {done[run.sha256]} of this study")
             continue
         if run.config is None:
-            if not job_given:
+            if given is None:
                 bad.append(f"{name}: no verl config in it{' or beside it' if run.kind == 'jsonl' else ''} "
-                           "(verl prints it at start): pass --job with this run's verl overrides")
+                           "(verl prints it at start): pass --job with this run's verl overrides, or import its "
+                           "console log")
                 continue
-            planned.append(_Planned(run, setup.base, "job"))
+            planned.append(_Planned(run, given, "job"))
             continue
         why = strategy_error(run.config)
         if why is None:
@@ -203,7 +223,7 @@ def _record(store: Store, storage: optuna.storages.RDBStorage, study: optuna.Stu
     alloc = [m[verl.M_MAX_MEM_ALLOCATED] for m in run.steps.values() if verl.M_MAX_MEM_ALLOCATED in m]
     reserved = [m[verl.M_MAX_MEM_RESERVED] for m in run.steps.values() if verl.M_MAX_MEM_RESERVED in m]
     params, dists, outside = _distributions(setup, cand)
-    attrs = {"origin": "import", "candidate": outside, "status": status.value, "reason": res.reason[:2000],
+    attrs = {"origin": "import", "candidate": outside, "status": status.value, "reason": units.clip(res.reason, 2000),
              "simulated": False, "layout": cand.layout()}
     frozen = optuna.trial.create_trial(state=TrialState.RUNNING, params=params, distributions=dists)
     trial_id = storage.create_new_trial(study._study_id, template_trial=frozen)
@@ -244,22 +264,30 @@ def _record(store: Store, storage: optuna.storages.RDBStorage, study: optuna.Stu
     return row
 
 
+def _lengths(planned: list[_Planned], setup: Setup) -> tuple[tuple[tuple[str, float], ...], ...]:
+    """The length metrics at the measured step of the runs that reached it (as the tuner folds in a trial's)."""
+    steps = [p.run.steps.get(setup.measure_step, {}) for p in planned]
+    found = [step_lengths(m) for m in steps if verl.M_THROUGHPUT in m]
+    return tuple(x for x in found if x)
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     if args.measure_step is not None and args.measure_step < 1:
         raise CLIError("--measure-step must be at least 1")
+    run_job = Job.from_file(args.job) if args.job else None
     runs, bad = _read_all(args.files)
-    store = _existing(args.storage) if runs else None
+    store = existing_store(args.storage) if runs else None
     planned: list[_Planned] = []
     setup = name = row = None
     if runs:
-        setup, name, row = _setup(args, store, runs)
+        setup, name, row = _setup(args, store, runs, run_job)
         done = {}
         if row is not None:
             for t in store.trials(name):
                 sha = ((t.extra or {}).get("imported") or {}).get("sha256")
                 if sha:
                     done[sha] = t.number
-        planned, more = _plan(runs, setup, bool(args.job) or row is not None, done)
+        planned, more = _plan(runs, setup, run_job, done)
         bad += more
     order = {str(Path(n)): i for i, n in reversed(list(enumerate(args.files)))}
     for line in sorted(bad, key=lambda ln: order.get(ln.split(": ", 1)[0], len(order))):  # in the order given
@@ -278,6 +306,11 @@ def cmd_import(args: argparse.Namespace) -> int:
             if store.get_study(name) is None:
                 raise
     study = optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True)
+    learning = Learning(store, name, setup)  # the tuner's own: refitted below on every measured trial
+    warm = learning.warm_start() if row is None else None
+    # the lengths the runs measured, not typical ones: the imported trials' predictions and the refit read them
+    setup = dataclasses.replace(setup, correction=learning.current, measured_lengths=(
+        measured_lengths(store, name, setup.measure_step) if row is not None else ()) + _lengths(planned, setup))
     reference = setup.stock
     imported = 0
     for p in planned:
@@ -289,8 +322,11 @@ def cmd_import(args: argparse.Namespace) -> int:
             continue
         imported += 1
         what = f"{trow.throughput:.1f} tokens/s/GPU at step {setup.measure_step}" if trow.throughput is not None \
-            else f"{trow.status}: {trow.reason[:160]}"
+            else f"{trow.status}: {units.clip(trow.reason, REASON_WIDTH)}"
         out.print(f"imported {p.run.path} as trial {trow.number} ({label(p.cand, reference)}): {what}", markup=False)
+    if warm:
+        out.print(warm, markup=False)
+    out.print(learning.refit(setup).summary(), markup=False)
     out.print(f"{imported} of {len(args.files)} file(s) imported into study {name} ({safe_url(args.storage)}); "
               f"`autotune status --study {name}` shows them", markup=False)
     return 0 if imported else 2

@@ -97,6 +97,45 @@ def require_database(url: str) -> None:
                        f"{url} ...`")
 
 
+def existing_store(url: str) -> Any:
+    """The study database when it already holds autotune's tables; None otherwise (nothing is created to look)."""
+    from sqlalchemy import create_engine, inspect
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from autotune.store import Store, StudyRow
+
+    try:
+        u = make_url(url)
+        if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:" \
+                and not Path(u.database).expanduser().exists():
+            return None
+        engine = create_engine(url)
+        try:
+            present = inspect(engine).has_table(StudyRow.__tablename__)
+        finally:
+            engine.dispose()
+    except (SQLAlchemyError, ValueError, ImportError):
+        return Store(url)  # raises StoreError with what to do
+    return Store(url) if present else None
+
+
+def study_name(store: Any, url: str, name: str | None) -> str:
+    """--study NAME checked against the database, else its only study (the default of every reading command)."""
+    from autotune.store import safe_url
+
+    names = [s.name for s in store.list_studies()]
+    if name:
+        if name not in names:
+            raise CLIError(f"no study {name!r} in {safe_url(url)}; studies there: {', '.join(names) or 'none'}")
+        return name
+    if not names:
+        raise CLIError(f"no study in {safe_url(url)}; start one with `autotune run --model ...`")
+    if len(names) > 1:
+        raise CLIError(f"{safe_url(url)} holds several studies; choose one with --study: {', '.join(names)}")
+    return names[0]
+
+
 def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     p.add_argument("--model", required=model_required,
                    help="catalog name (see `autotune models`) or a Hugging Face model dir / config.json")

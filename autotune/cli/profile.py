@@ -19,9 +19,17 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from autotune import verl
 from autotune.candidate import Candidate
-from autotune.cli.options import CLIError, make_setup, out, parse_params, seconds
+from autotune.cli.options import (
+    CLIError,
+    existing_store,
+    make_setup,
+    out,
+    parse_params,
+    require_database,
+    seconds,
+    study_name,
+)
 from autotune.store import Store, safe_url
 
 PROFILED_BACKENDS = ("verl", "mcore")
@@ -61,21 +69,20 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
     from autotune.setup import setup_from_row
 
     if args.trial is not None or args.best:
-        if not args.study:
-            raise CLIError("--trial/--best need --study NAME (autotune status lists the trials)")
         if args.model or args.set:
             raise CLIError("give either --study with --trial/--best, or --model with --set, not both")
-        st = store.get_study(args.study)
+        name = args.study or study_name(store, args.storage, None)  # the database's only study
+        st = store.get_study(name)
         if st is None:
-            raise CLIError(f"no study named {args.study!r} in {safe_url(args.storage)}")
-        row = store.best(args.study) if args.best else store.trial(args.study, args.trial)
+            raise CLIError(f"no study named {name!r} in {safe_url(args.storage)}")
+        row = store.best(name) if args.best else store.trial(name, args.trial)
         if row is None:
             what = "no trial that ran to its measured step" if args.best else f"no trial {args.trial}"
-            raise CLIError(f"study {args.study!r} has {what}")
+            raise CLIError(f"study {name!r} has {what}")
         setup = _with_measured_lengths(setup_from_row(st), store, row)
         cand = Candidate(**row.params)  # the trial as it ran (as `autotune export` writes it)
         backend = st.backend if st.backend in PROFILED_BACKENDS else "verl"
-        return setup, cand, args.study, row.number, backend
+        return setup, cand, name, row.number, backend
     if args.model:
         setup, _ = make_setup(args)
         cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
@@ -91,12 +98,11 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
 def _with_measured_lengths(setup: Any, store: Store, row: Any) -> Any:
     """The trial's own sequence lengths at the measured step, for the advice's memory verdicts (as the study folds
     its trials' lengths in); a simulated trial measured none."""
-    keys = (verl.M_RESPONSE_LENGTH_MEAN, verl.M_RESPONSE_LENGTH_MAX, verl.M_PROMPT_LENGTH_MEAN,
-            verl.M_PROMPT_LENGTH_MAX)
-    measured = [] if row.simulated else [
-        tuple((k, float(st.metrics[k])) for k in keys if st.metrics.get(k) is not None)
-        for st in store.steps(row.id)
-        if st.step == setup.measure_step and st.metrics.get(verl.M_RESPONSE_LENGTH_MEAN) is not None]
+    from autotune.learning import step_lengths
+
+    found = [] if row.simulated else [step_lengths(st.metrics) for st in store.steps(row.id)
+                                      if st.step == setup.measure_step]
+    measured = [x for x in found if x]
     return dataclasses.replace(setup, measured_lengths=tuple(measured)) if measured else setup
 
 
@@ -131,7 +137,13 @@ def _runner(backend: str, args: argparse.Namespace) -> Any:
 def cmd_profile(args: argparse.Namespace) -> int:
     from autotune.profile.runs import analyse_dir, profile_configuration, store_profile
 
-    store = Store(args.storage)
+    standalone = args.traces and args.study is None and args.trial is None and not args.best and args.show is None
+    if standalone:  # traces alone need no database: stored where one exists, else only printed
+        store = existing_store(args.storage)
+    else:
+        if args.show is not None or args.trial is not None or args.best or args.study:
+            require_database(args.storage)
+        store = Store(args.storage)
     if args.show is not None:
         row = store.profile(args.show)
         if row is None:
@@ -161,7 +173,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         where = Path(args.workdir) / (f"{study}/trial_{number:04d}" if study else "configs") / stamp
         prof = profile_configuration(runner, setup, cand, where, study or "profile", number or 0)
-    pid = store_profile(store, prof, backend, cand, study, number)
+    pid = store_profile(store, prof, backend, cand, study, number) if store is not None else None
     doc = {"profile_id": pid, "study": study, "trial": number, "backend": backend,
            "layout": cand.layout() if cand else None, **prof.as_dict()}
     if args.json:
@@ -169,7 +181,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     else:
         _print(doc)
         where = f"with trial {number} of {study} (autotune dashboard: the trial's page)" if study else "standalone"
-        out.print(f"stored as profile {pid}, {where}; autotune profile --show {pid} prints it again")
+        out.print(f"stored as profile {pid}, {where}; autotune profile --show {pid} prints it again" if pid is not None
+                  else f"not stored: no study database at {safe_url(args.storage)} (--storage URL of one keeps it)",
+                  markup=False)
     return 0 if prof.ok else 1
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from autotune import units, verl
 from autotune.candidate import Candidate
-from autotune.cli.options import CLIError, err, out, require_database
+from autotune.cli.options import CLIError, err, out, require_database, study_name
 from autotune.estimate import MEMORY_MARGIN
 from autotune.executors import placement_text
 from autotune.export import ExportInfo, export_text, missing_keys
@@ -49,17 +49,14 @@ def _open_study(args: argparse.Namespace) -> tuple[Store, str]:
     # Store gives the clear error for an unreachable database (Optuna's storage would take a second more to open)
     require_database(args.storage)
     store = Store(args.storage)
-    names = [s.name for s in store.list_studies()]
-    if args.study:
-        if args.study not in names:
-            raise CLIError(f"no study {args.study!r} in {safe_url(args.storage)}; studies there: "
-                           f"{', '.join(names) or 'none'}")
-        return store, args.study
-    if not names:
-        raise CLIError(f"no study in {safe_url(args.storage)}; start one with `autotune run --model ...`")
-    if len(names) > 1:
-        raise CLIError(f"{safe_url(args.storage)} holds several studies; choose one with --study: {', '.join(names)}")
-    return store, names[0]
+    return store, study_name(store, args.storage, args.study)
+
+
+def _measured_memory(row: Any) -> str:
+    """The GPU's measured peak (NVML), else verl's own (an imported run measured no GPU), marked as such."""
+    if row.peak_memory_gib is not None:
+        return units.gib(row.peak_memory_gib)
+    return "-" if row.framework_memory_gib is None else f"{units.gib(row.framework_memory_gib)} (verl)"
 
 
 def _at_limit(predicted_gib: float | None, capacity_gib: float) -> bool:
@@ -110,7 +107,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             "optuna_without_row": [dataclasses.asdict(u) for u in orphans],
             "trials": [{**{k: getattr(r, k) for k in (
                 "number", "status", "reason", "origin", "throughput", "simulated", "predicted_throughput",
-                "predicted_peak_gib", "peak_memory_gib", "params")}, "layout": Candidate(**r.params).layout(),
+                "predicted_peak_gib", "peak_memory_gib", "framework_memory_gib", "params")},
+                "layout": Candidate(**r.params).layout(),
                 "at_limit": _at_limit(r.predicted_peak_gib, cap),
                 "label": labels(r.params, r.candidate_key), "placement": r.placement} for r in shown],
         }, indent=2, default=str))
@@ -126,7 +124,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "-" if r.predicted_throughput is None else units.throughput(r.predicted_throughput),
         "-" if r.predicted_peak_gib is None else units.gib(r.predicted_peak_gib)
         + (" (at limit)" if _at_limit(r.predicted_peak_gib, cap) else ""),
-        "-" if r.peak_memory_gib is None else units.gib(r.peak_memory_gib),
+        _measured_memory(r),
         "" if r.status == "ok" else units.clip(r.reason, REASON_WIDTH),
     ) for r in shown]
     print_table(out, f"study {name}: {meta.model_name}, backend {meta.backend}{sim}", columns, cells)
@@ -135,6 +133,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         out.print(f"{len(orphans)} Optuna trial(s) without an autotune row: "
                   + "; ".join(u.describe() for u in orphans), markup=False)
     out.print(model.summary(), markup=False)
+    if any(r.peak_memory_gib is None and r.framework_memory_gib is not None for r in shown):
+        out.print(f"(verl): no GPU memory measured (an imported run); verl's own peak, {verl.M_MAX_MEM_ALLOCATED} "
+                  "(the training's allocated memory, without vLLM's)", markup=False)
     if any(_at_limit(r.predicted_peak_gib, cap) for r in shown):
         out.print(f"(at limit): predicted within the memory model's expected error ({MEMORY_MARGIN:.0%}) of the "
                   f"{cap:.1f} GiB of a GPU; it may run out of memory", markup=False)

@@ -124,7 +124,8 @@ def analyse_dir(where: str | Path, setup: Setup | None, cand: Candidate | None, 
     try:
         files, _ = discover(where)
         if not files:
-            raise TraceError(f"{where}: no trace written there (verl's or the probe's naming; see autotune/verl.py)")
+            raise TraceError(f"{where}: no trace written there; give the folder verl's global_profiler.save_path "
+                             "pointed at (its *.json.gz traces), or the one autotune profile wrote")
         pp = cand.pp if cand else None
         analysis = analyse(files, pp=pp)
     except TraceError as e:

@@ -95,7 +95,7 @@ class TrialResult:
     phase_timings: dict[str, float] = field(default_factory=dict)  # verl phase -> seconds, measured step
     peak_memory_gib: float | None = None  # max over GPUs (NVML)
     peak_memory_per_gpu_gib: tuple[float, ...] = ()
-    framework_memory_gib: float | None = None  # verl's actor/perf/max_memory_allocated_gb, or torch's own
+    framework_memory_gib: float | None = None  # verl's verl.M_MAX_MEM_ALLOCATED, or torch's own
     log_path: str | None = None
     log_excerpt: str = ""
     simulated: bool = False
