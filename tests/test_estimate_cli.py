@@ -38,3 +38,26 @@ def test_an_impossible_response_length_is_a_clear_error(capsys):
     code = main(["estimate", "--model", "qwen2.5-7b", "--response-length", "9000"])
     err = capsys.readouterr().err
     assert code == 2 and "--response-length 9000 must be between 1 and data.max_response_length (8192)" in err
+
+
+def test_a_knob_the_user_does_not_set_takes_verls_default(capsys, tmp_path):
+    """`--set tp=4` keeps sequence parallel on (verl 0.9.1's default for TP > 1), as verl would run it; a job that
+    turns it off itself keeps it off."""
+    code = main(["estimate", "--model", "qwen2.5-7b", "--set", "tp=4", "--set", "use_dynamic_bsz=true", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["params"]["tp"] == 4 and doc["params"]["sequence_parallel"] is True
+    assert doc["moment_peaks_gib"]["update"] < 55  # sequence parallel shards the activations over TP (61 without)
+    job = tmp_path / "job.yaml"
+    job.write_text("actor_rollout_ref.actor.megatron.sequence_parallel: false\n")
+    main(["estimate", "--model", "qwen2.5-7b", "--job", str(job), "--set", "tp=4", "--set", "use_dynamic_bsz=true",
+          "--json"])
+    assert json.loads(capsys.readouterr().out)["params"]["sequence_parallel"] is False
+
+
+def test_an_enqueued_configuration_runs_as_verl_would(tmp_path):
+    from autotune.cli.run import _requested
+    from autotune.runners.simulate import SimulateRunner
+    from tests.conftest import make_setup
+
+    params = _requested(make_setup(), SimulateRunner(), "tp=4,use_dynamic_bsz=true")
+    assert params["tp"] == 4 and params["sequence_parallel"] is True

@@ -46,7 +46,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         setup, corr = _study_setup(args)
     else:
         setup, corr = make_setup(args)[0], None
-    cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
+    cand = setup.job.with_settings(parse_params(args.set))
     ev = setup.evaluate(cand)
     record = setup.memory_record(ev)
     doc: dict[str, Any] = {
@@ -118,7 +118,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from autotune.runners.mcore import McoreRunner, ProbeError
 
     setup, _ = make_setup(args)
-    cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
+    cand = setup.job.with_settings(parse_params(args.set))
     ev = evaluate(setup.model, setup.cluster, setup.job, cand, "train")
     try:
         if getattr(args, "profile", False):
