@@ -40,13 +40,20 @@ def missing_keys(job: Job) -> list[str]:
     return [k for k in FILL_IN if job.get(k) in (None, "")]
 
 
+def tuned_values(job: Job, cand: Candidate) -> dict[str, Any]:
+    """verl key -> value of what autotune sets for a tuned configuration: the candidate's keys, and vLLM's
+    max_model_len (the job's, else prompt + response: left null, vLLM sizes its KV cache for the model's whole
+    context, not for what was tuned). Every export writes these, a plain one and `--like SCRIPT` alike."""
+    return {**cand.verl_overrides(), verl.MAX_MODEL_LEN: job.max_model_len}
+
+
 def launch_values(
     job: Job, cluster: Cluster, cand: Candidate, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """verl key -> value: base arguments, the job's fixed keys, the candidate's keys, the cluster, then `extra`."""
+    """verl key -> value: base arguments, the job's fixed keys, the tuned keys, the cluster, then `extra`."""
     values: dict[str, Any] = dict(verl.BASE_ARGS)
     values.update(job.mapping)
-    tuned = cand.verl_overrides()
+    tuned = tuned_values(job, cand)
     for key in tuned:
         bare = key.lstrip("+")
         for form in (bare, "+" + bare, "++" + bare):  # the candidate's key replaces the job's, however prefixed
@@ -54,7 +61,6 @@ def launch_values(
     values.update(tuned)
     values[verl.N_GPUS_PER_NODE] = cluster.gpus_per_node
     values[verl.NNODES] = cluster.nodes
-    values.setdefault(verl.MAX_MODEL_LEN, job.max_seq_len)  # left null, vLLM sizes KV for max_position_embeddings
     values.update(extra or {})
     return values
 

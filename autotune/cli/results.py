@@ -18,7 +18,8 @@ from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, err, out, require_database
 from autotune.estimate import MEMORY_MARGIN
 from autotune.executors import placement_text
-from autotune.export import ExportInfo, export_text, missing_keys
+from autotune.export import ExportInfo, export_text, missing_keys, tuned_values
+from autotune.job import Job
 from autotune.labels import Labeller, provenance, study_reference
 from autotune.launch_script import read_script
 from autotune.learning import saved_correction
@@ -214,8 +215,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                           memory_verdict=(row.predicted_memory or {}).get("verdict", ""),
                           label=Labeller(setup.stock)(row.params),
                           replayed=provenance(row.simulated, row.backend) == "replayed")
-        text = read_script(args.like).render_like(Candidate(**row.params), header=f"# {info.headline()}\n"
-                                                  "# autotune changed only the tuned keys of this script")
+        script = read_script(args.like)
+        values = tuned_values(Job.from_launch_script(script), Candidate(**row.params))
+        text = script.render_like(values, header=f"# {info.headline()}\n"
+                                  "# autotune changed only the tuned keys of this script")
     if args.output:
         Path(args.output).write_text(text)
         if args.format in ("sh", "ray"):
