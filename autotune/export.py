@@ -17,6 +17,7 @@ import yaml
 from autotune import __version__, units, verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
+from autotune.estimate import PREDICTED_OOM
 from autotune.job import Job
 from autotune.labels import label, provenance
 from autotune.setup import setup_from_row
@@ -215,8 +216,23 @@ def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
                          "to export")
     setup = setup_from_row(store.get_study(study))
     cand = Candidate(**row.params)
+    broken = setup.evaluate_uncorrected(cand).violations
+    if broken:
+        raise ValueError(f"trial {row.number} cannot run: it breaks {broken[0]}; export one that can: the best "
+                         "(without --trial), or a trial that `autotune status` shows ok")
     info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name,
                       memory_verdict=(row.predicted_memory or {}).get("verdict", ""), label=label(cand, setup.stock),
                       replayed=provenance(row.simulated, row.backend) == "replayed",
                       node_defaults=tuple(((row.extra or {}).get("job_defaults") or {}).items()))
     return render(fmt, info, setup.job, setup.cluster, cand)
+
+
+def export_warning(row: TrialRow) -> str | None:
+    """Why an exported trial may not run: it ran out of memory, or was never launched because the memory model
+    predicts it would (None when neither)."""
+    if row.status == "oom":
+        return f"trial {row.number} ran out of memory when it ran ({units.clip(row.reason, 120)}); it will again"
+    if row.status == "pruned" and row.reason.startswith(PREDICTED_OOM):
+        return (f"trial {row.number} was never launched: {units.clip(row.reason, 160)}; expect it to run out of "
+                "memory (`autotune run --enqueue` checks the verdict on a real run)")
+    return None

@@ -187,3 +187,39 @@ def test_what_the_node_needed_is_exported_with_the_winner(tmp_path):
     values = yaml.safe_load(render("yaml", info, JOB, cl, CAND))
     assert values[verl.ATTENTION_BACKEND] == "unfused" and values[verl.VANILLA_MBRIDGE] is True
     assert verl.ATTENTION_BACKEND not in yaml.safe_load(render("yaml", INFO, JOB, cl, CAND))
+
+
+def _study_with(db: str, capsys, *rows: tuple[str, str, Candidate]) -> str:
+    """A simulated study of one launched trial, with `rows` (status, reason, candidate) recorded after it."""
+    from autotune.store import Store, TrialRow
+    from tests.conftest import cli_run
+
+    assert cli_run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "1", "--confirm", "0",
+                   "--json")[0] == 0
+    store = Store(db)
+    name = store.list_studies()[0].name
+    for i, (status, reason, cand) in enumerate(rows):
+        store.add_finished_trial(TrialRow(study=name, number=100 + i, status=status, reason=reason,
+                                          candidate_key=cand.key(), params=cand.applied_params(),
+                                          verl_overrides=cand.verl_overrides()))
+    return name
+
+
+def test_export_refuses_a_trial_that_breaks_a_rule_and_warns_of_a_predicted_oom(tmp_path, capsys):
+    from tests.conftest import cli_run
+
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    broken = Candidate.from_params({"tp": 3})
+    setup = make_setup()
+    oom = Candidate.from_params({"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 65536})  # TP 1: OOM
+    reason = setup.evaluate(oom).prune_reason()
+    assert reason.startswith("predicted OOM: ")
+    _study_with(db, capsys, ("pruned", setup.evaluate(broken).prune_reason(), broken), ("pruned", reason, oom))
+    code, out, err = cli_run(capsys, "export", "--storage", db, "--trial", "100", "--format", "sh")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "trial 100 cannot run: it breaks world_size: 8 GPUs" in err and "export one that can" in err
+    code, out, err = cli_run(capsys, "export", "--storage", db, "--trial", "101", "--format", "sh")
+    assert code == 0 and out.startswith("#!/usr/bin/env bash")
+    assert "WARNING: trial 101 was never launched: predicted OOM" in err and "expect it to run out of memory" in err
+    code, out, err = cli_run(capsys, "export", "--storage", db, "--format", "sh")  # the best: no warning
+    assert code == 0 and "WARNING" not in err

@@ -18,7 +18,7 @@ from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, err, out, require_database
 from autotune.estimate import MEMORY_MARGIN
 from autotune.executors import placement_text
-from autotune.export import ExportInfo, export_text, missing_keys, tuned_values
+from autotune.export import ExportInfo, export_text, export_warning, missing_keys, tuned_values
 from autotune.job import Job
 from autotune.labels import Labeller, provenance, study_reference
 from autotune.launch_script import read_script
@@ -226,6 +226,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         err.print(f"wrote {args.output} (trial {row.number}{', SIMULATED' if row.simulated else ''})")
     else:
         sys.stdout.write(text)
+    warning = export_warning(row)
+    if warning:
+        err.print(f"autotune: WARNING: {warning}", markup=False)
     missing = [] if args.like else missing_keys(setup_from_row(store.get_study(name)).job)
     if missing:
         err.print(f"autotune: fill in {', '.join(missing)} before running it: the study's job does not set "

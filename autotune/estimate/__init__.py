@@ -80,9 +80,11 @@ class Evaluation:
         if self.violations:
             return "constraint " + "; ".join(str(v) for v in self.violations)
         if self.memory is not None and not self.memory.fits:
-            return "predicted OOM: " + "; ".join(self.memory.reasons())
+            return PREDICTED_OOM + "; ".join(self.memory.reasons())
         return ""
 
+
+PREDICTED_OOM = "predicted OOM: "  # how a prune by the memory model begins (report.PRUNE_KINDS reads it)
 
 # What a study's objective measures:
 # - "step": a whole verl GRPO step (rollout, log-prob passes, update), tokens/s/GPU as verl's perf/throughput;
