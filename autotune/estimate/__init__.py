@@ -240,7 +240,8 @@ def _training_throughput(model: ModelArch, cluster: Cluster, job: Job, cand: Can
     share = seq / job.max_seq_len
     full = estimate_throughput(model, cluster, job, cand, mem, wl=Workload(share, share), eff=eff)
     update = dict(full.phases)["update_actor"]
-    return replace(full, phases=(("update_actor", update),))
+    # The Workload's shares of the caps only carry `seq` to the time model: they are not lengths to show.
+    return replace(full, phases=(("update_actor", update),), lengths=None, micro_batch_tokens=int(seq))
 
 
 def memory_record(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation, measure_step: int,
