@@ -127,7 +127,9 @@ def _batch(m: ModelArch, cl: Cluster, j: Job, c: Candidate) -> str | None:
         return None
     per_gpu = mini // dp
     if c.ppo_micro_batch_size_per_gpu is None or c.log_prob_micro_batch_size_per_gpu is None:
-        return "without dynamic batching verl needs ppo_micro_batch_size_per_gpu and log_prob_micro_batch_size_per_gpu"
+        return ("without dynamic batching verl needs ppo_micro_batch_size_per_gpu and "
+                f"log_prob_micro_batch_size_per_gpu: set both (ppo's dividing the mini-batch per GPU, {mini}/{dp} = "
+                f"{per_gpu} samples), or use_dynamic_bsz=true")
     if per_gpu % c.ppo_micro_batch_size_per_gpu:
         return (f"the mini-batch per GPU ({mini}/{dp} = {per_gpu} samples) is not divisible by "
                 f"ppo_micro_batch_size_per_gpu={c.ppo_micro_batch_size_per_gpu}")

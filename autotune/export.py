@@ -17,6 +17,7 @@ import yaml
 from autotune import __version__, units, verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
+from autotune.estimate import PREDICTED_OOM
 from autotune.job import Job
 from autotune.labels import label, provenance
 from autotune.setup import setup_from_row
@@ -40,13 +41,20 @@ def missing_keys(job: Job) -> list[str]:
     return [k for k in FILL_IN if job.get(k) in (None, "")]
 
 
+def tuned_values(job: Job, cand: Candidate) -> dict[str, Any]:
+    """verl key -> value of what autotune sets for a tuned configuration: the candidate's keys, and vLLM's
+    max_model_len (the job's, else prompt + response: left null, vLLM sizes its KV cache for the model's whole
+    context, not for what was tuned). Every export writes these, a plain one and `--like SCRIPT` alike."""
+    return {**cand.verl_overrides(), verl.MAX_MODEL_LEN: job.max_model_len}
+
+
 def launch_values(
     job: Job, cluster: Cluster, cand: Candidate, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """verl key -> value: base arguments, the job's fixed keys, the candidate's keys, the cluster, then `extra`."""
+    """verl key -> value: base arguments, the job's fixed keys, the tuned keys, the cluster, then `extra`."""
     values: dict[str, Any] = dict(verl.BASE_ARGS)
     values.update(job.mapping)
-    tuned = cand.verl_overrides()
+    tuned = tuned_values(job, cand)
     for key in tuned:
         bare = key.lstrip("+")
         for form in (bare, "+" + bare, "++" + bare):  # the candidate's key replaces the job's, however prefixed
@@ -54,7 +62,6 @@ def launch_values(
     values.update(tuned)
     values[verl.N_GPUS_PER_NODE] = cluster.gpus_per_node
     values[verl.NNODES] = cluster.nodes
-    values.setdefault(verl.MAX_MODEL_LEN, job.max_seq_len)  # left null, vLLM sizes KV for max_position_embeddings
     values.update(extra or {})
     return values
 
@@ -209,8 +216,23 @@ def export_text(store: Store, study: str, row: TrialRow, fmt: str) -> str:
                          "to export")
     setup = setup_from_row(store.get_study(study))
     cand = Candidate(**row.params)
+    broken = setup.evaluate_uncorrected(cand).violations
+    if broken:
+        raise ValueError(f"trial {row.number} cannot run: it breaks {broken[0]}; export one that can: the best "
+                         "(without --trial), or a trial that `autotune status` shows ok")
     info = ExportInfo(study, row.number, row.throughput, row.simulated, cand.layout(), setup.model.name,
                       memory_verdict=(row.predicted_memory or {}).get("verdict", ""), label=label(cand, setup.stock),
                       replayed=provenance(row.simulated, row.backend) == "replayed",
                       node_defaults=tuple(((row.extra or {}).get("job_defaults") or {}).items()))
     return render(fmt, info, setup.job, setup.cluster, cand)
+
+
+def export_warning(row: TrialRow) -> str | None:
+    """Why an exported trial may not run: it ran out of memory, or was never launched because the memory model
+    predicts it would (None when neither)."""
+    if row.status == "oom":
+        return f"trial {row.number} ran out of memory when it ran ({units.clip(row.reason, 120)}); it will again"
+    if row.status == "pruned" and row.reason.startswith(PREDICTED_OOM):
+        return (f"trial {row.number} was never launched: {units.clip(row.reason, 160)}; expect it to run out of "
+                "memory (`autotune run --enqueue` checks the verdict on a real run)")
+    return None

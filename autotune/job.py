@@ -240,6 +240,13 @@ class Job:
         except (TypeError, ValueError) as e:
             raise JobError(f"{self.source}: {e}") from None
 
+    def with_settings(self, params: Mapping[str, Any]) -> Candidate:
+        """A user's own settings (`--set`, `--enqueue`) over the job's, on verl's config defaults: both are applied
+        before verl's forced values, so a knob neither sets takes verl's default for the result (sequence parallel
+        on once TP > 1), not the value verl forced for the job's own layout (off at TP = 1)."""
+        self.candidate(Candidate())  # the job's own settings, checked alone: their errors name the job
+        return Candidate.from_params({**self.baseline_params(), **params})
+
     def fingerprint(self) -> str:
         return hashlib.sha1(json.dumps(self.overrides, sort_keys=True, default=str).encode()).hexdigest()[:8]
 

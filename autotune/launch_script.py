@@ -91,9 +91,10 @@ class LaunchScript:
         return "\n".join(lines)
 
     # Writing it back ----------------------------------------------------------------------------------------
-    def render_like(self, cand: Candidate, header: str = "") -> str:
-        """The script with the candidate's keys changed (and added where the script leaves verl's default)."""
-        tuned = cand.verl_overrides()
+    def render_like(self, values: Mapping[str, Any], header: str = "") -> str:
+        """The script with the tuned keys (export.tuned_values: verl key -> value) changed, and added where the
+        script leaves verl's default."""
+        tuned = dict(values)
         stock = Candidate().verl_overrides()
         for key in _REF_LAYOUT_KEYS:  # explicit reference layout keys follow the actor's
             actor_key = key.replace(".ref.", ".actor.", 1)

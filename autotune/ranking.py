@@ -28,15 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from autotune import constraints
+from autotune import constraints, safer
 from autotune.candidate import Candidate
 from autotune.estimate import MEMORY_MARGIN, Evaluation, estimate_memories, estimate_unchecked
 from autotune.estimate.correction import FEATURES, NO_CORRECTION, UNCERTAIN_TERMS, Correction, features
 from autotune.estimate.reads import DERIVED, NORMALIZATION_READS, NORMALIZED_FIELDS, OFFLOAD_REFERENCE, reads_for
+from autotune.safer import SAFE_TOLERANCE, near_equal
 from autotune.space import Dimension
 
-# Predicted throughputs this close are equals: the model cannot tell them apart (its step-time error is larger).
-SAFE_TOLERANCE = 0.02
 FIELDS = Candidate.param_names()
 _FIELD_INDEX = {f: i for i, f in enumerate(FIELDS)}
 # Inner parts: knobs that the pieces of an estimate read only together with outer knobs, never with each other.
@@ -56,20 +55,8 @@ class InfeasibleSpaceError(ValueError):
 
 def prefer_safe(ranked: list[tuple[Any, Evaluation]],
                 tolerance: float = SAFE_TOLERANCE) -> list[tuple[Any, Evaluation]]:
-    """Best first by predicted throughput, but a candidate that is not safe (a late OOM once responses grow, or a
-    peak at the limit of the memory model's error) goes behind the safe ones predicted within `tolerance` of it."""
-    out = list(ranked)
-    for i in range(len(out)):
-        if out[i][1].safe:
-            continue
-        top = out[i][1].predicted_throughput
-        for j in range(i + 1, len(out)):
-            if out[j][1].predicted_throughput < top * (1 - tolerance):
-                break
-            if out[j][1].safe:
-                out.insert(i, out.pop(j))
-                break
-    return out
+    """(anything, its evaluation) best first, the safer near-equals first (safer.prefer_safe)."""
+    return safer.prefer_safe(ranked, lambda r: r[1].predicted_throughput, lambda r: r[1].safe, tolerance)
 
 
 @dataclass(frozen=True)
@@ -564,7 +551,7 @@ class ModelRanking:
         if top is None or top.safe:
             return top
         safe = next(self.ranked(corr, exclude, safe=True), None)
-        return safe if safe is not None and safe.throughput >= top.throughput * (1 - tolerance) else top
+        return safe if safe is not None and near_equal(safe.throughput, top.throughput, tolerance) else top
 
     def seeds(self, k: int, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = ()) -> list[Pick]:
         """The best setting, then the best setting of each next-best parallel layout (near-copies of the best teach
@@ -726,8 +713,7 @@ class DomainRanking:
                 break
             if lay in layouts:
                 continue
-            safe = next((p for p in picks if p.safe and p.throughput >= picks[0].throughput * (1 - SAFE_TOLERANCE)),
-                        None)
+            safe = next((p for p in picks if p.safe and near_equal(p.throughput, picks[0].throughput)), None)
             out.append(safe or picks[0])
         return out
 

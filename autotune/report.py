@@ -12,6 +12,7 @@ from typing import Any
 
 from autotune import units
 from autotune.candidate import DEFAULTS_NAME, STOCK_NAME
+from autotune.estimate import PREDICTED_OOM
 from autotune.labels import provenance
 from autotune.noise import leaders_tie, noise_words
 from autotune.store import TrialRow
@@ -22,7 +23,7 @@ from autotune.timeline import Timeline, study_time
 # each against its producer.
 PRUNE_KINDS: tuple[tuple[str, str], ...] = (
     ("constraint ", "static constraint"),
-    ("predicted OOM: ", "memory model"),
+    (PREDICTED_OOM, "memory model"),
     ("duplicate of trial", "duplicate"),
     ("probe OOM", "probe OOM"),
     ("not in the table", "not in the replay table"),

@@ -22,6 +22,9 @@ from autotune.model import ModelArch
 from autotune.space import SearchSpace, parse_space, space_context
 from autotune.store import StudyRow
 
+# What verl requires beside use_dynamic_bsz=false (constraints.py batch_divisibility).
+STOCK_MICRO_BATCHES = ("ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu")
+
 
 class StudyMismatchError(ValueError):
     """A study name reused for a different model, cluster, job or space."""
@@ -66,6 +69,10 @@ class Setup:
     def stock(self) -> Candidate:
         """verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them."""
         stock = {k: v for k, v in STOCK.params().items() if k in self.space.names}
+        if stock.get("use_dynamic_bsz") is False:
+            # Without dynamic batching verl needs micro-batch sizes: the example's come with its batching mode where
+            # neither the space (the MoE space tunes none) nor the job gives them, or the example breaks a rule.
+            stock |= {k: getattr(STOCK, k) for k in STOCK_MICRO_BATCHES if getattr(self.base, k) is None}
         return Candidate.from_params({**self.base.params(), **stock})
 
     def fingerprint(self) -> dict[str, str]:

@@ -35,6 +35,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from autotune import safer
+
 
 class StoreError(RuntimeError):
     """The database cannot be opened or written; the message says which URL and what to do."""
@@ -414,7 +416,23 @@ class Store:
             return s.get(ProfileRow, profile_id)
 
     def best(self, study: str) -> TrialRow | None:
-        """The fastest trial that ran to its measured step."""
+        """The winner of the trials that ran to their measured step: the fastest, unless its memory verdict is not
+        safe and a safe trial is within the model's error of it (safer.py); `fastest` is the other."""
+        top = self.fastest(study)
+        if top is None or safer.verdict_safe(top.predicted_memory):
+            return top
+        with self.session() as s:
+            q = (
+                select(TrialRow)
+                .where(TrialRow.study == study, TrialRow.status == "ok",
+                       TrialRow.throughput >= top.throughput * (1 - safer.SAFE_TOLERANCE))
+                .order_by(TrialRow.throughput.desc(), TrialRow.number)
+            )
+            near = list(s.scalars(q))
+        return safer.prefer_safe(near, lambda r: r.throughput, lambda r: safer.verdict_safe(r.predicted_memory))[0]
+
+    def fastest(self, study: str) -> TrialRow | None:
+        """The fastest trial that ran to its measured step, safe or not."""
         with self.session() as s:
             q = (
                 select(TrialRow)

@@ -134,8 +134,13 @@ def test_a_trial_closed_by_recovery_reads_as_the_cli_says(client, db, capsys):
         assert label == cli[number]["label"] != "-"
         times = re.search(r'id="trial-times">([^/]*) / ([^<]*) UTC', page)
         assert times.group(1).strip() <= times.group(2).strip()
-        # the export is of the configuration it was, one verl can run
-        doc = json.loads(client.get(f"/study/{SIM}/export/json", params={"trial": number}).text)
+        # the export is of the configuration it was, one verl can run; one that breaks a static rule is refused
+        broken = db["setup"].evaluate(Candidate(**row.params)).violations
+        r = client.get(f"/study/{SIM}/export/json", params={"trial": number})
+        if broken:
+            assert r.status_code == 404 and f"trial {number} cannot run: it breaks {broken[0].rule}" in r.text
+            continue
+        doc = json.loads(r.text)
         p = doc["params"]
         cand = Candidate(**p)
         assert p == cand.normalized().applied_params()

@@ -187,3 +187,76 @@ def test_what_the_node_needed_is_exported_with_the_winner(tmp_path):
     values = yaml.safe_load(render("yaml", info, JOB, cl, CAND))
     assert values[verl.ATTENTION_BACKEND] == "unfused" and values[verl.VANILLA_MBRIDGE] is True
     assert verl.ATTENTION_BACKEND not in yaml.safe_load(render("yaml", INFO, JOB, cl, CAND))
+
+
+def _study_with(db: str, capsys, *rows: tuple[str, str, Candidate], **kw) -> str:
+    """A simulated study of one launched trial, with `rows` (status, reason, candidate) recorded after it (`kw`:
+    more TrialRow fields, a list per field, one value per row)."""
+    from autotune.store import Store, TrialRow
+    from tests.conftest import cli_run
+
+    assert cli_run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "1", "--confirm", "0",
+                   "--json")[0] == 0
+    store = Store(db)
+    name = store.list_studies()[0].name
+    for i, (status, reason, cand) in enumerate(rows):
+        store.add_finished_trial(TrialRow(study=name, number=100 + i, status=status, reason=reason,
+                                          candidate_key=cand.key(), params=cand.applied_params(),
+                                          verl_overrides=cand.verl_overrides(),
+                                          **{k: v[i] for k, v in kw.items()}))
+    return name
+
+
+def test_export_refuses_a_trial_that_breaks_a_rule_and_warns_of_a_predicted_oom(tmp_path, capsys):
+    from tests.conftest import cli_run
+
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    broken = Candidate.from_params({"tp": 3})
+    setup = make_setup()
+    oom = Candidate.from_params({"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 65536})  # TP 1: OOM
+    reason = setup.evaluate(oom).prune_reason()
+    assert reason.startswith("predicted OOM: ")
+    _study_with(db, capsys, ("pruned", setup.evaluate(broken).prune_reason(), broken), ("pruned", reason, oom))
+    code, out, err = cli_run(capsys, "export", "--storage", db, "--trial", "100", "--format", "sh")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "trial 100 cannot run: it breaks world_size: 8 GPUs" in err and "export one that can" in err
+    code, out, err = cli_run(capsys, "export", "--storage", db, "--trial", "101", "--format", "sh")
+    assert code == 0 and out.startswith("#!/usr/bin/env bash")
+    assert "WARNING: trial 101 was never launched: predicted OOM" in err and "expect it to run out of memory" in err
+    code, out, err = cli_run(capsys, "export", "--storage", db, "--format", "sh")  # the best: no warning
+    assert code == 0 and "WARNING" not in err
+
+
+def test_best_and_export_prefer_a_safe_trial_within_the_models_error(tmp_path, capsys):
+    """A winner at the memory limit 0.9% ahead of a safe trial: `best` and `export` hand over the safe one and say
+    why; the ranking's own notion of near-equals (safer.SAFE_TOLERANCE) decides."""
+    from tests.conftest import cli_run
+
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    risky, safe = (Candidate.from_params({"tp": tp, "use_dynamic_bsz": True}) for tp in (2, 4))
+    limit = {"verdict": "fits at step 3 and at the longest sequences the job allows, at the limit", "at_limit": True,
+             "worst_case_fits": True}
+    fits = {"verdict": "fits at step 3 and at the longest sequences the job allows", "at_limit": False,
+            "worst_case_fits": True}
+    _study_with(db, capsys, ("ok", "", risky), ("ok", "", safe), throughput=[100000.0, 100000.0 / 1.009],
+                predicted_memory=[limit, fits], launched=[True, True], simulated=[True, True])
+    code, out, _ = cli_run(capsys, "best", "--storage", db, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["trial"] == 101 and doc["preferred_over"]["trial"] == 100
+    code, out, _ = cli_run(capsys, "best", "--storage", db)
+    assert "best trial 101" in out and "trial 100 is 0.9% faster, but its memory is not safe" in out
+    code, out, err = cli_run(capsys, "export", "--storage", db, "--format", "sh")
+    assert code == 0 and "trial 101" in out.splitlines()[1] and "trial 100 is 0.9% faster" in err
+    code, out, err = cli_run(capsys, "export", "--storage", db, "--format", "sh", "--trial", "100")
+    assert code == 0 and "trial 100" in out.splitlines()[1]  # asked for by number: given as asked
+
+
+def test_a_safe_trial_beyond_the_models_error_does_not_win(tmp_path, capsys):
+    from tests.conftest import cli_run
+
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    risky, safe = (Candidate.from_params({"tp": tp, "use_dynamic_bsz": True}) for tp in (2, 4))
+    _study_with(db, capsys, ("ok", "", risky), ("ok", "", safe), throughput=[100000.0, 95000.0],
+                predicted_memory=[{"at_limit": True, "worst_case_fits": True}, {"worst_case_fits": True}])
+    code, out, _ = cli_run(capsys, "best", "--storage", db, "--json")
+    assert json.loads(out)["trial"] == 100 and json.loads(out)["preferred_over"] is None

@@ -221,3 +221,13 @@ def test_the_report_says_start_up_vs_step_hours_the_best_trials_noise_and_a_tie(
     rep = study_report(quiet, quiet[0], 8, lambda p: "L")
     assert rep.tie is None and "best trial 0: noise not measured" in "\n".join(report_lines(rep))
     assert "start-up" not in "\n".join(report_lines(rep))
+
+
+def test_verls_example_configuration_breaks_no_rule_for_a_moe_model():
+    """The MoE space tunes no micro-batch size: the example's come with its batching mode, or it would break
+    batch_divisibility and no MoE study could say what it gains over the example."""
+    setup = make_setup("qwen3-30b-a3b", gpu="h200")
+    assert setup.space.name == "moe" and not setup.stock.use_dynamic_bsz
+    assert (setup.stock.ppo_micro_batch_size_per_gpu, setup.stock.log_prob_micro_batch_size_per_gpu) == (4, 4)
+    assert setup.evaluate(setup.stock).violations == ()
+    assert make_setup().stock == STOCK  # the dense space tunes them: the example as it is

@@ -11,6 +11,8 @@ import pytest
 
 from autotune import verl
 from autotune.candidate import Candidate
+from autotune.cluster import make_cluster
+from autotune.export import launch_values, tuned_values
 from autotune.job import Job
 from autotune.launch_script import ScriptError, parse_script, read_script
 from tests.conftest import REPO
@@ -90,7 +92,8 @@ def test_render_like_changes_only_the_tuned_keys() -> None:
     s = read_script(MATH, {"HOME": "/home/u"})
     cand = Candidate.from_params({"tp": 4, "pp": 1, "rollout_tp": 4, "gpu_memory_utilization": 0.7,
                                   "recompute": "full"}, Job.from_launch_script(s).candidate(Candidate()))
-    out = s.render_like(cand, header="# tuned by autotune")
+    job = Job.from_launch_script(s)
+    out = s.render_like(tuned_values(job, cand), header="# tuned by autotune")
     diff = [ln for ln in difflib.unified_diff(s.text.splitlines(), out.splitlines(), lineterm="", n=0)
             if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
     removed = {ln[1:].strip().rstrip("\\").strip() for ln in diff if ln.startswith("-")}
@@ -109,12 +112,16 @@ def test_render_like_changes_only_the_tuned_keys() -> None:
     assert "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=4" in added  # follows the actor
     assert "actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full" in added
     assert "trainer.total_epochs=15" in added and "$@" in out.splitlines()[-1]
+    # vLLM's context as the plain export and the runner set it (left null, vLLM sizes its KV cache for the model's
+    # whole context)
+    assert any(a.startswith(f"{verl.MAX_MODEL_LEN}={job.max_seq_len}") for a in added)
     # the written script reads back to the tuned values, everything else unchanged
     again = parse_script(out, environ={"HOME": "/home/u"}).values()
     before = s.values()
+    tuned = tuned_values(job, cand)
     for k, v in again.items():
-        if k in cand.verl_overrides():
-            assert v == cand.verl_overrides()[k]
+        if k in tuned:
+            assert v == tuned[k]
         elif not k.startswith("actor_rollout_ref.ref.megatron."):
             assert before[k] == v, k
 
@@ -141,3 +148,16 @@ def test_cli_run_with_a_script_and_export_like(tmp_path: Path) -> None:
     assert "data.train_files=\"$train_files\"" in text  # the user's own lines are kept as written
     r = _cli("export", "--storage", db, "--format", "yaml", "--like", str(MATH), cwd=tmp_path)
     assert r.returncode == 2 and "--like" in r.stderr
+
+
+def test_both_exports_write_the_same_tuned_keys() -> None:
+    """`export --like SCRIPT` and the plain export (and the runner) write one set of keys: export.tuned_values."""
+    s = read_script(MATH, {"HOME": "/home/u"})
+    job = Job.from_launch_script(s)
+    cand = Candidate.from_params({"tp": 4, "use_dynamic_bsz": True}, job.candidate(Candidate()))
+    like = parse_script(s.render_like(tuned_values(job, cand)), environ={"HOME": "/home/u"}).values()
+    plain = launch_values(job, make_cluster(8, 1, "h100"), cand)
+    defaults = Candidate().verl_overrides()  # what --like leaves out where the script runs verl's default anyway
+    for key in tuned_values(job, cand):
+        assert like.get(key, defaults.get(key)) == plain[key], key
+    assert like[verl.MAX_MODEL_LEN] == job.max_seq_len

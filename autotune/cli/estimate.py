@@ -37,6 +37,9 @@ def _study_setup(args: argparse.Namespace) -> Any:
     return dataclasses.replace(setup, correction=corr), corr
 
 
+INVALID = 2  # exit code of a configuration that breaks a static rule: bad input, like any other
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     if not args.model and not getattr(args, "study", None):
         raise CLIError("--model is required (or --study NAME: a recorded study's model, cluster and job, with what it "
@@ -45,7 +48,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         setup, corr = _study_setup(args)
     else:
         setup, corr = make_setup(args)[0], None
-    cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
+    cand = setup.job.with_settings(parse_params(args.set))
     ev = setup.evaluate(cand)
     record = setup.memory_record(ev)
     doc: dict[str, Any] = {
@@ -68,12 +71,16 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         doc["model_correction"] = {"study": args.study, **corr.as_dict()}
     if args.json:
         print(json.dumps(doc, indent=2))
-        return 0
+        return INVALID if ev.violations else 0
     out.print(f"{setup.model.name} on {setup.cluster.describe()}, job {setup.job.source}: {cand.layout()}")
     if corr is not None:
         out.print(f"with study {args.study}'s correction: {corr.summary()}", markup=False)
-    for v in ev.violations:
-        out.print(f"[red]breaks {v.rule}:[/] {v.message}")
+    if ev.violations:
+        for v in ev.violations:
+            out.print(f"[red]breaks {v.rule}:[/] {v.message}")
+        out.print("not a configuration verl runs, so no memory verdict: change what the rule names with --set "
+                  "NAME=VALUE", markup=False)
+        return INVALID
     if ev.memory:
         mem = ev.memory
         table = Table(title="predicted per-GPU memory (GiB)")
@@ -88,8 +95,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         table.add_row("capacity", *(units.gib(m.capacity / 2**30) for m in mem.moments))
         table.add_row("fits", *("yes" if m.fits else "[red]NO" for m in mem.moments))
         out.print(table)
-        out.print(f"vLLM KV cache: {mem.kv_cache_bytes / 2**30:.2f} GiB per GPU; one max_model_len request needs "
-                  f"{mem.kv_needed_bytes / 2**30:.2f} GiB")
+        if setup.objective == "step":
+            out.print(f"vLLM KV cache: {mem.kv_cache_bytes / 2**30:.2f} GiB per GPU; one max_model_len request "
+                      f"needs {mem.kv_needed_bytes / 2**30:.2f} GiB")
+        else:
+            out.print("no vLLM: this study measures the training phase alone (Megatron-core), no rollout",
+                      markup=False)
         for r in mem.reasons():
             out.print(f"[red]OOM predicted:[/] {r}")
         if record:
@@ -106,7 +117,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         phases = ", ".join(f"{k} {v:.1f}s" for k, v in t.phases)
         step = step_time_label(t.step_time, setup.model.is_moe)
         out.print(f"predicted {step} ({phases}); {units.throughput(t.throughput)} tokens/s/GPU (estimate)")
-        out.print(f"throughput at mean lengths: {t.lengths_words()}", markup=False)
+        what = "of the training phase alone" if t.micro_batch_tokens else "at mean lengths"
+        out.print(f"throughput {what}: {t.lengths_words()}", markup=False)
     out.print(f"fits: {'yes' if ev.feasible else 'no'} (at step {setup.measure_step}); at the worst case the job "
               f"allows: {'yes' if ev.worst_fits else 'no'}")
     return 0
@@ -117,7 +129,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from autotune.runners.mcore import McoreRunner, ProbeError
 
     setup, _ = make_setup(args)
-    cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
+    cand = setup.job.with_settings(parse_params(args.set))
     ev = evaluate(setup.model, setup.cluster, setup.job, cand, "train")
     try:
         if getattr(args, "profile", False):

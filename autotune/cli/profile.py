@@ -85,7 +85,7 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
         return setup, cand, name, row.number, backend
     if args.model:
         setup, _ = make_setup(args)
-        cand = Candidate.from_params(parse_params(args.set), setup.job.candidate(Candidate()))
+        cand = setup.job.with_settings(parse_params(args.set))
         return setup, cand, None, None, "verl"
     if args.study:
         raise CLIError("--study needs --trial N or --best")

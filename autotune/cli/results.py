@@ -18,11 +18,13 @@ from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, err, out, require_database, study_name
 from autotune.estimate import MEMORY_MARGIN
 from autotune.executors import placement_text
-from autotune.export import ExportInfo, export_text, missing_keys
+from autotune.export import ExportInfo, export_text, export_warning, missing_keys, tuned_values
+from autotune.job import Job
 from autotune.labels import Labeller, provenance, study_reference
 from autotune.launch_script import read_script
 from autotune.learning import saved_correction
 from autotune.noise import Noise, leaders_tie, noise_words
+from autotune.safer import SAFE_TOLERANCE
 from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow, safe_url
 from autotune.study import open_storage
@@ -175,6 +177,19 @@ def _trial_status(store: Store, name: str, number: int, as_json: bool) -> int:
     return 0
 
 
+def _passed_over(store: Store, name: str, best: TrialRow) -> TrialRow | None:
+    """The faster trial that the best was preferred to (its memory verdict not safe, within the model's error)."""
+    top = store.fastest(name)
+    return top if top is not None and top.number != best.number else None
+
+
+def _passed_over_words(top: TrialRow, best: TrialRow) -> str:
+    verdict = (top.predicted_memory or {}).get("verdict") or "not safe"
+    return (f"trial {top.number} is {(top.throughput / best.throughput - 1) * 100:.1f}% faster, but its memory is not "
+            f"safe ({verdict}); trial {best.number} is safe and within the model's error of it ({SAFE_TOLERANCE:.0%}),"
+            f" so it is the best (export trial {top.number} with --trial {top.number})")
+
+
 def cmd_best(args: argparse.Namespace) -> int:
     store, name = _open_study(args)
     best = store.best(name)
@@ -182,12 +197,17 @@ def cmd_best(args: argparse.Namespace) -> int:
         raise CLIError(f"study {name!r} has no trial that ran to its measured step yet")
     best_label = Labeller(study_reference(store.get_study(name)))(best.params)
     tie = leaders_tie(store.trials(name, "ok"))
+    over = _passed_over(store, name, best)
     if args.json:
         print(json.dumps({**_best_dict(best, name), "label": best_label, "noise": (best.extra or {}).get("noise"),
                           "tie": tie.as_dict() if tie else None,
+                          "preferred_over": {**_best_dict(over, name), "why": _passed_over_words(over, best)}
+                          if over else None,
                           "model": saved_correction(store, name).as_dict()}, indent=2, default=str))
         return 0
     out.print(f"study {name}: best trial {best.number}, {_speed(best)} ({best_label})", markup=False)
+    if over is not None:
+        out.print(_passed_over_words(over, best), markup=False)
     out.print(f"noise: {noise_words(best)}", markup=False)
     if tie is not None:
         out.print(tie.words(), markup=False)
@@ -215,8 +235,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                           memory_verdict=(row.predicted_memory or {}).get("verdict", ""),
                           label=Labeller(setup.stock)(row.params),
                           replayed=provenance(row.simulated, row.backend) == "replayed")
-        text = read_script(args.like).render_like(Candidate(**row.params), header=f"# {info.headline()}\n"
-                                                  "# autotune changed only the tuned keys of this script")
+        script = read_script(args.like)
+        values = tuned_values(Job.from_launch_script(script), Candidate(**row.params))
+        text = script.render_like(values, header=f"# {info.headline()}\n"
+                                  "# autotune changed only the tuned keys of this script")
     if args.output:
         Path(args.output).write_text(text)
         if args.format in ("sh", "ray"):
@@ -224,6 +246,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         err.print(f"wrote {args.output} (trial {row.number}{', SIMULATED' if row.simulated else ''})")
     else:
         sys.stdout.write(text)
+    over = _passed_over(store, name, row) if args.trial is None else None
+    if over is not None:
+        err.print(f"autotune: {_passed_over_words(over, row)}", markup=False)
+    warning = export_warning(row)
+    if warning:
+        err.print(f"autotune: WARNING: {warning}", markup=False)
     missing = [] if args.like else missing_keys(setup_from_row(store.get_study(name)).job)
     if missing:
         err.print(f"autotune: fill in {', '.join(missing)} before running it: the study's job does not set "

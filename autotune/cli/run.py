@@ -14,7 +14,6 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from autotune import stopping, units
-from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, _window, err, make_setup, out, parse_params
 from autotune.cli.results import _best_dict, _speed
 from autotune.executors import make_executor
@@ -54,7 +53,7 @@ def _split_items(text: str) -> list[str]:
 
 def _requested(setup: Setup, runner: Any, text: str) -> dict[str, Any]:
     """One --enqueue configuration as full parameters; a static rule or the runner refusing it is a CLIError."""
-    cand = Candidate.from_params(parse_params(_split_items(text), "--enqueue"), setup.base)
+    cand = setup.job.with_settings(parse_params(_split_items(text), "--enqueue"))
     ev = setup.evaluate(cand)
     why = "; ".join(str(v) for v in ev.violations) or runner.refuse(cand, setup.job)
     if why:

@@ -80,9 +80,11 @@ class Evaluation:
         if self.violations:
             return "constraint " + "; ".join(str(v) for v in self.violations)
         if self.memory is not None and not self.memory.fits:
-            return "predicted OOM: " + "; ".join(self.memory.reasons())
+            return PREDICTED_OOM + "; ".join(self.memory.reasons())
         return ""
 
+
+PREDICTED_OOM = "predicted OOM: "  # how a prune by the memory model begins (report.PRUNE_KINDS reads it)
 
 # What a study's objective measures:
 # - "step": a whole verl GRPO step (rollout, log-prob passes, update), tokens/s/GPU as verl's perf/throughput;
@@ -238,7 +240,8 @@ def _training_throughput(model: ModelArch, cluster: Cluster, job: Job, cand: Can
     share = seq / job.max_seq_len
     full = estimate_throughput(model, cluster, job, cand, mem, wl=Workload(share, share), eff=eff)
     update = dict(full.phases)["update_actor"]
-    return replace(full, phases=(("update_actor", update),))
+    # The Workload's shares of the caps only carry `seq` to the time model: they are not lengths to show.
+    return replace(full, phases=(("update_actor", update),), lengths=None, micro_batch_tokens=int(seq))
 
 
 def memory_record(model: ModelArch, cluster: Cluster, job: Job, ev: Evaluation, measure_step: int,

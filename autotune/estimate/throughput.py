@@ -109,6 +109,8 @@ class ThroughputEstimate:
     concurrency: float  # sequences decoded at once per rollout replica
     batching: BatchingPlan | None = None  # the micro-batches at the workload's lengths
     lengths: Lengths | None = None  # the lengths this estimate assumed (known ones, typical shares for the rest)
+    # The training-only objective: every micro-batch one sequence this long (no prompts and responses as such).
+    micro_batch_tokens: int | None = None
 
     @property
     def step_time(self) -> float:
@@ -125,11 +127,14 @@ class ThroughputEstimate:
             "step_time_s": round(self.step_time, 2),
             "phases_s": {k: round(v, 2) for k, v in self.phases},
             "rollout_concurrency": round(self.concurrency, 1),
-            **({"lengths": self.lengths_words()} if self.lengths else {}),
+            **({"lengths": self.lengths_words()} if self.lengths or self.micro_batch_tokens else {}),
         }
 
     def lengths_words(self) -> str:
         """The lengths the time model assumed, and whether each was known or a typical share of the job's caps."""
+        if self.micro_batch_tokens:
+            return (f"each micro-batch one sequence of {self.micro_batch_tokens} tokens (the token budget x CP, as "
+                    "the Megatron-core probes run it)")
         ln = self.lengths
         if ln is None:
             return ""
