@@ -29,7 +29,7 @@ from autotune.dashboard import data  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.runners.replay import ReplayRunner, ReplayTable  # noqa: E402
 from autotune.runners.simulate import SimulateRunner  # noqa: E402
-from autotune.store import Store, StudyRow, TrialRow  # noqa: E402
+from autotune.store import Store, StudyRow  # noqa: E402
 from autotune.study import Tuner  # noqa: E402
 from autotune.tuners import Registry  # noqa: E402
 from tests.conftest import REPO, make_setup  # noqa: E402
@@ -89,6 +89,15 @@ def test_a_replayed_study_is_badged_replayed_not_measured(client, db):
     assert "REPLAYED</strong>" in trial and ">measured<" not in trial
     sh = client.get(f"/study/{name}/export/sh").text
     assert f"REPLAYED {units.throughput(best.throughput)} tokens/s/GPU" in sh.splitlines()[1]
+
+
+def test_the_studies_list_badges_a_replayed_study_as_it_does_a_simulated_one(client, db):
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'<a href="/study/([^"]+)">.*?</a></td>(.*?)</tr>',
+                                                        client.get("/").text, re.S)}
+    assert '<span class="badge sim">REPLAYED</span>' in rows[db["replay"]]
+    assert '<span class="badge sim">SIMULATED</span>' in rows[SIM] and "REPLAYED" not in rows[SIM]
+    ov = {s["name"]: s for s in client.get("/api/studies").json()}
+    assert ov[db["replay"]]["provenance"] == "replayed" and ov[SIM]["provenance"] == "simulated"
 
 
 def test_best_json_of_a_replayed_study_is_not_measured(db, capsys):
