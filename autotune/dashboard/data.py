@@ -109,9 +109,9 @@ def version(store: Store, study: str) -> str:
     return liveness(store, study)["version"]
 
 
-# A tuner writes at least this often while it works (a trial's heartbeat, a launch claim, a pruned candidate): a
-# study written to more recently is being tuned even when no trial is running at this instant (a simulated trial
-# lasts milliseconds; proposing and ranking write nothing running).
+# Where no tuner ever registered on a study (tuners_at_work: an older autotune, an import), the writes tell: a tuner
+# writes at least this often while it works (a trial's heartbeat, a launch claim, a pruned candidate), so a study
+# written to more recently is taken as being tuned.
 ACTIVE_WITHIN_S = 90.0
 
 

@@ -536,8 +536,8 @@ async function poll() {
       await refreshFragments();
       drawVisible();
     }
-    // A tuner at work writes often even when no trial is running at this instant (proposing, pruning, a trial
-    // of milliseconds): "tuning" then, "idle" only when nothing has been written for a while.
+    // A tuner alive on the study (its registry row beats) is tuning even when no trial is running at this instant
+    // (proposing, pruning, a trial of milliseconds); once every tuner ended the study is idle at once.
     if (live.running) setLive(`live · ${live.running} running`, 'running');
     else if (live.active) setLive(`live · tuning (last write ${Math.round(live.last_write_s)} s ago)`, 'running');
     else setLive('live · idle', 'idle');
