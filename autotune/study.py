@@ -283,6 +283,7 @@ class Tuner:
         stop_reason = "reached --n-trials"
         inflight: dict[int, _Inflight] = {}
         fatal: str | None = None
+        submitted = 0  # this run's own launches: a resumed run that launches nothing must not claim the study's
 
         def collect(finished: list[Any]) -> str | None:  # record what the executor handed back; its fatal reason
             found = None
@@ -334,6 +335,7 @@ class Tuner:
                     inflight[row.number] = pending
                     stopping.check()
                     ex.submit(pending.spec, self.runner)
+                    submitted += 1
                 if not inflight and fatal is None:
                     break
                 with stopping.interruptible():  # a signal stops the running trials at once
@@ -358,8 +360,8 @@ class Tuner:
         self.plan.refresh()  # every tuner's launches, not only those this one saw: tuners of a study agree
         left = self.plan.left()
         stop_reason += f" ({left} runnable candidate{'s' if left != 1 else ''} of the space not launched)"
-        return {"study": self.study_name, "launched": self.launched_count(), "stopped": stop_reason,
-                "runnable_left": left, "model": self.setup.correction.summary()}
+        return {"study": self.study_name, "launched": self.launched_count(), "launched_this_run": submitted,
+                "stopped": stop_reason, "runnable_left": left, "model": self.setup.correction.summary()}
 
     def step(self) -> TrialRow:
         """One Optuna trial, synchronously: pruned before launch, or launched through the runner in this thread."""

@@ -10,9 +10,13 @@ set -euo pipefail
 PY=${PYTHON:-python3}
 PIP=("$PY" -m pip install --disable-pip-version-check)
 
-# 1. CPU torch: this machine kind ships the CPU wheel of torch 2.13.0 in pip's find-links (/opt/wheels).
+# 1. CPU torch, asked for by its local version (+cpu), which PyPI does not have: PyPI's Linux torch is the CUDA build,
+# with several GB of nvidia-* wheels. From pip's configured sources where they hold it (the test machines ship
+# torch-2.13.0+cpu in pip's find-links, /opt/wheels), else from PyTorch's own CPU index.
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
-    "${PIP[@]}" "torch==2.13.0"
+    "${PIP[@]}" "torch==2.13.0+cpu" 2>/dev/null \
+        || "${PIP[@]}" --index-url "$TORCH_CPU_INDEX" --extra-index-url https://pypi.org/simple "torch==2.13.0+cpu"
 fi
 "$PY" -c 'import torch; assert not torch.version.cuda or torch.version.cuda is None, "CUDA torch installed"' \
     || { echo "install-verl-cpu.sh: a CUDA build of torch is installed; this script wants the CPU build" >&2; exit 1; }

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The project's test command (README, .ci/run): a virtual environment with the test extras, the system pieces the
-# tests drive for real (PostgreSQL server, Debian's Chromium, verl 0.9.1 with CPU torch), then the whole suite.
+# The project's test command (README, .ci/run): a virtual environment of the tests' own with the test extras, the
+# system pieces the tests drive for real (PostgreSQL server, Debian's Chromium, verl 0.9.1 with CPU torch), then the
+# whole suite. The environment is .venv-test, not the .venv the README installs autotune into: the test extras,
+# verl and CPU torch stay out of the user's environment (TEST_VENV=... to put it elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m venv .venv
+VENV=${TEST_VENV:-.venv-test}
+python3 -m venv "$VENV"
 # shellcheck disable=SC1091
-. .venv/bin/activate
+. "$VENV/bin/activate"
 python -m pip install -q --upgrade pip
 python -m pip install -q -e '.[test]'
 

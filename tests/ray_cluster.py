@@ -34,6 +34,10 @@ def agent_ports() -> dict[str, int]:
 
 
 NODE_START_TRIES = 4
+# Ray gives a worker process 60 s from its start to register with its raylet, and fails the task past that ("worker
+# failed to register"): on a loaded 2-core machine a worker's start (Python importing Ray, a runtime_env's setup hook)
+# has taken longer. The cluster's workers get as long as the hang guard; a worker that dies still fails at once.
+SYSTEM_CONFIG = {"worker_register_timeout_seconds": int(HANG_GUARD_S)}
 
 
 @contextmanager
@@ -134,7 +138,7 @@ def ray_cluster(nodes: int = 2) -> Iterator[object]:
     c = Cluster()
     with _node_starts_for_this_machine():
         started(lambda: c.add_node(num_cpus=NODE_CPUS + 4, num_gpus=NODE_GPUS, include_dashboard=False,
-                                   **agent_ports()))
+                                   _system_config=SYSTEM_CONFIG, **agent_ports()))
     try:
         for _ in range(nodes - 1):
             add_node(c)

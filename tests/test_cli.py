@@ -133,3 +133,16 @@ def test_enqueue_that_breaks_a_static_rule_is_refused(capsys, db, tmp_path):
     assert code == 2 and "--enqueue tp=3: cannot run:" in err and "heads_per_tp" in err
     code, _, err = run(capsys, "status", "--storage", db)
     assert code == 2 and "no study" in err  # refused before anything was written
+
+
+def test_a_resumed_run_that_launches_nothing_says_so(capsys, db):
+    """The run's first line counts what this run launched; the study's total is said apart, not as this run's."""
+    args = ("run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "2")
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "2 trials launched (reached --n-trials" in out
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "0 trials launched this run (2 in the study; reached --n-trials" in out
+    assert "2 trials launched (" not in out
+    code, out, _ = run(capsys, *args[:-1], "3", "--json")
+    summary = json.loads(out)
+    assert code == 0 and summary["launched"] == 3 and summary["launched_this_run"] == 1

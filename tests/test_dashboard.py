@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -465,3 +466,27 @@ def test_pages_cannot_be_framed_by_another_site(client):
         csp = h["content-security-policy"]
         assert "script-src 'self' 'unsafe-eval' 'sha256-" in csp and "unsafe-inline'" not in csp.split(";")[1]
         assert h["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize("path", ["/", f"/study/{STUDY}", "/api/studies", "/assets/plotly.min.js"])
+def test_head_answers_as_get_without_the_body(client, path):
+    get, head = client.get(path), client.head(path)
+    assert get.status_code == head.status_code == 200 and head.content == b""
+    assert head.headers["content-type"] == get.headers["content-type"]
+    assert head.headers["x-frame-options"] == "DENY"
+    assert client.head("/no/such/page").status_code == 404
+
+
+def test_trial_page_writes_parameter_values_as_every_other_view(client, study):
+    """true/false/null as the space files, the CLI and the best card write them, never Python's True/False/None."""
+    _, tuner = study
+    row = next(t for t in tuner.store.trials(STUDY)
+               if t.launched and any(isinstance(v, bool) for v in t.params.values()))
+    cells = re.findall(r"<tr><td>(\w+)</td><td><code>([^<]*)</code>",
+                       client.get(f"/study/{STUDY}/trial/{row.number}").text)
+    shown = dict(cells)
+    assert shown and set(shown) == set(row.params)
+    for k, v in row.params.items():
+        assert shown[k] == units.yaml_value(v)
+    assert not {"True", "False", "None"} & set(shown.values())
+    assert {"true", "false"} & set(shown.values())

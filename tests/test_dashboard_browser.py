@@ -244,11 +244,16 @@ def test_running_study_page_updates(page, server):
     page.click("#trials thead th[data-key='number']")  # sorted by number: a second click puts the latest first
     page.wait_for_selector(f"#trials tbody tr[data-number='{newest}']", timeout=5_000)
     page.wait_for_function(f"document.getElementById('counts').textContent.includes('{after}')", timeout=10_000)
-    # nothing running at this instant, but a tuner just wrote: not "idle"
+    # nothing running at this instant: "tuning" while a tuner is registered and alive, "idle" once it ended
     tuner.store.update_trial(next(r.id for r in tuner.store.running(STUDY)), status="interrupted",
                              finished_at=utcnow())
-    page.wait_for_function("document.getElementById('live').textContent.includes('tuning (last write')",
-                           timeout=20_000)
+    tuner.registry.register(STUDY)
+    try:
+        page.wait_for_function("document.getElementById('live').textContent.includes('tuning (last write')",
+                               timeout=20_000)
+    finally:
+        tuner.registry.deregister()
+    page.wait_for_function("document.getElementById('live').textContent.includes('idle')", timeout=20_000)
     assert page.errors == []
 
 
@@ -379,3 +384,35 @@ def test_parallel_coordinate_labels_do_not_overlap(page, server):
     assert min(y for q in quads for _, y in q["q"]) >= top
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator("#parallel").screenshot(path=str(ARTIFACTS / "dashboard_parallel.png"))
+
+
+def _tick_texts(page, selector: str) -> list[str]:
+    return page.evaluate("sel => [...document.querySelectorAll(sel)].map(t => t.textContent)", selector)
+
+
+def test_integer_axes_have_integer_ticks(page, server):
+    """Integer knobs (tp, pp, ...) and trial numbers are ticked at whole numbers, never 2.5."""
+    base, tuner = server
+    open_study(page, base)
+    show(page, "plot-slice")
+    varying = page.evaluate("[...document.querySelectorAll('#slice-param option')].map(o => o.value)")
+    ints = [p for p in ("tp", "pp", "rollout_tp", "vpp", "cp") if p in varying]
+    assert ints, varying
+    seen = {}
+    for p in ints:
+        page.select_option("#slice-param", p)
+        show(page, "plot-slice")
+        page.wait_for_function("p => document.getElementById('plot-slice').layout.xaxis.title.text === p", arg=p)
+        seen[f"slice {p}"] = _tick_texts(page, "#plot-slice .xtick text")
+    for div, axis in (("plot-history", "xtick"), ("plot-memory", "xtick"), ("plot-timeline", "ytick")):
+        show(page, div)
+        seen[div] = _tick_texts(page, f"#{div} .{axis} text")
+    show(page, "plot-parallel")
+    dims = page.evaluate("document.getElementById('plot-parallel').data[0].dimensions.map(d => d.label)")
+    for p in (p for p in ints if p in dims):
+        seen[f"parallel {p}"] = page.evaluate("""p => {
+            const ax = [...document.querySelectorAll('#plot-parallel .y-axis')].find(a => a.__data__?.label === p);
+            return ax ? [...ax.querySelectorAll('.tick text')].map(t => t.textContent) : null }""", p)
+    assert all(seen.values()), seen
+    bad = {k: v for k, v in seen.items() if not all(t.isdigit() or t == "null" for t in v)}
+    assert bad == {}, f"ticks that are not whole numbers: {bad}"

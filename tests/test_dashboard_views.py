@@ -29,8 +29,9 @@ from autotune.dashboard import data  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.runners.replay import ReplayRunner, ReplayTable  # noqa: E402
 from autotune.runners.simulate import SimulateRunner  # noqa: E402
-from autotune.store import Store, StudyRow, TrialRow  # noqa: E402
+from autotune.store import Store, StudyRow  # noqa: E402
 from autotune.study import Tuner  # noqa: E402
+from autotune.tuners import Registry  # noqa: E402
 from tests.conftest import REPO, make_setup  # noqa: E402
 from tests.conftest import cli_run as run  # noqa: E402
 
@@ -88,6 +89,15 @@ def test_a_replayed_study_is_badged_replayed_not_measured(client, db):
     assert "REPLAYED</strong>" in trial and ">measured<" not in trial
     sh = client.get(f"/study/{name}/export/sh").text
     assert f"REPLAYED {units.throughput(best.throughput)} tokens/s/GPU" in sh.splitlines()[1]
+
+
+def test_the_studies_list_badges_a_replayed_study_as_it_does_a_simulated_one(client, db):
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'<a href="/study/([^"]+)">.*?</a></td>(.*?)</tr>',
+                                                        client.get("/").text, re.S)}
+    assert '<span class="badge sim">REPLAYED</span>' in rows[db["replay"]]
+    assert '<span class="badge sim">SIMULATED</span>' in rows[SIM] and "REPLAYED" not in rows[SIM]
+    ov = {s["name"]: s for s in client.get("/api/studies").json()}
+    assert ov[db["replay"]]["provenance"] == "replayed" and ov[SIM]["provenance"] == "simulated"
 
 
 def test_best_json_of_a_replayed_study_is_not_measured(db, capsys):
@@ -161,19 +171,33 @@ def test_a_trial_closed_by_recovery_reads_as_the_cli_says(client, db, capsys):
     assert code == 2 and "no configuration" in err
 
 
-def test_live_says_tuning_while_a_tuner_writes_and_idle_after(client, db):
+def test_live_says_tuning_while_a_tuner_is_alive_and_idle_once_it_ended(client, db):
+    """"live · tuning" follows the tuners' registry: a study whose tuners all ended is idle at once, however recently
+    they wrote; a registered tuner makes it tuning even before it writes a trial."""
     store = Store(db["url"])
-    store.touch_study(SIM)  # a tuner starting (or claiming a launch) writes the study row
+    store.touch_study(SIM)  # written just now, by tuners that have all stopped since
     live = client.get(f"/api/study/{SIM}/version").json()
-    assert live["running"] == 0 and live["active"] is True and live["last_write_s"] < data.ACTIVE_WITHIN_S
+    assert live["running"] == 0 and live["last_write_s"] < data.ACTIVE_WITHIN_S and live["active"] is False
     assert live["version"] == data.version(store, SIM)
+    registry = Registry(store)
+    registry.register(SIM)
+    try:
+        assert client.get(f"/api/study/{SIM}/version").json()["active"] is True
+    finally:
+        registry.deregister()
+    assert client.get(f"/api/study/{SIM}/version").json()["active"] is False
+
+
+def test_live_without_a_registered_tuner_falls_back_to_recent_writes(tmp_path):
+    """A database no registered tuner wrote (an older autotune, `autotune import`): recent writes say tuning."""
+    store = Store(f"sqlite:///{tmp_path / 'old.db'}")
+    Tuner(make_setup(), SimulateRunner(), store.url, "old")  # its study row; it never ran, so never registered
+    store.touch_study("old")
+    assert data.liveness(store, "old")["active"] is True
     old = dt.datetime(2020, 1, 1)
     with store.session() as s:
-        s.execute(update(TrialRow).where(TrialRow.study == SIM).values(
-            started_at=old, heartbeat_at=old, finished_at=old))
-        s.execute(update(StudyRow).where(StudyRow.name == SIM).values(updated_at=old))
-    live = client.get(f"/api/study/{SIM}/version").json()
-    assert live["active"] is False and live["running"] == 0
+        s.execute(update(StudyRow).where(StudyRow.name == "old").values(updated_at=old))
+    assert data.liveness(store, "old")["active"] is False
 
 
 def test_reference_names_and_numbers_match_the_cli(client, db, capsys):

@@ -219,7 +219,7 @@ def test_the_shim_reaches_verls_ray_workers_through_the_setup_hook(tmp_path: Pat
     import sys
 
     from autotune import verl_shims
-    from tests.ray_cluster import ray_cluster
+    from tests.ray_cluster import SYSTEM_CONFIG, ray_cluster
     from tests.stub_stack import ENUMS, GPT_MODEL, MBRIDGE_UTIL, ROOT
 
     root = tmp_path / "pkgs"
@@ -240,12 +240,15 @@ if hook:
 ray.init(address=sys.argv[2], log_to_driver=False, runtime_env=env)
 @ray.remote
 def build():
+    from ray._raylet import Config
     try:
         import mbridge.core.util as u
-        return repr(u.IS_ENC_DEC)
+        return repr(u.IS_ENC_DEC), Config.worker_register_timeout_seconds()
     except AttributeError as e:
-        return "AttributeError: " + str(e)
-print("RESULT", ray.get(build.remote()), flush=True)
+        return "AttributeError: " + str(e), Config.worker_register_timeout_seconds()
+result, register_s = ray.get(build.remote())
+print("RESULT", result, flush=True)
+print("REGISTER", register_s, flush=True)
 ray.shutdown()
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -256,6 +259,8 @@ ray.shutdown()
             proc = subprocess.run([sys.executable, "-c", script, hook, cluster.address], env=env,
                                   capture_output=True, text=True, timeout=300)
             assert want in proc.stdout, proc.stdout + proc.stderr[-2000:]
+            # the worker had the cluster's patience: Ray's 60 s to register failed it on a loaded machine
+            assert f"REGISTER {SYSTEM_CONFIG['worker_register_timeout_seconds']}" in proc.stdout, proc.stdout
 
 
 def test_trials_and_the_doctor_find_torchs_cudnn_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -206,3 +206,74 @@ def test_doctor_on_a_machine_without_the_gpu_stack_says_what_to_fix(tmp_path):
     assert fixes and all(":" in ln for ln in fixes)
     assert any(ln.startswith("FIX   cuda: torch sees no CUDA GPU") for ln in fixes)
     assert "NOT READY" in r.stdout and "head size 128" in r.stdout
+
+
+def _section(title: str) -> str:
+    """The README's text under a `## title` heading, up to the next one."""
+    return re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.M | re.S).group(1)
+
+
+def test_the_tests_have_an_environment_of_their_own():
+    """The test command's extras, verl and CPU torch go to .venv-test, never the .venv the README installs into."""
+    script = (REPO / "scripts" / "test.sh").read_text()
+    venv = re.search(r"^VENV=\$\{TEST_VENV:-([^}]+)\}$", script, re.M).group(1)
+    assert venv == ".venv-test" and 'python3 -m venv "$VENV"' in script and '. "$VENV/bin/activate"' in script
+    code = "\n".join(ln for ln in script.splitlines() if not ln.lstrip().startswith("#"))
+    assert not re.search(r"\.venv\b(?!-)", code)
+    first = next(body for lang, body in blocks(README) if lang == "bash" and "venv" in body)
+    assert "python3 -m venv .venv " in first and venv not in first
+    assert f"`{venv}`" in README and "`TEST_VENV=DIR`" in README
+    assert "bash scripts/test.sh" in (REPO / ".ci" / "run").read_text()
+    assert f"{venv}/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def test_the_test_command_says_where_cpu_torch_comes_from():
+    """Not PyPI's Linux torch (the CUDA build): the local +cpu version, from pip's sources or PyTorch's CPU index."""
+    script = (REPO / "scripts" / "install-verl-cpu.sh").read_text()
+    want = re.search(r'"(torch==[\d.]+\+cpu)"', script).group(1)
+    index = re.search(r"TORCH_CPU_INDEX=\$\{TORCH_CPU_INDEX:-(\S+)\}", script).group(1)
+    assert script.count(f'"{want}"') == 2 and '--index-url "$TORCH_CPU_INDEX"' in script
+    assert f"`{want}`" in README and f"`{index}`" in README and "CUDA build" in README
+
+
+@pytest.mark.parametrize("section, extra", [("Dashboard", "dashboard"), ("Where the time goes", "profile")])
+def test_optional_features_name_their_extra(section, extra):
+    """The install line each section gives is an extra pyproject.toml has, the one the command asks for when missing."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    line = f"pip install -e '.[{extra}]'"
+    assert extra in extras and line in _section(section)
+    cli = {"dashboard": "results.py", "profile": "profile.py"}[extra]
+    assert line in (REPO / "autotune" / "cli" / cli).read_text()
+
+
+def test_the_ray_section_says_what_token_authentication_needs(monkeypatch):
+    """`ray start --head` under Ray 2.60 may require tokens: the README says what a worker then needs, in the words of
+    autotune's own refusal (the refusal is made here against a GCS that answers UNAUTHENTICATED)."""
+    grpc = pytest.importorskip("grpc")
+    from ray.core.generated import gcs_service_pb2_grpc
+
+    from autotune.executors import ray as ray_executor
+
+    class Refused(grpc.RpcError):
+        def code(self):
+            return grpc.StatusCode.UNAUTHENTICATED
+
+    class Stub:
+        def __init__(self, channel):
+            pass
+
+        def GetClusterId(self, *a, **kw):  # noqa: N802 - the gRPC method's name
+            raise Refused()
+
+    monkeypatch.setattr(gcs_service_pb2_grpc, "NodeInfoGcsServiceStub", Stub)
+    for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")
+    said = ray_executor._auth_refused("127.0.0.1:1", timeout_s=0.1)
+    ray_text = " ".join(_section("Tuning on a Ray cluster").split())
+    assert "ray start --head" in ray_text and "RAY_AUTH_MODE=token" in ray_text and "RAY_AUTH_MODE=disabled" in ray_text
+    quoted = re.search(r"`(authentication failed: [^`]+)`", ray_text).group(1)
+    for piece in quoted.split(" ... "):
+        assert piece in said, (piece, said)

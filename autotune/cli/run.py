@@ -150,8 +150,7 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
         return 0
-    out.print(f"{report.launched} trials launched ({summary['stopped']}); "
-              f"{counts['pruned']} candidates pruned before launch this run.")
+    out.print(f"{_launched_line(summary)}; {counts['pruned']} candidates pruned before launch this run.")
     if best:
         out.print(f"best: trial {best.number}, {_speed(best)} ({report.best_label})")
         if (best.predicted_memory or {}).get("verdict"):
@@ -166,6 +165,14 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
         out.print(f"next: autotune export --study {tuner.study_name} --storage {safe_url(args.storage)} --format sh "
                   "-o job.sh")
     return 0
+
+
+def _launched_line(summary: dict[str, Any]) -> str:
+    """What this run launched, and the study's total apart when they differ (a resumed run may launch nothing)."""
+    here, total = summary["launched_this_run"], summary["launched"]
+    if here == total:
+        return f"{total} trials launched ({summary['stopped']})"
+    return f"{here} trial{'s' if here != 1 else ''} launched this run ({total} in the study; {summary['stopped']})"
 
 
 def _live_line(tuner: Tuner, bar: RunProgress, labels: Labeller, args: argparse.Namespace) -> None:

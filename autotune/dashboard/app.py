@@ -58,6 +58,28 @@ def content_security_policy(template_dir: Path) -> str:
             "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; object-src 'none'; base-uri 'none'; "
             "form-action 'self'; frame-ancestors 'none'")
 EXPORT_EXT = {"sh": "sh", "yaml": "yaml", "json": "json", "ray": "ray.sh"}
+
+
+class HeadAsGet:
+    """HEAD answers as GET does, headers and status alike, without the body: HTTP asks it of every GET resource
+    (monitors and `curl -I` use it), and FastAPI's GET routes answer HEAD with 405."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body"):
+                    return
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
 EXPORT_MEDIA = {"sh": "text/x-shellscript", "yaml": "application/yaml", "json": "application/json",
                 "ray": "text/x-shellscript"}
 
@@ -125,6 +147,7 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
     store = store or Store(storage_url)
     allowed_hosts = own_host_names(hosts)
     app = FastAPI(title="autotune dashboard", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(HeadAsGet)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["q"] = quote
     templates.env.filters["fmt"] = fmt

@@ -18,11 +18,13 @@ import re
 from typing import Any
 
 from sqlalchemy import case, func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from autotune import units
 from autotune.candidate import Candidate
 from autotune.labels import label, study_reference
-from autotune.store import Store, StudyRow, TrialRow
+from autotune.store import Store, StoreError, StudyRow, TrialRow
+from autotune.tuners import GRACE_PERIOD_S, TunerRow
 
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
 LAUNCHED_FAILURES = ("oom", "failed", "timeout", "config_error")
@@ -107,9 +109,9 @@ def version(store: Store, study: str) -> str:
     return liveness(store, study)["version"]
 
 
-# A tuner writes at least this often while it works (a trial's heartbeat, a launch claim, a pruned candidate): a
-# study written to more recently is being tuned even when no trial is running at this instant (a simulated trial
-# lasts milliseconds; proposing and ranking write nothing running).
+# Where no tuner ever registered on a study (tuners_at_work: an older autotune, an import), the writes tell: a tuner
+# writes at least this often while it works (a trial's heartbeat, a launch claim, a pruned candidate), so a study
+# written to more recently is taken as being tuned.
 ACTIVE_WITHIN_S = 90.0
 
 
@@ -126,9 +128,26 @@ def liveness(store: Store, study: str) -> dict[str, Any]:
         touched = s.scalar(select(StudyRow.updated_at).where(StudyRow.name == study))
     wrote = max((x for x in (last, started, beat, touched) if x is not None), default=None)
     ago = (dt.datetime.now(dt.UTC).replace(tzinfo=None) - wrote).total_seconds() if wrote else None
+    tuning = tuners_at_work(store, study)
     return {"version": f"{n}-{running or 0}-{ok or 0}-{max_id or 0}-{_iso(last) or ''}",
             "running": int(running or 0), "last_write_s": None if ago is None else round(max(ago, 0.0), 1),
-            "active": ago is not None and ago < ACTIVE_WITHIN_S}
+            "active": (ago is not None and ago < ACTIVE_WITHIN_S) if tuning is None else tuning}
+
+
+def tuners_at_work(store: Store, study: str) -> bool | None:
+    """Whether a tuner registered on the study is alive (not stopped, beating within the grace period); None when
+    none ever registered (an older autotune, an import), where only the writes can tell. A study whose tuners all
+    ended is not being tuned, however recently they wrote."""
+    try:
+        with store.session() as s:
+            now = s.scalar(select(func.now()))  # the clock the beats are stamped in (autotune.tuners)
+            rows = s.execute(select(TunerRow.heartbeat_at, TunerRow.stopped_at).where(TunerRow.study == study)).all()
+    except (StoreError, SQLAlchemyError):  # no registry table: nothing ever tuned this database with one
+        return None
+    if not rows:
+        return None
+    now = now.replace(tzinfo=None) if isinstance(now, dt.datetime) else now
+    return any(stopped is None and (now - beat).total_seconds() < GRACE_PERIOD_S for beat, stopped in rows)
 
 
 

@@ -11,6 +11,7 @@ from sqlalchemy import case, func, select
 
 from autotune.candidate import STOCK_NAME
 from autotune.dashboard.data import INTERRUPTED, LAUNCHED_FAILURES, _iso, _r, layout, reference
+from autotune.labels import provenance
 from autotune.noise import leaders_tie, noise_words
 from autotune.store import Store, StudyRow, TrialRow
 from autotune.timeline import study_time
@@ -43,6 +44,7 @@ def studies_overview(store: Store) -> list[dict[str, Any]]:
         out.append({
             "name": st.name, "model": st.model_name, "cluster": cluster_text(st.cluster),
             "job": st.job_source or "default job", "backend": st.backend, "simulated": bool(st.simulated),
+            "provenance": provenance(bool(st.simulated), st.backend),  # the badge: SIMULATED, REPLAYED or none
             "trials": n or 0, "launched": launched or 0, "ok": ok or 0, "running": running or 0,
             "failed": failed or 0, "pruned": pruned or 0, "best": best, "last_update": _iso(last),
             "created": _iso(st.created_at),

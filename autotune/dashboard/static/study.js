@@ -118,7 +118,8 @@ function drawHistory(h) {
   const classes = Object.values(h.bad).flatMap(g => g.y);
   const widest = classes.reduce((m, c) => Math.max(m, c.length), 0);
   plot('plot-history', traces, {
-    height: 460, xaxis: {title: {text: 'trial'}, anchor: 'y2'}, margin: {l: Math.max(60, 24 + 6.5 * widest), r: 20, t: 30, b: 45},
+    height: 460, xaxis: Object.assign({title: {text: 'trial'}, anchor: 'y2'}, intAxis(traces.flatMap(t => t.x))),
+    margin: {l: Math.max(60, 24 + 6.5 * widest), r: 20, t: 30, b: 45},
     yaxis: {title: {text: 'tokens/s/GPU' + simTag()}, domain: [0.34, 1]},
     yaxis2: {domain: [0, 0.26], type: 'category', title: {text: 'no number', standoff: 4}},
   });
@@ -186,7 +187,8 @@ function drawMemory() {
       font: {color: '#6b7280'}});
   }
   if (!T.number.length) return noData('plot-memory', 'No trial yet');
-  plot('plot-memory', traces, {height: 380, shapes, annotations, xaxis: {title: {text: 'trial'}},
+  plot('plot-memory', traces, {height: 380, shapes, annotations,
+    xaxis: Object.assign({title: {text: 'trial'}}, intAxis(traces.flatMap(t => t.x))),
     yaxis: {title: {text: 'peak GiB per GPU'}, rangemode: 'tozero'}});
 }
 
@@ -200,10 +202,29 @@ function drawHeat(id, h) {  // its title is the HTML caption above it, where Plo
     yaxis: {type: 'category', title: {text: h.yname}, automargin: true}});
 }
 
+// Whole-number values (tp, pp, a token budget, trial numbers) get whole-number ticks: Plotly's own fall on 1.5 or
+// 2.5 over a short range. A few values: those values; more: Plotly's steps, whole over a range that wide.
+const FEW_TICKS = 12;
+
+function intTickvals(vals) {
+  const nums = vals.filter(v => v !== null && v !== undefined);
+  if (!nums.length || !nums.every(v => Number.isInteger(v))) return null;
+  const uniq = [...new Set(nums)].sort((a, b) => a - b);
+  return uniq.length <= FEW_TICKS ? uniq : null;
+}
+
+function intAxis(vals) {  // the layout of a cartesian axis over these values
+  const ticks = intTickvals(vals);
+  return ticks ? {tickmode: 'array', tickvals: ticks} : {};
+}
+
 function catValues(vals) {
   // values -> numbers for axes; categorical (strings, booleans, null) get an index and tick labels
   const numeric = vals.every(v => typeof v === 'number');
-  if (numeric) return {values: vals};
+  if (numeric) {
+    const ticks = intTickvals(vals);
+    return ticks ? {values: vals, tickvals: ticks, ticktext: ticks.map(String)} : {values: vals};
+  }
   const uniq = [...new Set(vals.map(v => String(v)))].sort();
   const pos = new Map(uniq.map((u, k) => [u, k]));
   return {values: vals.map(v => pos.get(String(v))), tickvals: uniq.map((_, k) => k), ticktext: uniq};
@@ -264,7 +285,7 @@ function drawSlice() {
     y: ok.map(i => T.throughput[i]), marker: {color: ok.map(i => T.number[i]), colorscale: 'Blues', showscale: true,
       colorbar: {title: {text: 'trial'}}, size: 8, line: {width: 0.5, color: '#333'}},
     text: ok.map(i => `#${T.number[i]} ` + esc(D.layouts[T.layout[i]])), hovertemplate: '%{text}<br>%{y:.1f}<extra></extra>'}],
-  {height: 360, xaxis: {title: {text: p}, type: numeric ? '-' : 'category'},
+  {height: 360, xaxis: Object.assign({title: {text: p}, type: numeric ? '-' : 'category'}, numeric ? intAxis(xs) : {}),
     yaxis: {title: {text: 'tokens/s/GPU' + simTag()}}});
 }
 
@@ -287,7 +308,7 @@ function drawTimeline() {
     hovertemplate: `trial %{y} (${st})<br>%{x}<extra></extra>`,
   }));
   plot('plot-timeline', traces, {height: 360, xaxis: {type: 'date', title: {text: 'time (UTC)'}},
-    yaxis: {title: {text: 'trial'}}});
+    yaxis: Object.assign({title: {text: 'trial'}}, intAxis(T.number))});
 }
 
 function drawFailures() {
@@ -515,8 +536,8 @@ async function poll() {
       await refreshFragments();
       drawVisible();
     }
-    // A tuner at work writes often even when no trial is running at this instant (proposing, pruning, a trial
-    // of milliseconds): "tuning" then, "idle" only when nothing has been written for a while.
+    // A tuner alive on the study (its registry row beats) is tuning even when no trial is running at this instant
+    // (proposing, pruning, a trial of milliseconds); once every tuner ended the study is idle at once.
     if (live.running) setLive(`live · ${live.running} running`, 'running');
     else if (live.active) setLive(`live · tuning (last write ${Math.round(live.last_write_s)} s ago)`, 'running');
     else setLive('live · idle', 'idle');
