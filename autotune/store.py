@@ -186,8 +186,34 @@ class Store:
             retry_schema_race(lambda: Base.metadata.create_all(self.engine))
             retry_schema_race(lambda: _add_new_columns(self.engine))
         except (SQLAlchemyError, ImportError, ValueError) as e:  # unreachable, no driver, a malformed URL
+            from autotune.store_access import unreachable_message
+
             raise StoreError(unreachable_message(url, e)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def peek(cls, url: str) -> Store:
+        """The database as it is, creating nothing: where it has no file or no autotune tables yet, an empty
+        in-memory store (a run refused before its study exists must leave no database behind)."""
+        from sqlalchemy import inspect
+
+        from autotune.store_access import database_absent, unreachable_message
+
+        if not database_absent(url):
+            try:
+                kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+                engine = create_engine(url, pool_pre_ping=True, **kwargs)
+                if inspect(engine).has_table(StudyRow.__tablename__):
+                    return cls(url, engine)
+                engine.dispose()
+            except (SQLAlchemyError, ImportError, ValueError) as e:
+                raise StoreError(unreachable_message(url, e)) from None
+        return cls("sqlite://")
+
+    @property
+    def in_memory(self) -> bool:
+        """A peek at a database that does not exist yet (Store.peek)."""
+        return self.url == "sqlite://"
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -493,43 +519,3 @@ def safe_url(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
         return re.sub(r"^([^:/?#]+://[^:/@?#]*):[^@/]*@", r"\1:***@", url)
-
-
-def unreachable_message(url: str, err: Exception) -> str:
-    first = str(err).splitlines()[0] if str(err) else type(err).__name__
-    first = first.replace(url, safe_url(url))  # SQLAlchemy repeats an unparsable URL whole
-    missing = _missing_driver(url, err)
-    if missing:
-        return missing
-    if url.startswith("sqlite"):  # a file, no server: say what can be wrong with a file
-        return (f"cannot open the study database {safe_url(url)}: {first}. Check the path: its directory must exist "
-                "and be writable, and the file must be a SQLite database (`autotune run` creates one)")
-    return (
-        f"cannot open the study database {safe_url(url)}: {first}. "
-        "Check that the server is running and the URL, user and password are right, or use a local file: "
-        "--storage sqlite:///trials/autotune.db"
-    )
-
-
-# SQLAlchemy's PostgreSQL drivers and what installs each.
-_DRIVERS = {"psycopg": "pip install -e '.[postgres]' (psycopg 3)", "psycopg2": "pip install psycopg2-binary",
-            "asyncpg": "pip install asyncpg", "pg8000": "pip install pg8000"}
-
-
-def _missing_driver(url: str, err: BaseException) -> str | None:
-    """One line naming the database driver the URL asks for and how to install it, when it is not installed."""
-    chain, e = [], err
-    while e is not None and len(chain) < 5:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    if not any(isinstance(x, ImportError) or "Failed to import DB access module" in str(x) for x in chain):
-        return None
-    scheme = url.split("://", 1)[0]
-    dialect, _, driver = scheme.partition("+")
-    if dialect.startswith("postgres"):
-        driver = driver or "psycopg2"  # SQLAlchemy's default for postgresql://
-        how = _DRIVERS.get(driver, f"pip install {driver}")
-        alt = "" if driver == "psycopg" else "; or use postgresql+psycopg://... with pip install -e '.[postgres]'"
-        return (f"cannot open the study database {safe_url(url)}: its driver {driver} is not installed: {how}{alt}")
-    return (f"cannot open the study database {safe_url(url)}: the driver for {scheme}:// is not installed "
-            f"({type(chain[-1]).__name__}: {chain[-1]})")

@@ -170,11 +170,29 @@ def test_the_runner_refuses_a_bad_node_before_launching(tmp_path: Path) -> None:
     runner = fake_runner({**env_for(rec, FAKE_VERL_MODE="ok"), "PYTHONPATH": stack_env(root)["PYTHONPATH"]},
                          doctor=True)
     setup = make_setup()
-    with pytest.raises(RunnerFatal, match=r"cannot run a verl trial.*FIX   vllm: not installed"):
+    with pytest.raises(RunnerFatal, match=r"(?s)cannot run a verl trial.*\n  FIX   vllm: not installed"):
         runner.run(make_spec(setup, tmp_path, number=0))
     with pytest.raises(RunnerFatal):  # and keeps refusing, without checking again
         runner.run(make_spec(setup, tmp_path, number=1))
     assert launches(rec) == []
+
+
+def test_run_refuses_a_bad_node_before_recording_anything_one_line_per_fix(tmp_path, capsys, monkeypatch) -> None:
+    """Issue 25 item 6: `autotune run --backend verl` on a node the doctor refuses exits 2 with one line per fix,
+    before any trial is recorded (no database is created)."""
+    root = write_stack(tmp_path / "stack", versions={"vllm": None, "mbridge": None}, cuda=False)
+    for k, v in stack_env(root).items():
+        monkeypatch.setenv(k, v)
+    db = tmp_path / "v.db"
+    code, out, err = cli_run(capsys, "run", "--model", "qwen2.5-0.5b", "--backend", "verl", "--storage",
+                             f"sqlite:///{db}", "--workdir", str(tmp_path / "w"), "--n-trials", "1")
+    lines = err.strip().splitlines()
+    assert code == 2, (out, err)
+    assert lines[0] == "autotune: error: this node cannot run a verl trial; `autotune doctor` says what to fix:"
+    fixes = lines[1:]
+    assert any("vllm: not installed" in ln for ln in fixes) and any("mbridge: not installed" in ln for ln in fixes)
+    assert all(ln.startswith("  FIX   ") and len(ln) < 300 for ln in fixes), fixes
+    assert not db.exists() and "#0" not in out
 
 
 def test_the_runner_adds_the_doctors_defaults_the_job_leaves_open(tmp_path: Path) -> None:
