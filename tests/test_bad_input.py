@@ -274,3 +274,26 @@ def test_a_refused_run_leaves_no_database_behind(capsys, tmp_path, argv, expecte
                              str(tmp_path / "w"))
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
     assert not db.exists() and not db.parent.exists()
+
+
+# Issue 25 item 8: a PostgreSQL URL without its driver names the extra that installs it --------------------------
+@pytest.mark.parametrize("url, expected", [
+    ("postgresql://u:secret@127.0.0.1:5432/db", "its driver psycopg is not installed: pip install "
+     "'autotune[postgres]' (psycopg 3)"),  # SQLAlchemy 2.1's default driver for postgresql://
+    ("postgresql+psycopg://u@127.0.0.1:5432/db", "its driver psycopg is not installed: pip install "
+     "'autotune[postgres]' (psycopg 3)"),
+    ("postgresql+psycopg2://u@127.0.0.1:5432/db", "its driver psycopg2 is not installed: pip install psycopg2-binary; "
+     "or use postgresql+psycopg://... with pip install 'autotune[postgres]'"),
+])
+@pytest.mark.parametrize("command", ["status", "run"])
+def test_a_postgres_url_without_its_driver_names_the_extra(capsys, monkeypatch, tmp_path, url, expected, command):
+    import sqlalchemy
+
+    if url.startswith("postgresql://") and tuple(map(int, sqlalchemy.__version__.split(".")[:2])) < (2, 1):
+        pytest.skip("SQLAlchemy before 2.1 takes psycopg2 for postgresql://")
+    for module in ("psycopg", "psycopg2"):
+        monkeypatch.setitem(__import__("sys").modules, module, None)  # as where the driver is not installed
+    extra = ["--model", "qwen2.5-0.5b", "--workdir", str(tmp_path)] if command == "run" else []
+    code, out, err = cli_run(capsys, command, "--storage", url, *extra)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
+    assert "secret" not in err and "-e '.[postgres]'" not in err
