@@ -145,6 +145,42 @@ def test_a_crashing_import_is_named(tmp_path: Path) -> None:
     assert "died with exit code 134 (Fatal Python error: Aborted)" in fixes(d)["probe"]
 
 
+def test_a_node_without_torch_or_nvml_says_no_gpu_here_first_and_torch_once() -> None:
+    """Issue 25 item 22: on a CPU machine the first line says there is no GPU; torch missing is one fix, not two."""
+    versions = {**verl.GPU_STACK, "torch": None, "vllm": None}
+    d = diagnose([{"check": "python", "ok": True, "version": "3.12.3"},
+                  {"check": "versions", "ok": True, "versions": versions},
+                  {"check": "nvml", "ok": False, "error": "pynvml.NVMLError_LibraryNotFound: NVML Shared Library "
+                                                          "Not Found"},
+                  {"check": "torch", "ok": False, "error": "ModuleNotFoundError: No module named 'torch'"},
+                  {"check": "transformer_engine", "ok": False, "error": "ModuleNotFoundError: No module named "
+                                                                        "'torch'"},
+                  {"check": "done", "ok": True}])
+    problems = d.problems()
+    assert problems[0].startswith("FIX   gpus: no GPU here (NVML: pynvml.NVMLError_LibraryNotFound") and \
+        "torch does not import" in problems[0], problems
+    assert d.lines()[0] == problems[0]
+    torch_fixes = [p for p in problems if p.split()[1] == "torch:"]
+    assert len(torch_fixes) == 1 and "not installed" in torch_fixes[0] and "CUDA torch 2.11.0" in torch_fixes[0]
+    assert not any(p.split()[1] in ("nvml:", "cuda:") for p in problems)
+
+
+def test_a_cpu_torch_without_nvml_is_no_gpu_here(tmp_path: Path) -> None:
+    d = doctor(tmp_path, cuda=False, nvml_init="raise RuntimeError('NVML Shared Library Not Found')")
+    assert d.problems()[0].startswith("FIX   gpus: no GPU here (NVML: RuntimeError: NVML Shared Library Not Found; "
+                                      "torch 2.11.0+cu130 sees no CUDA GPU)"), d.problems()
+    assert "cuda" not in fixes(d)
+
+
+def test_the_fixes_name_the_constraints_file_this_install_has(tmp_path: Path, monkeypatch) -> None:
+    """A checkout names its own constraints/ (relative from its top, absolute elsewhere); the file exists."""
+    from autotune import doctor as doc
+
+    monkeypatch.chdir(tmp_path)
+    path = doc.constraints_path()
+    assert path.is_file() and str(path) in doc.install() and str(path) in doc.install_te_torch()
+
+
 def test_old_python_is_refused() -> None:
     d = diagnose([{"check": "python", "ok": True, "version": "3.9.18"}, {"check": "done", "ok": True}])
     assert not d.ok and "needs Python 3.10+" in fixes(d)["python"]
