@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
 from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
 
-from autotune.store import StoreError, safe_url
+from autotune.store import StoreError, retry_schema_race, safe_url
 
 # The pyproject extra that installs autotune's PostgreSQL driver (psycopg 3).
 POSTGRES_EXTRA = "pip install 'autotune[postgres]'"
@@ -39,6 +40,18 @@ def database_absent(url: str) -> bool:
     """The URL names a SQLite file that does not exist yet: opening it would create it."""
     path = sqlite_file(url)
     return path is not None and not path.exists()
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's storage over the URL (its tables made where missing); StoreError in one line when it cannot be."""
+    try:
+        path = sqlite_file(url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        engine_kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+        return retry_schema_race(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs))
+    except Exception as e:  # OSError, sqlalchemy OperationalError / ArgumentError, a missing driver...
+        raise StoreError(unreachable_message(url, e)) from None
 
 
 def check_writable(engine: Engine, url: str) -> None:

@@ -42,12 +42,11 @@ from autotune.store import (
     StudyRow,
     TrialRow,
     TrialTaken,
-    retry_schema_race,
     safe_url,
     utcnow,
     worker_id,
 )
-from autotune.store_access import check_writable, unreachable_message
+from autotune.store_access import check_writable, open_storage
 from autotune.tuners import OWNER, Registry
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -56,16 +55,6 @@ HEARTBEAT_S = 30.0
 PLACEMENT_POLL_S = 0.5
 MAX_IDLE_ASKS = 300  # a safety net: the plan proposes its next runnable candidate long before this
 NOT_COUNTED = (TrialStatus.INTERRUPTED.value,)  # launched but re-queued: --n-trials counts its re-run instead
-
-
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    try:
-        if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine_kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-        return retry_schema_race(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs))
-    except Exception as e:  # OSError, sqlalchemy OperationalError / ArgumentError, a missing driver...
-        raise StoreError(unreachable_message(url, e)) from None
 
 
 class Tuner:

@@ -31,7 +31,7 @@ from autotune.runners.base import TrialStatus
 from autotune.setup import Setup, setup_from_row
 from autotune.space import default_space_name, load_space
 from autotune.store import Store, StudyRow, TrialRow, TrialTaken, safe_url, utcnow, worker_id
-from autotune.study import open_storage
+from autotune.store_access import open_storage
 from autotune.verl_runs import (
     RunFileError,
     VerlRun,
