@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,9 +33,13 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-
-class StoreError(RuntimeError):
-    """The database cannot be opened or written; the message says which URL and what to do."""
+from autotune.store_access import (  # noqa: F401 - StoreError and safe_url are imported from here too
+    StoreError,
+    database_absent,
+    retry_schema_race,
+    safe_url,
+    unreachable_message,
+)
 
 
 class TrialTaken(StoreError):
@@ -186,8 +188,6 @@ class Store:
             retry_schema_race(lambda: Base.metadata.create_all(self.engine))
             retry_schema_race(lambda: _add_new_columns(self.engine))
         except (SQLAlchemyError, ImportError, ValueError) as e:  # unreachable, no driver, a malformed URL
-            from autotune.store_access import unreachable_message
-
             raise StoreError(unreachable_message(url, e)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
@@ -196,8 +196,6 @@ class Store:
         """The database as it is, creating nothing: where it has no file or no autotune tables yet, an empty
         in-memory store (a run refused before its study exists must leave no database behind)."""
         from sqlalchemy import inspect
-
-        from autotune.store_access import database_absent, unreachable_message
 
         if not database_absent(url):
             try:
@@ -477,22 +475,6 @@ class Store:
             return s.scalar(q.order_by(TrialRow.number).limit(1))
 
 
-def retry_schema_race(create: Any, attempts: int = 6) -> Any:
-    """Run `create` (tables made on first use), again when another worker starting at the same moment made them
-    first: PostgreSQL then says 'duplicate key ... pg_type', SQLite 'already exists' or 'database is locked'."""
-    for attempt in range(attempts):
-        try:
-            return create()
-        except Exception as e:
-            text = str(e)
-            race = isinstance(e, IntegrityError) or "already exists" in text or "database is locked" in text \
-                or "pg_type_typname_nsp_index" in text
-            if not race or attempt == attempts - 1:
-                raise
-            time.sleep(0.1 * (attempt + 1))
-    return None
-
-
 # Columns added after a table's first release: databases made before get them on open (nullable, no default).
 _NEW_COLUMNS = {"autotune_trials": ("placement",)}
 
@@ -508,14 +490,3 @@ def _add_new_columns(engine: Engine) -> None:
                 col = Base.metadata.tables[table].c[name]
                 with engine.begin() as conn:
                     conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {col.type.compile(engine.dialect)}"))
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password, for messages: also one SQLAlchemy cannot parse (a non-numeric port), whose
-    `user:password@` is masked by hand. Every URL autotune prints goes through here."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return re.sub(r"^([^:/?#]+://[^:/@?#]*):[^@/]*@", r"\1:***@", url)

@@ -1,16 +1,24 @@
-"""Whether a study database can be used, said in one line before anything is written: the URL's driver missing,
-the server unreachable, the file read-only, or the database not there yet (then a refused run must not create it).
+"""Opening a study database, and whether it can be used, said in one line before anything is written: the URL's
+driver missing, the server unreachable, the file read-only, or the database not there yet (then a refused run must
+not create it). autotune/store.py holds the tables; this module imports nothing of autotune.
 """
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 from sqlalchemy import text
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import IntegrityError
 
-from autotune.store import StoreError, retry_schema_race, safe_url
+
+class StoreError(RuntimeError):
+    """The database cannot be opened or written; the message says which URL and what to do."""
+
 
 # The pyproject extra that installs autotune's PostgreSQL driver (psycopg 3).
 POSTGRES_EXTRA = "pip install 'autotune[postgres]'"
@@ -125,3 +133,30 @@ def _default_driver(url: str) -> str:
         return make_url(url).get_driver_name()
     except Exception:
         return "psycopg2"
+
+
+def retry_schema_race(create: Any, attempts: int = 6) -> Any:
+    """Run `create` (tables made on first use), again when another worker starting at the same moment made them
+    first: PostgreSQL then says 'duplicate key ... pg_type', SQLite 'already exists' or 'database is locked'."""
+    for attempt in range(attempts):
+        try:
+            return create()
+        except Exception as e:
+            said = str(e)
+            race = isinstance(e, IntegrityError) or "already exists" in said or "database is locked" in said \
+                or "pg_type_typname_nsp_index" in said
+            if not race or attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    return None
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages: also one SQLAlchemy cannot parse (a non-numeric port), whose
+    `user:password@` is masked by hand. Every URL autotune prints goes through here."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return re.sub(r"^([^:/?#]+://[^:/@?#]*):[^@/]*@", r"\1:***@", url)
