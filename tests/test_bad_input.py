@@ -236,6 +236,13 @@ def test_a_database_opened_read_only_is_refused_in_one_line(capsys, recorded):
     assert "cannot be written (attempt to write a readonly database)" in line and "drop mode=ro" in line
 
 
+def test_import_into_a_read_only_database_is_refused_in_one_line(capsys, recorded):
+    url = f"sqlite:///file:{recorded}?mode=ro&uri=true"
+    log = str(Path(__file__).parent / "data" / "real_verl_cpu.log")
+    line = refused(capsys, recorded, "import", log, "--model", "qwen2.5-0.5b", "--storage", url)
+    assert "cannot be written (attempt to write a readonly database)" in line
+
+
 def _immutable(path: Path) -> bool:
     """`chattr +i`: read-only even for root (file permissions are not); False where the filesystem refuses."""
     import shutil
