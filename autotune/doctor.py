@@ -24,9 +24,59 @@ from typing import Any
 
 from autotune import verl
 
-INSTALL = "pip install -c constraints/gpu-node-torch2.11.txt -e '.[gpu]' (README: GPU node install)"
-INSTALL_TE_TORCH = ("pip install --no-build-isolation -c constraints/gpu-node-torch2.11.txt "
-                    "transformer_engine_torch==2.12.0")
+CONSTRAINTS = "gpu-node-torch2.11.txt"  # the pins the GPU stack ran with: constraints/ in a checkout, shipped inside
+# the package as autotune/constraints/ (setup.py), so that a wheel install can name a file the user has
+_PKG = Path(__file__).resolve().parent
+
+
+def _shown(path: Path) -> str:
+    """A path as a user types it: relative where it lies under the current directory."""
+    try:
+        if Path.cwd() == Path("/"):
+            return str(path)
+        rel = path.relative_to(Path.cwd())
+        return str(rel) if str(rel) != "." else "."
+    except ValueError:
+        return str(path)
+
+
+def constraints_path() -> Path:
+    """The constraints file this autotune has: the checkout's, else the copy its wheel shipped."""
+    checkout = _PKG.parent / "constraints" / CONSTRAINTS
+    return checkout if checkout.is_file() else _PKG / "constraints" / CONSTRAINTS
+
+
+def _installed_from() -> str:
+    """This autotune with its `gpu` extra as pip can install it again: from where pip installed it (a wheel file,
+    a directory, a git URL: the distribution's direct_url.json), else by name."""
+    from importlib import metadata
+
+    try:
+        doc = json.loads(metadata.distribution("autotune").read_text("direct_url.json") or "{}")
+    except (metadata.PackageNotFoundError, json.JSONDecodeError):
+        doc = {}
+    url = doc.get("url", "")
+    if url and doc.get("vcs_info"):
+        url = f"{doc['vcs_info'].get('vcs', 'git')}+{url}"
+    return f"autotune[gpu] @ {url}" if url else "autotune[gpu]"
+
+
+def install() -> str:
+    """What installs the GPU stack, naming files this install has (a checkout: its own; a wheel: the shipped copy)."""
+    c = _shown(constraints_path())
+    if (_PKG.parent / "constraints" / CONSTRAINTS).is_file():
+        return f"pip install -c {c} -e '{_shown(_PKG.parent)}[gpu]' (README: GPU node install)"
+    return f"pip install -c {c} '{_installed_from()}' (README: GPU node install)"
+
+
+TORCH_HINT = (f"install the node's CUDA torch {verl.GPU_STACK['torch']} (vLLM {verl.GPU_STACK['vllm']} pins it; "
+              "pytorch.org says which index serves your CUDA)")
+
+
+def install_te_torch() -> str:
+    return f"pip install --no-build-isolation -c {_shown(constraints_path())} transformer_engine_torch==2.12.0"
+
+
 DEFAULT_TIMEOUT_S = 300.0
 _LEVELS = {"ok": "ok", "warn": "warn", "fix": "FIX"}
 # What each check's child-process step is called in a "did not finish" line.
@@ -155,7 +205,8 @@ def _versions(found: dict[str, str | None], bridge: bool) -> list[Finding]:
         if have is None:
             if dist == "mbridge" and bridge:
                 continue  # Megatron-Bridge builds the models instead
-            hint = INSTALL_TE_TORCH if dist == "transformer-engine-torch" else INSTALL
+            hint = install_te_torch() if dist == "transformer-engine-torch" else TORCH_HINT if dist == "torch" \
+                else install()
             out.append(Finding(dist, "fix", f"not installed (tested: {pinned}): {hint}"))
         elif have == pinned or have.split("+")[0] == pinned:
             out.append(Finding(dist, "ok", have))
@@ -170,10 +221,10 @@ def _versions(found: dict[str, str | None], bridge: bool) -> list[Finding]:
                 and _v(found.get("torch"))[:2] == (2, 11):
             out.append(Finding(dist, "fix", f"{have} installed; Transformer Engine {verl.TE_TOO_NEW_FOR_TORCH_2_11}+ "
                                             "does not load with torch 2.11's cuBLAS: install 2.12.0 ("
-                                            f"{INSTALL_TE_TORCH if dist.endswith('torch') else INSTALL})"))
+                                            f"{install_te_torch() if dist.endswith('torch') else install()})"))
         else:
             out.append(Finding(dist, "warn", f"{have} installed, tested with {pinned} "
-                                             "(constraints/gpu-node-torch2.11.txt)"))
+                                             f"({_shown(constraints_path())})"))
     return out
 
 
@@ -189,8 +240,22 @@ def _said(findings: list[Finding], error: str | None) -> bool:
     return dist is not None and any(f.check == dist and f.level == "fix" for f in findings)
 
 
+def _no_gpu(got: dict[str, dict[str, Any]]) -> str:
+    """"no GPU here, ..." when neither NVML nor torch sees a GPU (and NVML was asked); "" otherwise."""
+    nv, torch, cuda = got.get("nvml"), got.get("torch"), got.get("cuda")
+    if nv is None or torch is None or (nv["ok"] and nv.get("gpus")) or (cuda and cuda["ok"] and cuda.get("devices")):
+        return ""  # a GPU seen, or the probe stopped before torch: nothing to say here
+    why = [f"NVML: {nv.get('error')}" if not nv["ok"] else "NVML sees no GPU"]
+    if torch is not None and not torch["ok"]:
+        why.append("torch does not import")
+    elif cuda is not None:
+        why.append(f"torch {torch.get('version')} sees no CUDA GPU")
+    return (f"no GPU here ({'; '.join(why)}): a verl trial runs on a node with NVIDIA GPUs; run autotune there "
+            "(the fixes below are for that node), or use --backend simulate here")
+
+
 def diagnose(records: list[dict[str, Any]], incomplete: str = "", seconds: float = 0.0) -> Diagnosis:
-    """What the child found, in one line per check: ok, warn, or FIX with what to do. Pure."""
+    """What the child found, in one line per check: ok, warn, or FIX with what to do (no GPU here: first)."""
     got = {r["check"]: r for r in records if r["check"] not in ("start",)}
     f: list[Finding] = []
     defaults: dict[str, Any] = {}
@@ -205,7 +270,10 @@ def diagnose(records: list[dict[str, Any]], incomplete: str = "", seconds: float
     bridge = bool(got.get("megatron_bridge", {}).get("ok"))
     if "versions" in got:
         f += _versions(got["versions"]["versions"], bridge)
-    if "nvml" in got:
+    no_gpu = _no_gpu(got)
+    if no_gpu:  # said first: every other fix is for a GPU node
+        f.insert(0, Finding("gpus", "fix", no_gpu))
+    elif "nvml" in got:
         r = got["nvml"]
         if r["ok"] and r.get("gpus"):
             busy = [f"GPU {i} holds {g['used_gib']} GiB" for i, g in enumerate(r["gpus"]) if g["used_gib"] > 1.0]
@@ -219,16 +287,15 @@ def diagnose(records: list[dict[str, Any]], incomplete: str = "", seconds: float
         else:
             f.append(Finding("nvml", "warn", f"NVML unavailable ({r.get('error')}): trials record verl's own memory "
                                              "numbers instead of the GPUs' peak (NVIDIA driver / nvidia-ml-py)"))
-    if "torch" in got and not got["torch"]["ok"]:
-        f.append(Finding("torch", "fix", f"does not import: {got['torch'].get('error')}: install the node's CUDA "
-                                         f"torch {verl.GPU_STACK['torch']} (vLLM {verl.GPU_STACK['vllm']} pins it)"))
+    if "torch" in got and not got["torch"]["ok"] and not _said(f, got["torch"].get("error")):
+        f.append(Finding("torch", "fix", f"does not import: {got['torch'].get('error')}: {TORCH_HINT}"))
     if "cuda" in got:
         r = got["cuda"]
         if r["ok"] and r.get("devices"):
             f.append(Finding("cuda", "ok", f"torch sees {r['devices']} GPU(s), {r.get('name')} (sm "
                                            f"{'.'.join(map(str, r.get('capability') or []))}), CUDA {r.get('cuda')}, "
                                            f"cuDNN {r.get('cudnn')}"))
-        else:
+        elif not no_gpu:
             f.append(Finding("cuda", "fix", "torch sees no CUDA GPU (torch.cuda.is_available() is False; CUDA "
                                             f"{r.get('cuda')}): a CPU-only torch, CUDA_VISIBLE_DEVICES, or the "
                                             "driver"))
@@ -240,11 +307,11 @@ def diagnose(records: list[dict[str, Any]], incomplete: str = "", seconds: float
             err = r.get("error", "")
             if "cublasLt" in err or "undefined symbol" in err:
                 hint = ("built for another CUDA/cuBLAS than torch's: Transformer Engine 2.12.0 loads with torch "
-                        f"2.11 ({INSTALL_TE_TORCH})")
+                        f"2.11 ({install_te_torch()})")
             elif "No module named" in err:
-                hint = f"install it: {INSTALL}, then {INSTALL_TE_TORCH}"
+                hint = f"install it: {install()}, then {install_te_torch()}"
             else:
-                hint = f"reinstall it against this torch: {INSTALL_TE_TORCH}"
+                hint = f"reinstall it against this torch: {install_te_torch()}"
             f.append(Finding("transformer_engine", "fix", f"does not load ({err}): {hint}; mbridge builds the "
                                                           "actor with Transformer Engine layers"))
     if "attention" in got:
@@ -275,7 +342,7 @@ def diagnose(records: list[dict[str, Any]], incomplete: str = "", seconds: float
     if "megatron_core" in got and not got["megatron_core"]["ok"]:
         if not _said(f, got["megatron_core"].get("error")):
             f.append(Finding("megatron_core", "fix", f"does not import: {got['megatron_core'].get('error')}: "
-                                                     f"{INSTALL}"))
+                                                     f"{install()}"))
     elif "megatron_core" in got:
         f.append(Finding("megatron_core", "ok", f"imports ({got['megatron_core'].get('seconds')} s)"))
     mt = got.get("megatron_model_type")
@@ -296,7 +363,7 @@ def diagnose(records: list[dict[str, Any]], incomplete: str = "", seconds: float
         if r["ok"]:
             f.append(Finding(check, "ok", f"imports ({r.get('seconds')} s)"))
         elif not _said(f, r.get("error")):
-            f.append(Finding(check, "fix", f"{what} does not import: {r.get('error')}: {INSTALL}"))
+            f.append(Finding(check, "fix", f"{what} does not import: {r.get('error')}: {install()}"))
     if incomplete:
         started = [r["what"] for r in records if r["check"] == "start"]
         at = started[-1] if started else ""

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -36,10 +34,13 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from autotune import safer
-
-
-class StoreError(RuntimeError):
-    """The database cannot be opened or written; the message says which URL and what to do."""
+from autotune.store_access import (  # noqa: F401 - StoreError and safe_url are imported from here too
+    StoreError,
+    database_absent,
+    retry_schema_race,
+    safe_url,
+    unreachable_message,
+)
 
 
 class TrialTaken(StoreError):
@@ -190,6 +191,28 @@ class Store:
         except (SQLAlchemyError, ImportError, ValueError) as e:  # unreachable, no driver, a malformed URL
             raise StoreError(unreachable_message(url, e)) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def peek(cls, url: str) -> Store:
+        """The database as it is, creating nothing: where it has no file or no autotune tables yet, an empty
+        in-memory store (a run refused before its study exists must leave no database behind)."""
+        from sqlalchemy import inspect
+
+        if not database_absent(url):
+            try:
+                kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+                engine = create_engine(url, pool_pre_ping=True, **kwargs)
+                if inspect(engine).has_table(StudyRow.__tablename__):
+                    return cls(url, engine)
+                engine.dispose()
+            except (SQLAlchemyError, ImportError, ValueError) as e:
+                raise StoreError(unreachable_message(url, e)) from None
+        return cls("sqlite://")
+
+    @property
+    def in_memory(self) -> bool:
+        """A peek at a database that does not exist yet (Store.peek)."""
+        return self.url == "sqlite://"
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -470,22 +493,6 @@ class Store:
             return s.scalar(q.order_by(TrialRow.number).limit(1))
 
 
-def retry_schema_race(create: Any, attempts: int = 6) -> Any:
-    """Run `create` (tables made on first use), again when another worker starting at the same moment made them
-    first: PostgreSQL then says 'duplicate key ... pg_type', SQLite 'already exists' or 'database is locked'."""
-    for attempt in range(attempts):
-        try:
-            return create()
-        except Exception as e:
-            text = str(e)
-            race = isinstance(e, IntegrityError) or "already exists" in text or "database is locked" in text \
-                or "pg_type_typname_nsp_index" in text
-            if not race or attempt == attempts - 1:
-                raise
-            time.sleep(0.1 * (attempt + 1))
-    return None
-
-
 # Columns added after a table's first release: databases made before get them on open (nullable, no default).
 _NEW_COLUMNS = {"autotune_trials": ("placement",)}
 
@@ -501,54 +508,3 @@ def _add_new_columns(engine: Engine) -> None:
                 col = Base.metadata.tables[table].c[name]
                 with engine.begin() as conn:
                     conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {col.type.compile(engine.dialect)}"))
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password, for messages: also one SQLAlchemy cannot parse (a non-numeric port), whose
-    `user:password@` is masked by hand. Every URL autotune prints goes through here."""
-    try:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return re.sub(r"^([^:/?#]+://[^:/@?#]*):[^@/]*@", r"\1:***@", url)
-
-
-def unreachable_message(url: str, err: Exception) -> str:
-    first = str(err).splitlines()[0] if str(err) else type(err).__name__
-    first = first.replace(url, safe_url(url))  # SQLAlchemy repeats an unparsable URL whole
-    missing = _missing_driver(url, err)
-    if missing:
-        return missing
-    if url.startswith("sqlite"):  # a file, no server: say what can be wrong with a file
-        return (f"cannot open the study database {safe_url(url)}: {first}. Check the path: its directory must exist "
-                "and be writable, and the file must be a SQLite database (`autotune run` creates one)")
-    return (
-        f"cannot open the study database {safe_url(url)}: {first}. "
-        "Check that the server is running and the URL, user and password are right, or use a local file: "
-        "--storage sqlite:///trials/autotune.db"
-    )
-
-
-# SQLAlchemy's PostgreSQL drivers and what installs each.
-_DRIVERS = {"psycopg": "pip install -e '.[postgres]' (psycopg 3)", "psycopg2": "pip install psycopg2-binary",
-            "asyncpg": "pip install asyncpg", "pg8000": "pip install pg8000"}
-
-
-def _missing_driver(url: str, err: BaseException) -> str | None:
-    """One line naming the database driver the URL asks for and how to install it, when it is not installed."""
-    chain, e = [], err
-    while e is not None and len(chain) < 5:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    if not any(isinstance(x, ImportError) or "Failed to import DB access module" in str(x) for x in chain):
-        return None
-    scheme = url.split("://", 1)[0]
-    dialect, _, driver = scheme.partition("+")
-    if dialect.startswith("postgres"):
-        driver = driver or "psycopg2"  # SQLAlchemy's default for postgresql://
-        how = _DRIVERS.get(driver, f"pip install {driver}")
-        alt = "" if driver == "psycopg" else "; or use postgresql+psycopg://... with pip install -e '.[postgres]'"
-        return (f"cannot open the study database {safe_url(url)}: its driver {driver} is not installed: {how}{alt}")
-    return (f"cannot open the study database {safe_url(url)}: the driver for {scheme}:// is not installed "
-            f"({type(chain[-1]).__name__}: {chain[-1]})")

@@ -42,12 +42,11 @@ from autotune.store import (
     StudyRow,
     TrialRow,
     TrialTaken,
-    retry_schema_race,
     safe_url,
-    unreachable_message,
     utcnow,
     worker_id,
 )
+from autotune.store_access import check_writable, open_storage
 from autotune.tuners import OWNER, Registry
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -56,16 +55,6 @@ HEARTBEAT_S = 30.0
 PLACEMENT_POLL_S = 0.5
 MAX_IDLE_ASKS = 300  # a safety net: the plan proposes its next runnable candidate long before this
 NOT_COUNTED = (TrialStatus.INTERRUPTED.value,)  # launched but re-queued: --n-trials counts its re-run instead
-
-
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    try:
-        if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine_kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-        return retry_schema_race(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs))
-    except Exception as e:  # OSError, sqlalchemy OperationalError / ArgumentError, a missing driver...
-        raise StoreError(unreachable_message(url, e)) from None
 
 
 class Tuner:
@@ -105,10 +94,10 @@ class Tuner:
         self.workdir = workdir
         self.on_progress: Callable[[TrialProgress], None] | None = None  # a running trial's progress (live line)
         self.n_trials: int | None = None  # the launch budget of the current run (None: unbounded)
-        self.storage = open_storage(storage_url)
-        self.store = Store(storage_url)
         self.notes: list[str] = []  # what the tuner did that users should hear of (a warm start)
         self.idle = 0  # proposals in a row that launched nothing
+        # Refusals first, writing nothing: a node that cannot run the backend (RunnerFatal), a read-only database, a
+        # missing warm-start study, an infeasible space; a new database is created only once none of them holds.
         node = runner.node_defaults(setup.model)  # what the node's software needs: the estimates must see it
         if node:
             setup = dataclasses.replace(setup, job=setup.job.with_node_defaults(node))
@@ -116,6 +105,9 @@ class Tuner:
                 self.notes.append("this node's software needs " + ", ".join(
                     f"{k.rsplit('.', 1)[-1]}={v}" for k, v in setup.job.node_defaults) + " (`autotune doctor`): "
                     "trials run with it and the estimates count it")
+        self.store = Store.peek(storage_url)
+        if not self.store.in_memory:
+            check_writable(self.store.engine, storage_url)
         new = self.store.get_study(self.study_name) is None
         self.learning = Learning(self.store, self.study_name, setup, enabled=learn)
         if new and warm_start:
@@ -127,6 +119,9 @@ class Tuner:
         if new:  # before anything is written: an infeasible space is refused as it is
             if self.ranking().best(self.setup.correction) is None:
                 raise InfeasibleSpaceError(infeasible_message(self.setup, self.ranking()))
+        self.storage = open_storage(storage_url)  # nothing refused: now a new database is made
+        if self.store.in_memory:
+            self.store = self.learning.store = Store(storage_url)
         self._check_or_create(space_text)
         if new:
             self.learning.save()

@@ -13,7 +13,7 @@ from autotune.cli import main
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.simulate import SimulateRunner
 from autotune.study import Tuner
-from tests.conftest import make_setup
+from tests.conftest import cli_run, make_setup
 
 SPACE_HEAD = "name: bad\ndimensions:\n"
 
@@ -227,3 +227,80 @@ def test_gpus_up_to_a_real_node_are_taken(gpus):
     from autotune.cli import build_parser
 
     assert build_parser().parse_args(["run", "--gpus", gpus]).gpus == int(gpus)
+
+
+# Issue 25 item 4: a database autotune can read but not write --------------------------------------------------
+def test_a_database_opened_read_only_is_refused_in_one_line(capsys, recorded):
+    url = f"sqlite:///file:{recorded}?mode=ro&uri=true"
+    line = refused(capsys, recorded, "run", "--model", "qwen2.5-0.5b", "--study", "kept", "--storage", url)
+    assert "cannot be written (attempt to write a readonly database)" in line and "drop mode=ro" in line
+
+
+def test_import_into_a_read_only_database_is_refused_in_one_line(capsys, recorded):
+    url = f"sqlite:///file:{recorded}?mode=ro&uri=true"
+    log = str(Path(__file__).parent / "data" / "real_verl_cpu.log")
+    line = refused(capsys, recorded, "import", log, "--model", "qwen2.5-0.5b", "--storage", url)
+    assert "cannot be written (attempt to write a readonly database)" in line
+
+
+def _immutable(path: Path) -> bool:
+    """`chattr +i`: read-only even for root (file permissions are not); False where the filesystem refuses."""
+    import shutil
+    import subprocess
+
+    return shutil.which("chattr") is not None and subprocess.run(["chattr", "+i", str(path)],
+                                                                capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_an_immutable_database_is_refused_in_one_line(capsys, recorded, tmp_path, what):
+    import shutil
+    import subprocess
+
+    db = tmp_path / "ro" / "study.db"
+    db.parent.mkdir()
+    shutil.copy(recorded, db)
+    target = db if what == "file" else db.parent
+    if not _immutable(target):
+        pytest.skip("chattr +i does not work here")
+    try:
+        line = refused(capsys, db, "run", "--model", "qwen2.5-0.5b", "--study", "kept", *storage(db))
+    finally:
+        subprocess.run(["chattr", "-i", str(target)], check=True)
+    assert f"the study database sqlite:///{db} cannot be written" in line and f"chattr -i {db}" in line
+
+
+# Issue 25 item 6: a refused run creates no database -------------------------------------------------------------
+@pytest.mark.parametrize("argv, expected", [
+    (["--gpus", "3"], "no setting of space 'dense' can run qwen2.5-0.5b on 1x3xh100"),
+    (["--warm-start", "no-such-study"], "--warm-start no-such-study: no such study in this database"),
+])
+def test_a_refused_run_leaves_no_database_behind(capsys, tmp_path, argv, expected):
+    db = tmp_path / "sub" / "new.db"
+    code, out, err = cli_run(capsys, "run", "--model", "qwen2.5-0.5b", *argv, *storage(db), "--workdir",
+                             str(tmp_path / "w"))
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+    assert not db.exists() and not db.parent.exists()
+
+
+# Issue 25 item 8: a PostgreSQL URL without its driver names the extra that installs it --------------------------
+@pytest.mark.parametrize("url, expected", [
+    ("postgresql://u:secret@127.0.0.1:5432/db", "its driver psycopg is not installed: pip install "
+     "'autotune[postgres]' (psycopg 3)"),  # SQLAlchemy 2.1's default driver for postgresql://
+    ("postgresql+psycopg://u@127.0.0.1:5432/db", "its driver psycopg is not installed: pip install "
+     "'autotune[postgres]' (psycopg 3)"),
+    ("postgresql+psycopg2://u@127.0.0.1:5432/db", "its driver psycopg2 is not installed: pip install psycopg2-binary; "
+     "or use postgresql+psycopg://... with pip install 'autotune[postgres]'"),
+])
+@pytest.mark.parametrize("command", ["status", "run"])
+def test_a_postgres_url_without_its_driver_names_the_extra(capsys, monkeypatch, tmp_path, url, expected, command):
+    import sqlalchemy
+
+    if url.startswith("postgresql://") and tuple(map(int, sqlalchemy.__version__.split(".")[:2])) < (2, 1):
+        pytest.skip("SQLAlchemy before 2.1 takes psycopg2 for postgresql://")
+    for module in ("psycopg", "psycopg2"):
+        monkeypatch.setitem(__import__("sys").modules, module, None)  # as where the driver is not installed
+    extra = ["--model", "qwen2.5-0.5b", "--workdir", str(tmp_path)] if command == "run" else []
+    code, out, err = cli_run(capsys, command, "--storage", url, *extra)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
+    assert "secret" not in err and "-e '.[postgres]'" not in err

@@ -490,3 +490,50 @@ def test_trial_page_writes_parameter_values_as_every_other_view(client, study):
         assert shown[k] == units.yaml_value(v)
     assert not {"True", "False", "None"} & set(shown.values())
     assert {"true", "false"} & set(shown.values())
+
+
+# Issue 25 item 15: stopping the server ends its importance worker ----------------------------------------------
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
+def test_stopping_the_dashboard_ends_its_worker_processes(study, how):
+    """SIGTERM (to the server) and Ctrl-C (SIGINT to the terminal's whole process group) leave no child running
+    (the importance worker, Python's resource tracker: they held the database open) and print at most one line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    import psutil
+
+    from tests.conftest import REPO, free_port
+
+    port = free_port()
+    children: list[psutil.Process] = []
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "dashboard", "--storage", study[0], "--port", str(port)],
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("autotune dashboard: http://")
+        url = f"http://127.0.0.1:{port}/api/study/{STUDY}/importance"
+        with urllib.request.urlopen(url, timeout=120) as r:  # starts the worker process
+            assert json.loads(r.read())["ok"] is True
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert any("spawn_main" in " ".join(c.cmdline()) for c in children), [c.cmdline() for c in children]
+        if how == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+                                                  for c in children):
+            time.sleep(0.2)
+        left = [c.cmdline() for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+        assert left == [], left
+        assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, err
+        assert len((out + err).strip().splitlines()) <= 1, out + err
+    finally:  # whatever this test started and is still there
+        for p in [proc, *children]:
+            if p.poll() is None if p is proc else p.is_running():
+                p.kill()

@@ -145,6 +145,42 @@ def test_a_crashing_import_is_named(tmp_path: Path) -> None:
     assert "died with exit code 134 (Fatal Python error: Aborted)" in fixes(d)["probe"]
 
 
+def test_a_node_without_torch_or_nvml_says_no_gpu_here_first_and_torch_once() -> None:
+    """Issue 25 item 22: on a CPU machine the first line says there is no GPU; torch missing is one fix, not two."""
+    versions = {**verl.GPU_STACK, "torch": None, "vllm": None}
+    d = diagnose([{"check": "python", "ok": True, "version": "3.12.3"},
+                  {"check": "versions", "ok": True, "versions": versions},
+                  {"check": "nvml", "ok": False, "error": "pynvml.NVMLError_LibraryNotFound: NVML Shared Library "
+                                                          "Not Found"},
+                  {"check": "torch", "ok": False, "error": "ModuleNotFoundError: No module named 'torch'"},
+                  {"check": "transformer_engine", "ok": False, "error": "ModuleNotFoundError: No module named "
+                                                                        "'torch'"},
+                  {"check": "done", "ok": True}])
+    problems = d.problems()
+    assert problems[0].startswith("FIX   gpus: no GPU here (NVML: pynvml.NVMLError_LibraryNotFound") and \
+        "torch does not import" in problems[0], problems
+    assert d.lines()[0] == problems[0]
+    torch_fixes = [p for p in problems if p.split()[1] == "torch:"]
+    assert len(torch_fixes) == 1 and "not installed" in torch_fixes[0] and "CUDA torch 2.11.0" in torch_fixes[0]
+    assert not any(p.split()[1] in ("nvml:", "cuda:") for p in problems)
+
+
+def test_a_cpu_torch_without_nvml_is_no_gpu_here(tmp_path: Path) -> None:
+    d = doctor(tmp_path, cuda=False, nvml_init="raise RuntimeError('NVML Shared Library Not Found')")
+    assert d.problems()[0].startswith("FIX   gpus: no GPU here (NVML: RuntimeError: NVML Shared Library Not Found; "
+                                      "torch 2.11.0+cu130 sees no CUDA GPU)"), d.problems()
+    assert "cuda" not in fixes(d)
+
+
+def test_the_fixes_name_the_constraints_file_this_install_has(tmp_path: Path, monkeypatch) -> None:
+    """A checkout names its own constraints/ (relative from its top, absolute elsewhere); the file exists."""
+    from autotune import doctor as doc
+
+    monkeypatch.chdir(tmp_path)
+    path = doc.constraints_path()
+    assert path.is_file() and str(path) in doc.install() and str(path) in doc.install_te_torch()
+
+
 def test_old_python_is_refused() -> None:
     d = diagnose([{"check": "python", "ok": True, "version": "3.9.18"}, {"check": "done", "ok": True}])
     assert not d.ok and "needs Python 3.10+" in fixes(d)["python"]
@@ -170,11 +206,29 @@ def test_the_runner_refuses_a_bad_node_before_launching(tmp_path: Path) -> None:
     runner = fake_runner({**env_for(rec, FAKE_VERL_MODE="ok"), "PYTHONPATH": stack_env(root)["PYTHONPATH"]},
                          doctor=True)
     setup = make_setup()
-    with pytest.raises(RunnerFatal, match=r"cannot run a verl trial.*FIX   vllm: not installed"):
+    with pytest.raises(RunnerFatal, match=r"(?s)cannot run a verl trial.*\n  FIX   vllm: not installed"):
         runner.run(make_spec(setup, tmp_path, number=0))
     with pytest.raises(RunnerFatal):  # and keeps refusing, without checking again
         runner.run(make_spec(setup, tmp_path, number=1))
     assert launches(rec) == []
+
+
+def test_run_refuses_a_bad_node_before_recording_anything_one_line_per_fix(tmp_path, capsys, monkeypatch) -> None:
+    """Issue 25 item 6: `autotune run --backend verl` on a node the doctor refuses exits 2 with one line per fix,
+    before any trial is recorded (no database is created)."""
+    root = write_stack(tmp_path / "stack", versions={"vllm": None, "mbridge": None}, cuda=False)
+    for k, v in stack_env(root).items():
+        monkeypatch.setenv(k, v)
+    db = tmp_path / "v.db"
+    code, out, err = cli_run(capsys, "run", "--model", "qwen2.5-0.5b", "--backend", "verl", "--storage",
+                             f"sqlite:///{db}", "--workdir", str(tmp_path / "w"), "--n-trials", "1")
+    lines = err.strip().splitlines()
+    assert code == 2, (out, err)
+    assert lines[0] == "autotune: error: this node cannot run a verl trial; `autotune doctor` says what to fix:"
+    fixes = lines[1:]
+    assert any("vllm: not installed" in ln for ln in fixes) and any("mbridge: not installed" in ln for ln in fixes)
+    assert all(ln.startswith("  FIX   ") and len(ln) < 300 for ln in fixes), fixes
+    assert not db.exists() and "#0" not in out
 
 
 def test_the_runner_adds_the_doctors_defaults_the_job_leaves_open(tmp_path: Path) -> None:

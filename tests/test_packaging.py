@@ -24,6 +24,7 @@ import json, sys
 sys.modules["verl"] = None  # as where verl is not installed: the unknown-key check must use the shipped snapshot
 from pathlib import Path
 import autotune
+from autotune import doctor
 from autotune.dashboard import app
 from autotune.runners.verl_preflight import config_schema, unknown_keys
 from autotune.space import builtin_spaces, load_space
@@ -37,6 +38,8 @@ print(json.dumps({
     "static": sorted(p.name for p in (dash / "static").iterdir()),
     "schema": config_schema()[2],
     "unknown": unknown_keys({"actor_rollout_ref.actor.ppo_mini_batchsize": 16, "data.max_prompt_length": 1}),
+    "constraints": [str(doctor.constraints_path()), doctor.constraints_path().is_file()],
+    "install": [doctor.install(), doctor.install_te_torch()],
 }))
 """
 
@@ -74,6 +77,11 @@ def test_a_wheel_ships_spaces_dashboard_assets_and_the_verl_key_snapshot(tmp_pat
     assert set(got["static"]) == {p.name for p in (REPO / "autotune/dashboard/static").iterdir()}
     assert got["schema"].startswith("autotune's snapshot of verl 0.9.1")
     assert len(got["unknown"]) == 1 and "did you mean actor_rollout_ref.actor.ppo_mini_batch_size?" in got["unknown"][0]
+    # `autotune doctor`'s fixes name the constraints file the wheel shipped (issue 25 item 22), not a checkout's.
+    shipped = str(target / "autotune" / "constraints" / "gpu-node-torch2.11.txt")
+    assert got["constraints"] == [shipped, True]
+    assert all(f"-c {shipped} " in hint for hint in got["install"]) and "-e '.[gpu]'" not in got["install"][0]
+    assert "'autotune[gpu] @ file://" in got["install"][0] and ".whl'" in got["install"][0], got["install"]
     # The command a user runs first, from the wheel alone: the built-in space is found.
     run = subprocess.run([sys.executable, "-m", "autotune", "run", "--model", "qwen2.5-1.5b", "--n-trials", "1",
                           "--confirm", "0", "--storage", f"sqlite:///{tmp_path / 'w.db'}", "--json"],

@@ -281,3 +281,50 @@ def test_a_cluster_that_requires_a_token_says_authentication_in_one_line(tmp_pat
         ok = _run_cli(address, tmp_path, RAY_AUTH_MODE="token", HOME=str(tmp_path))  # the token file, sent
         assert ok.returncode == 0, ok.stderr[-3000:]
         assert json.loads(ok.stdout)["launched"] == 1
+
+
+# Issue 25 item 17: without --ray-address, which cluster is joined is said, with its address ----------------------
+def test_without_an_address_the_recorded_cluster_is_named_else_a_private_one(tmp_path, monkeypatch):
+    from autotune.executors.ray import find_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    none = find_cluster(None)
+    assert none.address == "local" and "no Ray cluster on this host" in none.said and "private local" in none.said
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("10.0.0.7:6379\n")
+    found = find_cluster(None)
+    assert found.address == "10.0.0.7:6379"
+    assert "found the Ray cluster at 10.0.0.7:6379, which this host joined with `ray start`" in found.said
+    assert str(tmp_path / "ray" / "ray_current_cluster") in found.said
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.8:6379")
+    assert find_cluster(None).address == "10.0.0.8:6379" and "(RAY_ADDRESS)" in find_cluster(None).said
+    assert find_cluster("10.0.0.9:6379").address == "10.0.0.9:6379" and find_cluster("10.0.0.9:6379").said == ""
+
+
+def test_a_stale_record_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    from tests.conftest import free_port
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    (tmp_path / "ray").mkdir()
+    addr = f"127.0.0.1:{free_port()}"
+    (tmp_path / "ray" / "ray_current_cluster").write_text(addr)
+    db = tmp_path / "never.db"
+    assert cli.main(["run", "--model", "qwen2.5-7b", "--executor", "ray", "--storage", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot connect to the Ray cluster at '{addr}' (the address " in err[0]
+    assert str(tmp_path / "ray" / "ray_current_cluster") in err[0] and not db.exists()
+
+
+def test_the_cluster_this_host_joined_is_said_on_the_console(cluster, sqlite_url, capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(cluster.address)
+    table = "benchmarks/landscapes/qwen2.5-7b-L8-g2.csv"
+    assert cli.main(["run", "--backend", "replay", "--table", table, "--executor", "ray", "--n-trials", "1",
+                     "--storage", sqlite_url, "--study", "found", "--confirm", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"autotune: --executor ray without --ray-address: found the Ray cluster at {cluster.address},"
+                          " which this host joined with `ray start`"), out[:500]

@@ -204,7 +204,10 @@ def test_doctor_on_a_machine_without_the_gpu_stack_says_what_to_fix(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     fixes = [ln for ln in r.stdout.splitlines() if ln.startswith("FIX")]
     assert fixes and all(":" in ln for ln in fixes)
-    assert any(ln.startswith("FIX   cuda: torch sees no CUDA GPU") for ln in fixes)
+    # no GPU here: said first (issue 25 item 22), with what NVML and torch found, instead of a `cuda` line further down
+    assert r.stdout.splitlines()[1].startswith("FIX   gpus: no GPU here (")
+    assert "sees no CUDA GPU" in fixes[0] or "torch does not import" in fixes[0]
+    assert not any(ln.startswith("FIX   cuda:") for ln in fixes)
     assert "NOT READY" in r.stdout and "head size 128" in r.stdout
 
 

@@ -10,7 +10,8 @@ from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.simulate import SimulateRunner
 from autotune.setup import StudyMismatchError
 from autotune.store import Store, StoreError, TrialRow, utcnow
-from autotune.study import Tuner, open_storage
+from autotune.store_access import open_storage
+from autotune.study import Tuner
 from tests.conftest import make_setup
 
 

@@ -88,8 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local: one trial at a time on this node (default); ray: up to --parallel trials at once on "
                         "a Ray cluster, each holding its own nodes x GPUs (docs/executors.md)")
     g.add_argument("--parallel", type=int, default=1, help="with --executor ray: trials at once (default 1)")
-    g.add_argument("--ray-address", help="with --executor ray: the cluster's head, HOST:6379 (default: the cluster "
-                                         "this host joined with `ray start`)")
+    g.add_argument("--ray-address", help="with --executor ray: the cluster's head, HOST:6379, or `local` for a "
+                   "private Ray of this node's GPUs. Default: RAY_ADDRESS, else the cluster this host joined with `ray "
+                   "start` (its address is printed: this host belongs to it), else a private local Ray; never "
+                   "another Ray process that merely runs on this host")
     g = p.add_argument_group("verl backend")
     g.add_argument("--trial-timeout", type=seconds, help="seconds a trial may run in all (default 3600)")
     g.add_argument("--stall-timeout", type=seconds, help="seconds without a new training step once the first is in "

@@ -32,7 +32,7 @@ from autotune.runners.base import TrialStatus
 from autotune.setup import Setup, setup_from_row
 from autotune.space import default_space_name, load_space
 from autotune.store import Store, StudyRow, TrialRow, TrialTaken, safe_url, utcnow, worker_id
-from autotune.study import open_storage
+from autotune.store_access import check_writable, open_storage
 from autotune.verl_runs import (
     RunFileError,
     VerlRun,
@@ -299,6 +299,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     assert setup is not None and name is not None
     store = store or Store(args.storage)
     storage = open_storage(args.storage)
+    check_writable(store.engine, args.storage)  # a read-only database: one line, before the first write
     if row is None:
         try:
             store.add_study(setup.study_row(name, STUDY_BACKEND, False, Path(setup.space.source).read_text()))

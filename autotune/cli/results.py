@@ -27,7 +27,7 @@ from autotune.noise import Noise, leaders_tie, noise_words
 from autotune.safer import SAFE_TOLERANCE
 from autotune.setup import setup_from_row
 from autotune.store import Store, TrialRow, safe_url
-from autotune.study import open_storage
+from autotune.store_access import open_storage
 from autotune.tables import print_table
 from autotune.timeline import Timeline
 from autotune.tuners import unrecorded

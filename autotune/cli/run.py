@@ -32,6 +32,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.n_trials < 1:
         raise CLIError(f"--n-trials {args.n_trials}: it counts launched trials and must be at least 1")
     executor = make_executor(args.executor, args.parallel, args.ray_address)
+    if executor.found:  # a cluster the user did not name: say which, with its address
+        (err if args.json else out).print(f"autotune: {executor.found}", markup=False)
     try:
         return _run(args, executor)
     finally:

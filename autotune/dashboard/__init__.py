@@ -14,7 +14,9 @@ Needs the optional dependencies: pip install -e '.[dashboard]'.
 from __future__ import annotations
 
 import importlib.util
+import signal
 import socket
+import threading
 
 REQUIRED = ("fastapi", "uvicorn", "jinja2", "plotly")
 
@@ -44,7 +46,21 @@ def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080, sock: soc
     """Serve the dashboard until interrupted (on `sock` when given, bound by `bind`)."""
     import uvicorn
 
+    from autotune.dashboard import importance
     from autotune.dashboard.app import create_app
 
     config = uvicorn.Config(create_app(storage_url, hosts=[host]), host=host, port=port, log_level="warning")
-    uvicorn.Server(config).run(sockets=[sock or bind(host, port)])
+    # uvicorn shuts down gracefully on SIGTERM, then raises it again: with the default handler the process would die
+    # there, leaving the importance worker running; as KeyboardInterrupt it ends like Ctrl-C, through `finally`.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    try:
+        uvicorn.Server(config).run(sockets=[sock or bind(host, port)])
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        importance.shutdown()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -6,6 +6,7 @@ recomputed once the completed trials have grown by 5% (or by any amount while th
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import threading
 import warnings
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -28,8 +29,31 @@ _POOL: ProcessPoolExecutor | None = None
 def _pool() -> ProcessPoolExecutor:
     global _POOL
     if _POOL is None:
-        _POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        _POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                    initializer=_ignore_interrupts)
     return _POOL
+
+
+def _ignore_interrupts() -> None:
+    """In the worker: Ctrl-C reaches the whole process group, and the server ends its worker itself (shutdown);
+    without this the worker prints its own KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def shutdown() -> None:
+    """End the worker process (and with it Python's resource tracker, which lives while any process holds its
+    pipe) when the server stops: left running, they hold the database open. A computation under way is not
+    waited for."""
+    global _POOL
+    pool, _POOL = _POOL, None
+    if pool is None:
+        return
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # the stdlib keeps no public handle on them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
 
 
 def n_ok(store: Store, study: str) -> int:

@@ -56,6 +56,7 @@ class Executor(ABC):
     """Runs up to `parallel` trials at once; `submit` never blocks on a trial, `wait` returns finished ones."""
 
     name: str = "executor"
+    found: str = ""  # which resources it found where the user named none, in words (the console says it)
 
     def __init__(self, parallel: int = 1):
         if parallel < 1:

@@ -48,6 +48,43 @@ def _unreachable(address: str, timeout_s: float = 5.0) -> str:
         return f"nothing answers at {host}:{port} ({e.strerror or type(e).__name__})"
 
 
+def cluster_record() -> Path:
+    """Where `ray start` records the cluster this host belongs to (Ray's rule: RAY_TMPDIR, else TMPDIR, else /tmp)."""
+    return Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray" / "ray_current_cluster"
+
+
+@dataclass(frozen=True)
+class Found:
+    """The cluster to join and, where the user named none, which one was found and where (said on the console)."""
+
+    address: str  # HOST:PORT, or "local": start a private Ray for this run
+    said: str = ""
+    source: str = ""  # where the address came from: "--ray-address", "RAY_ADDRESS", the record's path, ""
+
+
+def find_cluster(given: str | None) -> Found:
+    """--ray-address, else RAY_ADDRESS, else the cluster `ray start` recorded on this host (joined: this host is
+    part of it, and it is said, with its address), else a private local Ray. Never Ray's legacy "auto", which
+    joins any Ray process it finds on the host (another user's, a test suite's)."""
+    if given:
+        return Found(given, source="--ray-address")
+    head = "--executor ray without --ray-address"
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env:
+        return Found(env, f"{head}: joining the Ray cluster at {env} (RAY_ADDRESS)", "RAY_ADDRESS")
+    record = cluster_record()
+    try:
+        recorded = record.read_text().strip()
+    except OSError:
+        recorded = ""
+    if recorded:
+        return Found(recorded, f"{head}: found the Ray cluster at {recorded}, which this host joined with `ray "
+                               f"start` (recorded in {record}); joining it. --ray-address HOST:PORT picks another, "
+                               "--ray-address local starts a private one", str(record))
+    return Found("local", f"{head}: no Ray cluster on this host (no RAY_ADDRESS, no {record}): starting a private "
+                          "local one for this run, with this node's GPUs; it stops when the run ends")
+
+
 def _auth_token() -> tuple[str, str]:
     """The token Ray would send in token mode, and where it comes from (Ray's own order); ("", where) if none."""
     if os.environ.get("RAY_AUTH_TOKEN"):
@@ -62,7 +99,7 @@ def _auth_token() -> tuple[str, str]:
 def _auth_refused(address: str, timeout_s: float = 5.0) -> str:
     """Why the cluster's GCS refuses this process (token authentication), in words; "" when it accepts it, when it
     cannot tell (no grpcio, which comes with ray[default]), or for "auto" and ray:// (Ray finds the token itself)."""
-    if address == "auto" or "://" in address:
+    if address in ("auto", "local") or "://" in address:
         return ""
     try:
         import grpc
@@ -156,7 +193,10 @@ class RayExecutor(Executor):
         except ImportError:
             raise ExecutorError("--executor ray needs Ray: pip install 'autotune[ray]'") from None
         self._ray = ray
-        self.address = address or "auto"
+        found = find_cluster(address)
+        self.address, self.found = found.address, found.said
+        stale = (f" (the address {found.source} records: a cluster that ended without `ray stop`, which clears the "
+                 "record)") if found.source not in ("", "--ray-address", "RAY_ADDRESS") else ""
         self.placement_timeout_s = placement_timeout_s
         self.release_timeout_s = release_timeout_s
         self.watch_s = watch_s
@@ -164,8 +204,8 @@ class RayExecutor(Executor):
             unreachable = _unreachable(self.address)
             if unreachable:
                 raise ExecutorError(
-                    f"cannot connect to the Ray cluster at {self.address!r}: {unreachable}. Start one with `ray start "
-                    "--head`, then pass --ray-address HEAD:6379") from None
+                    f"cannot connect to the Ray cluster at {self.address!r}{stale}: {unreachable}. Start one with "
+                    "`ray start --head`, then pass --ray-address HEAD:6379 (or --ray-address local)") from None
             refused = _auth_refused(self.address)
             if refused:  # Ray itself would retry for ~20 s, a warning line a second, then say "cannot connect"
                 raise ExecutorError(f"cannot connect to the Ray cluster at {self.address!r}: {refused}") from None

@@ -11,6 +11,7 @@ from typing import Any
 
 from autotune.candidate import Candidate
 from autotune.job import Job
+from autotune.model import ModelArch
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 
 _PROBE_FIELDS = ("status", "throughput_train", "nvml_used_gib_max", "peak_alloc_gib_max", "num_layers",
@@ -36,6 +37,9 @@ class ProbedRunner(Runner):
 
     def domain(self, job: Job) -> list[Candidate] | None:
         return self.runner.domain(job)
+
+    def node_defaults(self, model: ModelArch) -> dict[str, Any]:
+        return self.runner.node_defaults(model)  # the full trial's node checks, before anything is written
 
     def run(self, spec: TrialSpec) -> TrialResult:
         probe = self.prober.run(dataclasses.replace(spec, workdir=spec.workdir / "probe"))

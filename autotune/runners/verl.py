@@ -168,7 +168,10 @@ class VerlRunner(Runner):
         return dict(spec.job.with_node_defaults(found).node_defaults)
 
     def node_defaults(self, model: ModelArch) -> dict[str, Any]:
+        """Asked before the study writes anything: a node that cannot run verl is refused here (RunnerFatal)."""
         self._diagnose(model.head_dim)
+        if self._fatal:
+            raise RunnerFatal(self._fatal)
         return dict(self.diagnosis.job_defaults) if self.diagnosis else {}
 
     def _diagnose(self, head_dim: int) -> None:
@@ -180,8 +183,8 @@ class VerlRunner(Runner):
             return
         diagnosis = run_doctor(head_dim, sys.executable, {**os.environ, **self.env}, self.options.doctor_timeout_s)
         if not diagnosis.ok:
-            self._fatal = ("this node cannot run a verl trial (`autotune doctor` says what to fix): "
-                           + " | ".join(diagnosis.problems()))
+            self._fatal = "\n".join(["this node cannot run a verl trial; `autotune doctor` says what to fix:",
+                                      *(f"  {p}" for p in diagnosis.problems())])
             return
         self.diagnosis = diagnosis
 
