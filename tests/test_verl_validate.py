@@ -15,7 +15,7 @@ import pytest
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.export import launch_argv
+from autotune.export import launch_argv, tuned_values
 from autotune.job import Job
 from autotune.launch_script import read_script
 from autotune.runners.verl import VerlRunner
@@ -108,10 +108,11 @@ def test_exported_like_script_validates(tmp_path: Path) -> None:
     """A user's script written back with a tuned layout still composes and validates in verl."""
     src = REPO / "tests" / "data" / "scripts" / "run_qwen2.5-7b_dapo_style.sh"
     script = read_script(src, {"HOME": "/root"})
+    job = Job.from_launch_script(script)
     cand = Candidate.from_params({"tp": 2, "pp": 2, "vpp": 2, "rollout_tp": 2, "recompute": "selective"},
-                                 Job.from_launch_script(script).candidate(Candidate()))
+                                 job.candidate(Candidate()))
     out = tmp_path / "tuned.sh"
-    out.write_text(script.render_like(cand))
+    out.write_text(script.render_like(tuned_values(job, cand)))
     again = read_script(out, {"HOME": "/root", "CKPT_DIR": "/ckpt"})
     overrides = [f"{o.key}={o.raw}" for o in again.overrides]
     res = validate_overrides(overrides)
