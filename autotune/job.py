@@ -15,9 +15,10 @@ from typing import Any
 
 import yaml
 
-from autotune import launch_script, verl
+from autotune import verl
 from autotune.candidate import Candidate
-from autotune.space import yaml_error
+from autotune.search.space import yaml_error
+from autotune.verl import launch_script
 
 
 class JobError(ValueError):

@@ -23,10 +23,10 @@ from autotune.candidate import Candidate
 from autotune.cluster import GIB
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import at_step
-from autotune.labels import Labeller
 from autotune.model import CATALOG, ModelArch
-from autotune.setup import Setup, setup_from_row
-from autotune.store import Store
+from autotune.results.labels import Labeller
+from autotune.search.setup import Setup, setup_from_row
+from autotune.store.store import Store
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "tests" / "data" / "real_verl_gpu"

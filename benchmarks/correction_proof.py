@@ -6,7 +6,7 @@ the step time and each phase of every other one, against the uncorrected model's
 
 Data (each group is what one study of one model size on one cluster could have measured):
 - real verl GRPO trials: every study database under tests/data/real_verl_gpu/*/*.db, measured trials grouped by
-  model, cluster and job across databases; each trial rebuilt as `autotune/learning.py` sees it (the node's
+  model, cluster and job across databases; each trial rebuilt as `autotune/search/learning.py` sees it (the node's
   defaults the trial ran with, the sequence lengths its group measured);
 - replay landscapes (benchmarks/landscapes/*.csv): Megatron-core probes, the training step only;
 - the verl runs of verl_megatron_practice (benchmarks/data/, read as benchmarks/step_time_error.py reads them),
@@ -78,9 +78,9 @@ def _time_only(o: Observation) -> Observation:
 def real_groups(root: Path = REAL) -> list[Group]:
     """Every ok trial with phase timings of every study database under `root`, grouped by model, cluster and job."""
     from autotune import verl
-    from autotune.learning import observation
-    from autotune.setup import setup_from_row
-    from autotune.store import Store
+    from autotune.search.learning import observation
+    from autotune.search.setup import setup_from_row
+    from autotune.store.store import Store
 
     found: dict[tuple, list] = defaultdict(list)
     for db in sorted(root.glob("*/*.db")):

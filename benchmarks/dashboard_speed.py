@@ -38,10 +38,10 @@ from autotune.cluster import Cluster, get_gpu_type
 from autotune.job import Job
 from autotune.model import get_model
 from autotune.runners.simulate import SimulateRunner
-from autotune.setup import Setup
-from autotune.space import load_space
-from autotune.store import TrialRow, utcnow
-from autotune.study import Tuner
+from autotune.search.setup import Setup
+from autotune.search.space import load_space
+from autotune.store.store import TrialRow, utcnow
+from autotune.study.study import Tuner
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -128,7 +128,7 @@ def server_side(url: str, study: str, repeat: int) -> dict[str, float]:
 
     from autotune.dashboard import data, importance, table
     from autotune.dashboard.app import create_app
-    from autotune.store import Store
+    from autotune.store.store import Store
 
     store = Store(url)
     c = TestClient(create_app(url, store))

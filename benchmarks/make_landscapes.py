@@ -126,7 +126,7 @@ def convert(rows: list[dict]) -> dict[str, tuple[list[dict], dict]]:
         batch = max(gpus, round(seqs_per_step / gpus) * gpus)
         shortest = min(r["ppo_max_token_len_per_gpu"] * r["cp"] for r in table)
         meta = {
-            "source": (f"Megatron-core training probes (autotune/runners/mcore_worker.py, benchmarks/mcore_grid.py), "
+            "source": (f"Megatron-core training probes (autotune/runners/mcore/worker.py, benchmarks/mcore_grid.py), "
                        f"measured on {', '.join(gpu_names) or 'unknown GPU'} "
                        f"({', '.join(sorted({r['_date'] for r in table if r['_date']}))}; torch "
                        f"{', '.join(sorted({r['_torch'] for r in table if r['_torch']}))}, megatron-core "

@@ -7,7 +7,7 @@
 Running: specs are grouped by world size (1, 2, 4 GPUs). The 4-GPU specs run in one torchrun over all GPUs,
 the 2-GPU specs in two concurrent torchruns (GPUs 0,1 and 2,3), the 1-GPU specs in four concurrent torchruns
 (one per GPU, via CUDA_VISIBLE_DEVICES), each with its own master port. Each torchrun runs
-``autotune.runners.mcore_worker`` over its batch; a lane whose worker stops making progress (a hang, e.g. one
+``autotune.runners.mcore.worker`` over its batch; a lane whose worker stops making progress (a hang, e.g. one
 pipeline stage ran out of memory while the others wait for it) is killed and restarted on the remaining specs,
 the stuck spec recorded as oom (when the log shows an out-of-memory error) or error. A CSV row is appended as
 each result arrives, so a run cut short still leaves data.
@@ -186,7 +186,7 @@ def smoke_grid() -> list[dict]:
 
 def validate_grid(specs: list[dict]) -> list[str]:
     """Problems found by the worker's validator (empty when all specs are runnable)."""
-    from autotune.runners.mcore_spec import SpecError, validate_spec
+    from autotune.runners.mcore.spec import SpecError, validate_spec
 
     problems = []
     ids = set()
@@ -342,7 +342,7 @@ class Lane(threading.Thread):
                     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "OMP_NUM_THREADS": "4"})
         env.update(self.env_extra)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(self.world),
-               "--master_port", str(self.port + self.launch), "-m", "autotune.runners.mcore_worker",
+               "--master_port", str(self.port + self.launch), "-m", "autotune.runners.mcore.worker",
                "--specs", str(specs_path), "--out", str(out_path)]
         self.log(f"launch {len(todo)} specs on GPUs {self.devices}")
         with open(log_path, "w") as logf:

@@ -21,7 +21,7 @@ How each size is measured:
 largest study, with and without `--all`: wall and CPU time, next to the start-up floor (importing the CLI) and,
 with `--baseline-rev REV`, the same commands run by the autotune package of an earlier git revision on the same
 database in the same run. Its output is compared with rich laying out the whole table itself (what `status` did
-before autotune.tables). `--status-only` times just that, on a freshly filled study of the largest size, and
+before autotune.cli.tables). `--status-only` times just that, on a freshly filled study of the largest size, and
 rewrites only that part of overhead.md.
 """
 
@@ -56,14 +56,14 @@ def make_setup():
     from autotune.cluster import Cluster, get_gpu_type
     from autotune.job import Job
     from autotune.model import get_model
-    from autotune.setup import Setup
-    from autotune.space import load_space
+    from autotune.search.setup import Setup
+    from autotune.search.space import load_space
 
     return Setup(get_model("qwen2.5-7b"), Cluster(get_gpu_type("h100"), 8), Job.default(), load_space("dense"))
 
 
 def make_sampler(seed: int = 0) -> optuna.samplers.BaseSampler:
-    """The tuner's own sampler settings (autotune.study.Tuner)."""
+    """The tuner's own sampler settings (autotune.study.study.Tuner)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
@@ -74,7 +74,7 @@ def prefill(setup, url: str, name: str, n: int, with_rows: bool, seed: int = 1) 
     """n trials in bulk: random points of the space, told with the models' verdict (as the tuner would)."""
     from autotune.candidate import Candidate
     from autotune.runners.base import TrialStatus
-    from autotune.store import Store, TrialRow, utcnow
+    from autotune.store.store import Store, TrialRow, utcnow
 
     if n <= 0:
         return
@@ -118,7 +118,7 @@ def prefill(setup, url: str, name: str, n: int, with_rows: bool, seed: int = 1) 
 def time_autotune(setup, url: str, size: int, tail: int) -> dict:
     """Per-trial tuner-side time over the last `tail` trials of a study of `size` trials."""
     from autotune.runners.simulate import SimulateRunner
-    from autotune.study import Tuner
+    from autotune.study.study import Tuner
 
     name = f"overhead-autotune-{size}"
     text = Path(setup.space.source).read_text()
@@ -176,7 +176,7 @@ def time_optuna(setup, url: str, size: int, tail: int, study_name: str | None = 
 
 def time_scan(url: str, study: str, repeat: int = 5) -> dict:
     """The two read-backs of a tuner step, as SQL queries and as the Python scans they replaced."""
-    from autotune.store import Store
+    from autotune.store.store import Store
 
     store = Store(url)
     key = store.trials(study)[-1].candidate_key
@@ -225,7 +225,7 @@ def status_cmd(url: str, study: str, all_rows: bool) -> list[str]:
 def rich_status(url: str, study: str, all_rows: bool) -> str:
     """`autotune status` as rich alone lays the table out (every cell measured): the output to be identical to."""
     import autotune.cli as cli
-    import autotune.tables as tables
+    import autotune.cli.tables as tables
     from autotune.cli.options import out
 
     buf = io.StringIO()
@@ -289,7 +289,7 @@ def status_only(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as d:
         url = f"sqlite:///{Path(d) / 'status.db'}"
         from autotune.runners.simulate import SimulateRunner
-        from autotune.study import Tuner
+        from autotune.study.study import Tuner
 
         name = f"overhead-status-{size}"
         t = Tuner(setup, SimulateRunner(), url, study_name=name, seed=0,

@@ -77,7 +77,7 @@ class _Reached(Exception):
 def run_one(path: Path, k: int, seed: int, seeds_first: bool, workdir: Path, constants: Any = None
             ) -> dict[str, Any]:
     from autotune.runners.replay import ReplayRunner, ReplayTable
-    from autotune.study import Tuner
+    from autotune.study.study import Tuner
 
     table = ReplayTable.load(path)
     setup = table.setup()

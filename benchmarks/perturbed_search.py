@@ -60,7 +60,7 @@ def perturbed(seed: int | None, spread: float = SPREAD) -> Any:
 
 def run_model(land: Landscape, constants: Any, learn: bool, seed: int, workdir: Path, tag: str = "") -> dict[str, Any]:
     """autotune on one landscape with the given model constants: launches until 97% of the best."""
-    from autotune.study import Tuner
+    from autotune.study.study import Tuner
 
     setup = dataclasses.replace(land.setup, constants=constants)
     name = f"p-{land.name}-{tag}{seed}-{int(learn)}"

@@ -89,7 +89,7 @@ def settings(space: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]:
 def brute(setup: Any) -> dict[str, Any]:
     """Every setting evaluated: the best (the safe one among near-equals, as the study takes it) and the count."""
     from autotune.candidate import Candidate
-    from autotune.ranking import SAFE_TOLERANCE
+    from autotune.search.ranking import SAFE_TOLERANCE
 
     t0 = time.perf_counter()
     seen: dict[str, Any] = {}
@@ -147,9 +147,9 @@ def sampled_best(setup: Any, samples: int = 1500, seed: int = 0) -> tuple[float,
 
 def first_launch(setup: Any) -> str | None:
     """The candidate key of a simulate study's first launch (the real Tuner, a fresh database)."""
-    from autotune.ranking import InfeasibleSpaceError
     from autotune.runners.simulate import SimulateRunner
-    from autotune.study import Tuner
+    from autotune.search.ranking import InfeasibleSpaceError
+    from autotune.study.study import Tuner
 
     with tempfile.TemporaryDirectory() as d:
         try:
@@ -168,8 +168,8 @@ def exactness_cases(quick: bool, full_dense: bool = False) -> list[tuple[str, An
     from autotune.cluster import Cluster, get_gpu_type
     from autotune.job import Job
     from autotune.model import get_model
-    from autotune.setup import Setup
-    from autotune.space import load_space, parse_space
+    from autotune.search.setup import Setup
+    from autotune.search.space import load_space, parse_space
 
     job = Job.from_mapping({"data.max_response_length": 4096})
     cases = []
@@ -189,9 +189,9 @@ def main(argv: list[str] | None = None) -> None:
     from autotune.cluster import Cluster, get_gpu_type
     from autotune.job import Job
     from autotune.model import get_model
-    from autotune.ranking import ModelRanking
-    from autotune.setup import Setup
-    from autotune.space import load_space
+    from autotune.search.ranking import ModelRanking
+    from autotune.search.setup import Setup
+    from autotune.search.space import load_space
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")

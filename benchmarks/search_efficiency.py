@@ -5,7 +5,7 @@
 
 Every trial is answered by the replay runner from a table of measured configurations (benchmarks/README.md), so
 each strategy sees the same real measurements. Strategies, SEEDS seeds each:
-- autotune: `autotune.study.Tuner` as shipped (constraints + memory-model pruning before launch, model-seeded
+- autotune: `autotune.study.study.Tuner` as shipped (constraints + memory-model pruning before launch, model-seeded
   TPE), with the replay runner, on a temporary SQLite database;
 - tpe: plain Optuna TPE (default TPESampler) on the same space, no pruning, no seeding; an oom / failed row is a
   launched failure (state FAIL, as an objective that raises);
@@ -117,7 +117,7 @@ class Landscape:
 
 
 def run_autotune(land: Landscape, seed: int, workdir: Path) -> Trace:
-    from autotune.study import Tuner
+    from autotune.study.study import Tuner
 
     trace = Trace(land.name, "autotune", seed)
     url = f"sqlite:///{workdir / f'{land.name}-{seed}.db'}"

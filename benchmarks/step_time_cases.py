@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from autotune.constraints import check
+from autotune.estimate.constraints import check
 from autotune.estimate.memory import MemoryEstimate, estimate_memory
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY, DEFAULT_WORKLOAD, Efficiency, estimate_throughput
 from autotune.model import get_model

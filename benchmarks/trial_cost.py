@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune import verl
-from autotune.store import Store
-from autotune.timeline import Timeline
+from autotune.results.timeline import Timeline
+from autotune.store.store import Store
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "tests" / "data" / "real_verl_gpu"

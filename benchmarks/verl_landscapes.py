@@ -29,9 +29,9 @@ import yaml
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.labels import Labeller
-from autotune.setup import setup_from_row
-from autotune.store import Store
+from autotune.results.labels import Labeller
+from autotune.search.setup import setup_from_row
+from autotune.store.store import Store
 from benchmarks.calibration import DATA, PHASES, _size
 
 HERE = Path(__file__).resolve().parent
@@ -158,7 +158,7 @@ class FirstLaunch:
 def first_launch(table_path: Path) -> FirstLaunch:
     """Run autotune's study on the table's replay until it launches once."""
     from autotune.runners.replay import ReplayRunner, ReplayTable
-    from autotune.study import Tuner
+    from autotune.study.study import Tuner
 
     table = ReplayTable.load(table_path)
     setup = table.setup()

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autotune.runners.verl import VerlOptions, VerlRunner  # noqa: E402
-from autotune.study import Tuner  # noqa: E402
+from autotune.study.study import Tuner  # noqa: E402
 from tests.conftest import make_setup  # noqa: E402
 from tests.fake_verl import ENTRY, records  # noqa: E402
 

@@ -17,17 +17,16 @@ import random
 import sys
 from typing import Any
 
-from autotune import constraints
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
-from autotune.estimate import evaluate
+from autotune.estimate import constraints, evaluate
 from autotune.estimate.lengths import Lengths, worst_case
 from autotune.estimate.memory import DEFAULT_CALIBRATION, activation_bytes, estimate_memory
 from autotune.estimate.throughput import estimate_throughput
 from autotune.job import Job
 from autotune.model import get_model
-from autotune.runners.mcore import probe_spec
-from autotune.space import load_space, space_context
+from autotune.runners.mcore.runner import probe_spec
+from autotune.search.space import load_space, space_context
 
 PER_COMBO = 24
 

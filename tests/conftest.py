@@ -16,8 +16,8 @@ import pytest
 from autotune.cluster import Cluster, get_gpu_type
 from autotune.job import Job
 from autotune.model import get_model
-from autotune.setup import Setup
-from autotune.space import load_space
+from autotune.search.setup import Setup
+from autotune.search.space import load_space
 
 REPO = Path(__file__).resolve().parent.parent
 

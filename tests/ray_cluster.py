@@ -210,7 +210,7 @@ def _stopped(spec: TrialSpec) -> bool:
 def tuner_main(argv: list[str]) -> None:
     """A tuner process for the fault tests: ADDRESS STORAGE STUDY PARALLEL SECONDS N_TRIALS GPUS."""
     from autotune.executors.ray import RayExecutor
-    from autotune.study import Tuner
+    from autotune.study.study import Tuner
     from tests.conftest import make_setup
 
     address, storage, study, parallel, seconds, n, gpus = argv

@@ -12,7 +12,7 @@ import pytest
 from autotune.cli import main
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.simulate import SimulateRunner
-from autotune.study import Tuner
+from autotune.study.study import Tuner
 from tests.conftest import cli_run, make_setup
 
 SPACE_HEAD = "name: bad\ndimensions:\n"
@@ -113,7 +113,7 @@ def test_hf_config_with_a_value_of_the_wrong_kind(capsys, recorded, tmp_path, co
 def test_job_key_verl_does_not_have(capsys, recorded, tmp_path, monkeypatch, verl_here):
     """Checked against the installed verl's config, or, where verl is not installed (README's first command), against
     the snapshot of verl 0.9.1's keys shipped with autotune: the same refusal either way."""
-    from autotune.runners import verl_preflight
+    from autotune.verl import preflight as verl_preflight
 
     if not verl_here:  # `import verl` would fail: find_spec answers None, as without verl
         real = importlib.util.find_spec

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from autotune import units
-from autotune.space import builtin_spaces
-from autotune.store import Store, TrialRow
+from autotune.search.space import builtin_spaces
+from autotune.store.store import Store, TrialRow
 from tests.conftest import REPO
 from tests.conftest import cli_run as run
 

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from autotune.store import Store
+from autotune.store.store import Store
 from benchmarks import soak as soak_mod
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

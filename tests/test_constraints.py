@@ -1,7 +1,7 @@
 import pytest
 
-from autotune import constraints
 from autotune.candidate import Candidate
+from autotune.estimate import constraints
 from autotune.job import Job
 from tests.conftest import make_setup
 

@@ -29,9 +29,9 @@ from autotune.dashboard import data  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.runners.replay import ReplayRunner, ReplayTable  # noqa: E402
 from autotune.runners.simulate import SimulateRunner  # noqa: E402
-from autotune.store import Store, StudyRow  # noqa: E402
-from autotune.study import Tuner  # noqa: E402
-from autotune.tuners import Registry  # noqa: E402
+from autotune.store.store import Store, StudyRow  # noqa: E402
+from autotune.store.tuners import Registry  # noqa: E402
+from autotune.study.study import Tuner  # noqa: E402
 from tests.conftest import REPO, make_setup  # noqa: E402
 from tests.conftest import cli_run as run  # noqa: E402
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from autotune import verl
-from autotune.doctor import diagnose, run_doctor
 from autotune.job import Job
 from autotune.runners.base import RunnerFatal
+from autotune.verl.doctor import diagnose, run_doctor
 from tests.conftest import cli_run, make_setup
 from tests.fake_verl import env_for, fake_runner, launches, leftovers, make_spec
 from tests.stub_stack import stack_env, write_stack
@@ -174,7 +174,7 @@ def test_a_cpu_torch_without_nvml_is_no_gpu_here(tmp_path: Path) -> None:
 
 def test_the_fixes_name_the_constraints_file_this_install_has(tmp_path: Path, monkeypatch) -> None:
     """A checkout names its own constraints/ (relative from its top, absolute elsewhere); the file exists."""
-    from autotune import doctor as doc
+    from autotune.verl import doctor as doc
 
     monkeypatch.chdir(tmp_path)
     path = doc.constraints_path()
@@ -242,15 +242,15 @@ def test_the_runner_adds_the_doctors_defaults_the_job_leaves_open(tmp_path: Path
     (argv,) = [r["argv"] for r in launches(rec)]
     assert f"{verl.VANILLA_MBRIDGE}=true" in argv
     assert f"{verl.ATTENTION_BACKEND}=unfused" in argv and f"{verl.ATTENTION_BACKEND}=fused" not in argv
-    assert f"{verl.RAY_SETUP_HOOK_KEY}=autotune.verl_shims.install" in argv
+    assert f"{verl.RAY_SETUP_HOOK_KEY}=autotune.verl.shims.install" in argv
     assert res.extra["job_defaults"] == {verl.VANILLA_MBRIDGE: True}
     assert leftovers(rec) == []
 
 
 def test_the_job_defaults_pass_verls_own_config_checks(tmp_path: Path) -> None:
-    from autotune.doctor import Diagnosis
     from autotune.runners.verl import VerlRunner
-    from autotune.runners.verl_preflight import hydra_overrides, validate_overrides, verl_importable
+    from autotune.verl.doctor import Diagnosis
+    from autotune.verl.preflight import hydra_overrides, validate_overrides, verl_importable
 
     if not verl_importable():
         pytest.skip("verl is not installed here")
@@ -272,7 +272,7 @@ def test_the_shim_reaches_verls_ray_workers_through_the_setup_hook(tmp_path: Pat
     import subprocess
     import sys
 
-    from autotune import verl_shims
+    from autotune.verl import shims as verl_shims
     from tests.ray_cluster import SYSTEM_CONFIG, ray_cluster
     from tests.stub_stack import ENUMS, GPT_MODEL, MBRIDGE_UTIL, ROOT
 
@@ -322,7 +322,7 @@ def test_trials_and_the_doctor_find_torchs_cudnn_first(tmp_path: Path, monkeypat
     9.14 in /usr/local/cuda and /lib beside torch's 9.19: Transformer Engine then failed to load)."""
     import importlib
 
-    from autotune import doctor as doc
+    from autotune.verl import doctor as doc
 
     lib = tmp_path / "nvidia" / "cudnn" / "lib"
     lib.mkdir(parents=True)

@@ -79,7 +79,7 @@ def test_estimate_of_a_training_only_study_shows_what_it_assumes(capsys, tmp_pat
     """A replayed Megatron-core study measures the training phase alone: no vLLM (no 0.00 GiB KV cache line) and
     each micro-batch one sequence of the token budget (not 'responses 12288' above a 6144 cap)."""
     from autotune.runners.replay import ReplayRunner, ReplayTable
-    from autotune.study import Tuner
+    from autotune.study.study import Tuner
     from tests.conftest import REPO
 
     table = ReplayTable.load(REPO / "benchmarks" / "landscapes" / "qwen2.5-7b-L8-g4.csv")

@@ -10,8 +10,8 @@ import yaml
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.export import FILL_IN, MISSING, ExportInfo, launch_argv, launch_values, render
 from autotune.job import Job
+from autotune.results.export import FILL_IN, MISSING, ExportInfo, launch_argv, launch_values, render
 from tests.conftest import make_setup
 
 JOB = Job.from_mapping({
@@ -192,7 +192,7 @@ def test_what_the_node_needed_is_exported_with_the_winner(tmp_path):
 def _study_with(db: str, capsys, *rows: tuple[str, str, Candidate], **kw) -> str:
     """A simulated study of one launched trial, with `rows` (status, reason, candidate) recorded after it (`kw`:
     more TrialRow fields, a list per field, one value per row)."""
-    from autotune.store import Store, TrialRow
+    from autotune.store.store import Store, TrialRow
     from tests.conftest import cli_run
 
     assert cli_run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "1", "--confirm", "0",

@@ -22,7 +22,7 @@ import yaml
 from sqlalchemy import create_engine, inspect, text
 
 from autotune import verl
-from autotune.store import Store
+from autotune.store.store import Store
 from tests.conftest import cli_run
 
 REAL = Path(__file__).parent / "data" / "real_verl_cpu.log"
@@ -195,7 +195,7 @@ def test_an_oom_run_and_an_unfinished_one(tmp_path: Path, sqlite_url: str, capsy
 
 
 def _jsonl_from(log: Path, path: Path) -> Path:
-    from autotune.verl_runs import steps_from_console
+    from autotune.verl.runs import steps_from_console
 
     steps = steps_from_console(log.read_text())
     path.write_text("".join(json.dumps({"step": s, "data": {**m, "perf/throughput": m["perf/throughput"] + 0.25}})

@@ -15,12 +15,12 @@ from autotune.candidate import Candidate
 from autotune.cluster import GIB
 from autotune.estimate import MEMORY_MARGIN, memory_verdict
 from autotune.estimate.correction import NO_CORRECTION, Correction, Observation, PhaseFit, fit
-from autotune.learning import observation, saved_correction
-from autotune.ranking import ModelRanking
 from autotune.runners.replay import ReplayRunner, ReplayTable
 from autotune.runners.simulate import SimulateRunner
-from autotune.store import Store, TrialRow, utcnow
-from autotune.study import Tuner
+from autotune.search.learning import observation, saved_correction
+from autotune.search.ranking import ModelRanking
+from autotune.store.store import Store, TrialRow, utcnow
+from autotune.study.study import Tuner
 from tests.conftest import REPO, cli_run, make_setup
 
 TABLE = REPO / "tests" / "data" / "replay_small.csv"
@@ -201,7 +201,7 @@ def test_two_tuners_first_refits_at_once_both_land(db, monkeypatch):
     key, seen on PostgreSQL in CI) and updates it instead of failing the run."""
     from sqlalchemy.orm import Session
 
-    from autotune.store import CorrectionRow
+    from autotune.store.store import CorrectionRow
 
     store, other = Store(db), Store(db)  # SQLite keeps no foreign keys by default: no study row needed
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.study import Tuner
+from autotune.study.study import Tuner
 from tests.conftest import make_setup
 from tests.fake_verl import env_for, fake_runner, leftovers
 
@@ -38,8 +38,8 @@ def test_the_first_correction_is_fitted_at_the_lengths_its_trial_measured(tmp_pa
     """The refit after a measured trial predicts it at the lengths it measured: fitted before the study folded them
     in, the first correction compared a step of 1,196-token sequences with a prediction at the job caps' typical
     shares (245 tokens) and read a 2x error as 6.6x (a real 1.5B study, 2026-11-25)."""
-    from autotune.learning import observation
-    from autotune.setup import Setup
+    from autotune.search.learning import observation
+    from autotune.search.setup import Setup
 
     rec = tmp_path / "rec.jsonl"
     tuner = Tuner(make_setup(), fake_runner(env_for(rec)), sqlite_url, "first-fit", workdir=tmp_path / "t")

@@ -4,8 +4,8 @@ import pytest
 
 from autotune.candidate import Candidate
 from autotune.runners.base import TrialStatus
-from autotune.runners.mcore import ProbeError, probe_layers, probe_spec, probe_world, result_from_probe
-from autotune.runners.mcore_spec import validate_spec
+from autotune.runners.mcore.runner import ProbeError, probe_layers, probe_spec, probe_world, result_from_probe
+from autotune.runners.mcore.spec import validate_spec
 from tests.conftest import make_setup
 
 DYN = {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 16384, "log_prob_max_token_len_per_gpu": 32768,
@@ -70,7 +70,7 @@ def test_results_map_to_trial_results():
 
 def test_mcore_backend_without_gpus_is_a_clear_error():
     from autotune.runners import RunnerUnavailable, make_runner
-    from autotune.runners.mcore import local_gpu_count
+    from autotune.runners.mcore.runner import local_gpu_count
 
     if local_gpu_count():
         pytest.skip("this machine has GPUs")
@@ -87,7 +87,7 @@ def test_mcore_studies_predict_the_training_phase_the_probe_measures():
     from autotune.estimate import evaluate
     from autotune.job import Job
     from autotune.model import get_model
-    from autotune.runners.mcore import McoreRunner
+    from autotune.runners.mcore.runner import McoreRunner
 
     cand = Candidate.from_params({"tp": 1, "rollout_tp": 1, "recompute": "none", "use_dynamic_bsz": True,
                                   "ppo_max_token_len_per_gpu": 20480, "log_prob_max_token_len_per_gpu": 98304,

@@ -14,7 +14,7 @@ from autotune.estimate.memory import DEFAULT_CALIBRATION as CAL
 from autotune.estimate.memory import estimate_memory
 from autotune.job import Job
 from autotune.model import get_model
-from autotune.ranking import prefer_safe
+from autotune.search.ranking import prefer_safe
 
 M = get_model("qwen2.5-7b")
 H100x8 = Cluster(get_gpu_type("h100"), 8, 1)
@@ -225,7 +225,7 @@ def test_ref_param_offload_key_and_export():
 def test_the_reference_models_offload_is_tuned_only_when_the_job_has_one():
     import random
 
-    from autotune.space import load_space, space_context
+    from autotune.search.space import load_space, space_context
 
     for name in ("dense", "moe"):
         space = load_space(name)

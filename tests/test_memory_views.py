@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from autotune.candidate import Candidate  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
-from autotune.export import FORMATS, export_text  # noqa: E402
+from autotune.results.export import FORMATS, export_text  # noqa: E402
 from autotune.runners.simulate import SimulateRunner  # noqa: E402
-from autotune.study import Tuner  # noqa: E402
+from autotune.study.study import Tuner  # noqa: E402
 from tests.conftest import make_setup  # noqa: E402
 
 RISKY = {"tp": 2, "rollout_tp": 1, "use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2,

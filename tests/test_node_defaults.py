@@ -10,10 +10,10 @@ import pytest
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.doctor import Diagnosis
 from autotune.estimate.memory import estimate_memory
 from autotune.job import Job
-from autotune.study import Tuner
+from autotune.study.study import Tuner
+from autotune.verl.doctor import Diagnosis
 from tests.conftest import make_setup
 from tests.fake_verl import fake_runner
 

@@ -17,12 +17,12 @@ from autotune.estimate.offload import (
     offload_seconds,
 )
 from autotune.estimate.throughput import estimate_throughput
-from autotune.export import launch_values, render
 from autotune.job import Job
-from autotune.labels import label
 from autotune.model import get_model
-from autotune.space import value_error
-from autotune.verl_runs import candidate_from_config
+from autotune.results.export import launch_values, render
+from autotune.results.labels import label
+from autotune.search.space import value_error
+from autotune.verl.runs import candidate_from_config
 from tests.conftest import make_setup
 
 M7 = get_model("qwen2.5-7b")
@@ -137,7 +137,7 @@ def test_cpu_optimizer_time():
 
 
 def test_export_writes_the_cpu_optimizer():
-    from autotune.export import ExportInfo
+    from autotune.results.export import ExportInfo
 
     c = Candidate.from_params({"optimizer_cpu_offload": True, "optimizer_offload_fraction": 0.5})
     info = ExportInfo("s", 1, 1.0, False, c.layout(), "m")

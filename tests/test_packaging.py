@@ -24,10 +24,10 @@ import json, sys
 sys.modules["verl"] = None  # as where verl is not installed: the unknown-key check must use the shipped snapshot
 from pathlib import Path
 import autotune
-from autotune import doctor
+from autotune.verl import doctor
 from autotune.dashboard import app
-from autotune.runners.verl_preflight import config_schema, unknown_keys
-from autotune.space import builtin_spaces, load_space
+from autotune.verl.preflight import config_schema, unknown_keys
+from autotune.search.space import builtin_spaces, load_space
 
 pkg = Path(autotune.__file__).parent
 dash = Path(app.__file__).parent
@@ -95,7 +95,7 @@ def test_the_verl_key_snapshot_is_what_the_script_writes_from_verl_0_9_1():
     import verl as verl_pkg
 
     from autotune import verl
-    from autotune.runners.verl_preflight import CONFIG_KEYS_SNAPSHOT
+    from autotune.verl.preflight import CONFIG_KEYS_SNAPSHOT
 
     assert verl_pkg.__version__ == verl.VERL_VERSION
     sys.path.insert(0, str(REPO / "scripts"))

@@ -3,7 +3,7 @@
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.probed import ProbedRunner
 from autotune.runners.simulate import SimulateRunner
-from autotune.study import Tuner
+from autotune.study.study import Tuner
 from tests.conftest import make_setup
 
 

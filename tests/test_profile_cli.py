@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from autotune.candidate import Candidate
-from autotune.export import launch_argv
 from autotune.profile.runs import profiler_overrides
+from autotune.results.export import launch_argv
 from autotune.runners.simulate import SimulateRunner
-from autotune.store import Store
-from autotune.study import Tuner
+from autotune.store.store import Store
+from autotune.study.study import Tuner
 from tests.conftest import cli_run, make_setup
 
 pytest.importorskip("verl")
@@ -138,8 +138,8 @@ def test_probe_profile_without_gpus_is_a_clear_error(capsys):
 def test_a_measured_trials_own_lengths_inform_the_advice(study_db):
     from autotune import verl
     from autotune.cli.profile import _with_measured_lengths
-    from autotune.setup import setup_from_row
-    from autotune.store import StepRow
+    from autotune.search.setup import setup_from_row
+    from autotune.store.store import StepRow
 
     url, study = study_db
     store = Store(url)

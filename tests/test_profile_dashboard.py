@@ -13,11 +13,11 @@ from urllib.parse import quote
 import pytest
 
 from autotune.candidate import Candidate
-from autotune.export import launch_argv
 from autotune.profile.runs import analyse_dir, profiler_overrides, store_profile
+from autotune.results.export import launch_argv
 from autotune.runners.simulate import SimulateRunner
-from autotune.store import ProfileRow, Store
-from autotune.study import Tuner
+from autotune.store.store import ProfileRow, Store
+from autotune.study.study import Tuner
 from tests.conftest import free_port, make_setup
 
 pytest.importorskip("verl")

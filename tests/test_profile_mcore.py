@@ -13,9 +13,9 @@ from autotune.candidate import Candidate
 from autotune.profile.analysis import analyse
 from autotune.profile.runs import ProfilingMcoreRunner, trace_dir
 from autotune.profile.traces import classify, discover
-from autotune.runners import mcore_profile
 from autotune.runners.base import TrialResult, TrialStatus
-from autotune.runners.mcore_spec import validate_spec
+from autotune.runners.mcore import profile as mcore_profile
+from autotune.runners.mcore.spec import validate_spec
 from tests.conftest import make_setup
 
 

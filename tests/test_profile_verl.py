@@ -11,11 +11,11 @@ import pytest
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.export import launch_argv
 from autotune.profile.analysis import OUTSIDE, analyse
 from autotune.profile.runs import profiler_overrides
 from autotune.profile.traces import discover
-from autotune.runners.verl_preflight import compose_full, hydra_overrides, validate_overrides
+from autotune.results.export import launch_argv
+from autotune.verl.preflight import compose_full, hydra_overrides, validate_overrides
 from tests.conftest import free_port, make_setup
 
 pytest.importorskip("verl")
@@ -152,7 +152,7 @@ def test_profiling_verl_runner_end_to_end(tmp_path, db):
     """The verl runner with the profiler on (through the test double, which writes step 3's traces with verl's own
     profiler code), the analysis, the model's advice, and the profile stored with its trial."""
     from autotune.profile.runs import ProfilingVerlRunner, profile_configuration, store_profile
-    from autotune.store import Store
+    from autotune.store.store import Store
     from tests.fake_verl import ENTRY, fast_options
 
     setup = make_setup("qwen2.5-1.5b", gpus=4)

@@ -13,8 +13,8 @@ import pytest
 from autotune.candidate import Candidate
 from autotune.estimate.correction import Correction, PhaseFit
 from autotune.job import Job
-from autotune.ranking import SAFE_TOLERANCE, InfeasibleSpaceError, ModelRanking, infeasible_message
-from autotune.space import parse_space
+from autotune.search.ranking import SAFE_TOLERANCE, InfeasibleSpaceError, ModelRanking, infeasible_message
+from autotune.search.space import parse_space
 from benchmarks.ranking_exactness import settings  # every setting of a space, enumerated
 from tests.conftest import make_setup
 

@@ -11,13 +11,14 @@ import time
 
 import pytest
 
-from autotune import cli, study
+from autotune import cli
 from autotune.dashboard import data, table
 from autotune.executors import make_executor
 from autotune.executors.ray import ExecutorError, RayExecutor
 from autotune.runners.base import RunnerFatal, TrialResult, TrialSpec
 from autotune.runners.simulate import SimulateRunner
-from autotune.study import Tuner
+from autotune.study import study
+from autotune.study.study import Tuner
 from tests.conftest import REPO, make_setup
 from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, add_node, free_gpus, ray_cluster, token_cluster
 
@@ -106,7 +107,7 @@ def test_replay_runs_through_the_ray_executor_from_the_cli(cluster, sqlite_url, 
                      cluster.address, "--parallel", "2", "--n-trials", "3", "--storage", sqlite_url, "--study", "rp",
                      "--confirm", "0", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["launched"] == 3
-    from autotune.store import Store
+    from autotune.store.store import Store
 
     launched = [r for r in Store(sqlite_url).trials("rp") if r.launched]
     assert len(launched) == 3 and all(r.backend == "replay" and r.placement["gpus"] == 2 for r in launched)
@@ -136,7 +137,7 @@ def test_a_cpu_shortage_is_refused_up_front_like_a_gpu_shortage(cluster, sqlite_
         assert code == 2 and "short of CPU" in err and len(err.strip().splitlines()) == 1, err
     finally:
         cluster.remove_node(node)
-    from autotune.store import Store
+    from autotune.store.store import Store
 
     assert Store(sqlite_url).trials("cpu") == []  # refused before anything was asked
 

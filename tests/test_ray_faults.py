@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from autotune.store import Store
-from autotune.study import Tuner
+from autotune.store.store import Store
+from autotune.study.study import Tuner
 from tests.conftest import REPO, make_setup
 from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, free_gpus, ray_cluster
 

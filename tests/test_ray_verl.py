@@ -14,7 +14,7 @@ import pytest
 from autotune import verl
 from autotune.executors.ray import RayExecutor
 from autotune.runners.verl import VerlRunner
-from autotune.study import Tuner
+from autotune.study.study import Tuner
 from tests.conftest import make_setup
 from tests.fake_verl import ENTRY, env_for, fast_options, leftovers
 from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, add_node, free_gpus, ray_cluster
@@ -167,8 +167,8 @@ def test_the_hook_adopts_only_groups_in_verls_own_bundle_shape(cluster, monkeypa
     import verl.single_controller.ray.base as pool_module
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
-    from autotune.executors import verl_hook
     from autotune.executors.ray import NAMESPACE
+    from autotune.verl import ray_hook as verl_hook
 
     ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
     try:

@@ -9,9 +9,8 @@ import random
 
 import pytest
 
-from autotune import constraints
 from autotune.candidate import Candidate
-from autotune.estimate import estimate_unchecked
+from autotune.estimate import constraints, estimate_unchecked
 from autotune.estimate.correction import FEATURES, UNCERTAIN_TERMS, features
 from autotune.estimate.lengths import at_step
 from autotune.estimate.reads import ALL, RULE_READS, reads_for
@@ -110,7 +109,7 @@ def test_lengths_are_what_at_step_makes():
 @pytest.mark.parametrize("name", list(SETUPS))
 def test_additive_pieces_are_the_sum_the_ranking_takes(name):
     """An additive piece = its value with the offload knobs off + what they add at a reference setting of
-    everything else (estimate/reads.py's claim, as autotune/ranking.py computes it)."""
+    everything else (estimate/reads.py's claim, as autotune/search/ranking.py computes it)."""
     from autotune.estimate.reads import OFFLOAD_REFERENCE
 
     setup = SETUPS[name]()

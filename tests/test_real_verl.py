@@ -27,10 +27,10 @@ from autotune.cluster import Cluster, get_gpu_type
 from autotune.job import Job
 from autotune.model import get_model
 from autotune.runners.base import TrialStatus
-from autotune.runners.verl_log import LineTail, RunLog, classify, parse_step_line
-from autotune.setup import Setup
-from autotune.space import load_space
-from autotune.store import Store
+from autotune.search.setup import Setup
+from autotune.search.space import load_space
+from autotune.store.store import Store
+from autotune.verl.log import LineTail, RunLog, classify, parse_step_line
 from tests.fake_verl import env_for, fake_runner, leftovers, make_spec, pid_alive
 from tests.real_verl import tiny_job, write_gsm8k_parquet, write_model
 

@@ -17,9 +17,9 @@ from autotune.cluster import GIB, Cluster, make_cluster
 from autotune.estimate.memory import estimate_memory
 from autotune.job import Job
 from autotune.model import ModelArch, get_model
-from autotune.runners import verl_log
-from autotune.runners.verl_log import LineTail, RunLog, classify
-from autotune.store import Store, TrialRow
+from autotune.store.store import Store, TrialRow
+from autotune.verl import log as verl_log
+from autotune.verl.log import LineTail, RunLog, classify
 
 LEASE1 = Path(__file__).parent / "data" / "real_verl_gpu" / "h100_2026-11-24"
 

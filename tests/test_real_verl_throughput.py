@@ -12,8 +12,8 @@ from autotune.estimate.lengths import at_step, prompt_lengths_from_data
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY as EFF
 from autotune.job import Job
 from autotune.model import get_model
-from autotune.setup import Setup
-from autotune.space import load_space
+from autotune.search.setup import Setup
+from autotune.search.space import load_space
 from benchmarks import real_verl_throughput as run
 from benchmarks.throughput_rank import DEFAULT_REF, TABLES, read_rows
 from tests.real_verl import write_gsm8k_parquet, write_tokenizer

@@ -20,9 +20,9 @@ from autotune.model import get_model
 from autotune.runners import RunnerUnavailable, make_runner
 from autotune.runners.base import TrialStatus
 from autotune.runners.replay import ReplayError, ReplayRunner, ReplayTable
-from autotune.setup import setup_from_row
-from autotune.store import Store
-from autotune.study import Tuner
+from autotune.search.setup import setup_from_row
+from autotune.store.store import Store
+from autotune.study.study import Tuner
 
 DATA = Path(__file__).resolve().parent / "data"
 SMALL = DATA / "replay_small.csv"

@@ -10,11 +10,11 @@ import yaml
 
 from autotune import verl
 from autotune.candidate import DEFAULTS_NAME, STOCK, STOCK_NAME, Candidate
-from autotune.labels import label
-from autotune.report import PRUNE_KINDS, prune_kind, report_lines, study_report
+from autotune.results.labels import label
+from autotune.results.report import PRUNE_KINDS, prune_kind, report_lines, study_report
 from autotune.runners.probed import ProbedRunner
 from autotune.runners.replay import ReplayRunner
-from autotune.store import TrialRow
+from autotune.store.store import TrialRow
 from tests.conftest import cli_run as run
 from tests.conftest import make_setup
 
@@ -164,7 +164,7 @@ def test_prune_kinds_match_the_words_of_their_producers():
     assert prune_kind(oom.prune_reason()) == ("memory model", oom.memory.reasons()[0].split(":")[0])
     assert "probe OOM, full trial not launched" in inspect.getsource(ProbedRunner)
     assert 'f"not in the table {' in inspect.getsource(ReplayRunner.refuse)
-    from autotune.store import Store
+    from autotune.store.store import Store
     assert 'f"duplicate of trial {dup}' in inspect.getsource(Store.claim_launch)
 
 

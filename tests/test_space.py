@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from autotune.space import SpaceError, builtin_spaces, load_space, parse_space, space_context
+from autotune.search.space import SpaceError, builtin_spaces, load_space, parse_space, space_context
 
 
 def test_builtin_spaces_load_and_cover_the_issue_dimensions():

@@ -8,10 +8,10 @@ from optuna.trial import TrialState
 from autotune.job import Job
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.simulate import SimulateRunner
-from autotune.setup import StudyMismatchError
-from autotune.store import Store, StoreError, TrialRow, utcnow
-from autotune.store_access import open_storage
-from autotune.study import Tuner
+from autotune.search.setup import StudyMismatchError
+from autotune.store.access import open_storage
+from autotune.store.store import Store, StoreError, TrialRow, utcnow
+from autotune.study.study import Tuner
 from tests.conftest import make_setup
 
 
@@ -167,8 +167,8 @@ class _NeverRuns(Runner):
 
 
 def test_infeasible_space_is_refused_before_anything_is_written(sqlite_url):
-    from autotune.ranking import InfeasibleSpaceError
-    from autotune.space import parse_space
+    from autotune.search.ranking import InfeasibleSpaceError
+    from autotune.search.space import parse_space
 
     space = parse_space("name: bad\ndimensions:\n  tp: {choices: [8]}\n  rollout_tp: {choices: [8]}\n", "bad.yaml")
     setup = dataclasses.replace(make_setup(), space=space)
@@ -179,7 +179,7 @@ def test_infeasible_space_is_refused_before_anything_is_written(sqlite_url):
 
 
 def test_a_space_whose_settings_are_all_launched_stops_as_exhausted(sqlite_url):
-    from autotune.space import parse_space
+    from autotune.search.space import parse_space
 
     space = parse_space("name: one\ndimensions:\n  tp: {choices: [4]}\n  use_dynamic_bsz: {choices: [true]}\n",
                         "one.yaml")
@@ -214,7 +214,7 @@ def test_the_jobs_own_layout_is_the_baseline_trial(sqlite_url):
 
 
 def test_a_job_that_fixes_only_untuned_keys_has_no_baseline(sqlite_url, tmp_path):
-    from autotune.space import parse_space
+    from autotune.search.space import parse_space
 
     text = "name: small\ndimensions:\n  tp: {choices: [2, 4]}\n  rollout_tp: {choices: [1, 2]}\n"
     space = parse_space(text, "s.yaml")
@@ -262,7 +262,7 @@ dimensions:
 
 
 def _small_setup():
-    from autotune.space import parse_space
+    from autotune.search.space import parse_space
 
     return dataclasses.replace(make_setup("qwen2.5-1.5b"), space=parse_space(SMALL, "small.yaml"))
 

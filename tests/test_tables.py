@@ -1,4 +1,4 @@
-"""autotune.tables.print_table writes what rich's own Table writes, byte for byte, in a pipe and on a terminal."""
+"""autotune.cli.tables.print_table writes what rich's own Table writes, byte for byte, in a pipe and on a terminal."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from autotune import tables
+from autotune.cli import tables
 
 COLUMNS = ("#", "status", "origin", "configuration", "tokens/s/GPU", "predicted", "mem pred GiB", "mem meas GiB",
            "reason")

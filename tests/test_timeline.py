@@ -1,5 +1,5 @@
 """A trial's timeline and measured noise: recorded by the verl runner (through the test double of verl), read back by
-autotune.timeline and autotune.noise, summed per study, and ties between leaders within the noise."""
+autotune.results.timeline and autotune.results.noise, summed per study, and ties between leaders within the noise."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from autotune import verl
-from autotune.noise import Noise, leaders_tie, measure, noise_words
+from autotune.results.noise import Noise, leaders_tie, measure, noise_words
+from autotune.results.timeline import Timeline, step_spans, study_time
 from autotune.runners.base import TrialStatus
-from autotune.timeline import Timeline, step_spans, study_time
 from tests.conftest import make_setup
 from tests.fake_verl import env_for, fake_module, fake_runner, leftovers, make_spec, records
 
@@ -145,7 +145,7 @@ def test_noise_is_the_range_of_the_measured_and_extra_steps_over_the_objective()
 def test_a_noisy_study_ties_its_leaders_every_view_says_so_and_the_confirmation_decides(
         tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     from autotune.runners.confirm import confirm_top
-    from autotune.study import Tuner
+    from autotune.study.study import Tuner
     from tests.conftest import cli_run
 
     # steps after the first alternate 0.8x, 1.2x: a 50% spread, wider than any two layouts of the double differ
@@ -197,7 +197,7 @@ def test_a_simulated_trial_says_its_timeline_and_noise_were_not_measured(
 
 def test_noise_of_a_window_that_starts_at_step_1() -> None:
     """--measure-step 1: the window is step 1 alone (shown from step 2 on, as warm-up), the spread still taken."""
-    from autotune import noise
+    from autotune.results import noise
 
     steps = {1: {verl.M_THROUGHPUT: 100.0}, 2: {verl.M_THROUGHPUT: 110.0}}
     doc = noise.measure(steps, 1, 1, 1)

@@ -1,5 +1,6 @@
-"""Liveness and graceful stops (autotune/tuners.py, autotune/stopping.py): recovery never closes a live tuner's
-trial, closes a dead one's as soon as its death is known, and a graceful stop tells every Optuna trial it asked."""
+"""Liveness and graceful stops (autotune/store/tuners.py, autotune/runners/stopping.py): recovery never closes a live
+tuner's trial, closes a dead one's as soon as its death is known, and a graceful stop tells every Optuna trial it
+asked."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import update
 
-from autotune import faults, stopping
+from autotune import faults
+from autotune.runners import stopping
 from autotune.runners.simulate import SimulateRunner
-from autotune.store import utcnow
-from autotune.study import Tuner
-from autotune.tuners import GRACE_PERIOD_S, OWNER, TunerRow
+from autotune.store.store import utcnow
+from autotune.store.tuners import GRACE_PERIOD_S, OWNER, TunerRow
+from autotune.study.study import Tuner
 from tests.conftest import make_setup
 
 
@@ -110,7 +112,7 @@ def test_a_running_trial_of_a_live_tuner_elsewhere_is_left_and_closed_when_it_di
     t = _asked_by(tuner, "otherhost:4242")
     _register(tuner, "otherhost:4242")
     old = utcnow() - dt.timedelta(hours=1)  # its rows' own heartbeat is old: the registry decides, not the rows
-    from autotune.store import TrialRow
+    from autotune.store.store import TrialRow
 
     tuner.store.add_trial(TrialRow(study="s", number=t.number, status="running", launched=True, candidate_key="k2",
                                    params=row.params, verl_overrides={}, worker="otherhost:4242", started_at=old,

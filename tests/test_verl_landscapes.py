@@ -9,7 +9,7 @@ from pathlib import Path
 
 from autotune.runners.base import TrialStatus
 from autotune.runners.replay import ReplayTable
-from autotune.store import Store
+from autotune.store.store import Store
 from benchmarks import verl_landscapes as vl
 from tests.conftest import REPO
 

@@ -12,9 +12,9 @@ import pytest
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import make_cluster
-from autotune.export import launch_values, tuned_values
 from autotune.job import Job
-from autotune.launch_script import ScriptError, parse_script, read_script
+from autotune.results.export import launch_values, tuned_values
+from autotune.verl.launch_script import ScriptError, parse_script, read_script
 from tests.conftest import REPO
 
 SCRIPTS = REPO / "tests" / "data" / "scripts"

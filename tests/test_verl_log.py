@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.runners.verl_log import LineTail, RunLog, classify, parse_jsonl_record, parse_number, parse_step_line
+from autotune.verl.log import LineTail, RunLog, classify, parse_jsonl_record, parse_number, parse_step_line
 
 
 @pytest.mark.parametrize("text,value", [

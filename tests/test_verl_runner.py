@@ -77,7 +77,7 @@ def test_command_is_the_export_argv_plus_short_run_overrides(tmp_path: Path) -> 
     assert ov["ray_kwargs.ray_init.address"] == "local" and ov["ray_kwargs.ray_init._temp_dir"].startswith("/tmp/")
     assert ov["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == "2"
     assert Path(r["cwd"]) == spec.workdir.resolve()
-    from autotune.export import launch_argv
+    from autotune.results.export import launch_argv
 
     exported = launch_argv(spec.job, spec.cluster, spec.candidate)[3:]
     assert all(a in r["argv"] for a in exported)  # the trial runs what `autotune export` writes

@@ -17,8 +17,8 @@ from optuna.trial import TrialState
 
 from autotune import verl
 from autotune.runners.confirm import confirm_top
-from autotune.store import Store
-from autotune.study import Tuner
+from autotune.store.store import Store
+from autotune.study.study import Tuner
 from tests.conftest import REPO, make_setup
 from tests.fake_verl import env_for, fake_module, fake_runner, leftovers, records
 

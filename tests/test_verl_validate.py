@@ -15,11 +15,11 @@ import pytest
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.export import launch_argv, tuned_values
 from autotune.job import Job
-from autotune.launch_script import read_script
+from autotune.results.export import launch_argv, tuned_values
 from autotune.runners.verl import VerlRunner
-from autotune.runners.verl_preflight import hydra_overrides, validate_overrides, verl_importable
+from autotune.verl.launch_script import read_script
+from autotune.verl.preflight import hydra_overrides, validate_overrides, verl_importable
 from tests.conftest import REPO, make_setup
 from tests.fake_verl import make_spec
 
@@ -75,7 +75,7 @@ def test_sampled_candidates_pass_verls_own_validation(model: str, tmp_path: Path
 def test_fast_compose_equals_hydra_compose(tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
-    from autotune.runners.verl_preflight import compose, compose_full
+    from autotune.verl.preflight import compose, compose_full
 
     setup, cands = feasible_candidates("qwen2.5-7b", 3, seed=1)
     for cand in cands:

@@ -13,7 +13,7 @@ import sys
 from contextlib import nullcontext
 from typing import NoReturn
 
-from autotune import __version__, stopping
+from autotune import __version__
 from autotune.cli.catalog import cmd_models, cmd_spaces
 from autotune.cli.doctor import cmd_doctor
 from autotune.cli.estimate import cmd_estimate, cmd_probe
@@ -35,14 +35,14 @@ from autotune.cli.results import cmd_best, cmd_dashboard, cmd_export, cmd_status
 from autotune.cli.run import cmd_run
 from autotune.cluster import ClusterError
 from autotune.executors import EXECUTORS
-from autotune.export import FORMATS
 from autotune.job import JobError
 from autotune.model import UnknownModelError
-from autotune.runners import BACKENDS, RunnerUnavailable
+from autotune.results.export import FORMATS
+from autotune.runners import BACKENDS, RunnerUnavailable, stopping
 from autotune.runners.base import RunnerFatal
-from autotune.setup import StudyMismatchError
-from autotune.space import SpaceError
-from autotune.store import StoreError
+from autotune.search.setup import StudyMismatchError
+from autotune.search.space import SpaceError
+from autotune.store.store import StoreError
 
 USER_ERRORS = (UnknownModelError, JobError, SpaceError, StoreError, StudyMismatchError, ClusterError,
                RunnerUnavailable, RunnerFatal, ValueError)
@@ -194,8 +194,9 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # `run`: SIGTERM (`kill`, a scheduler's stop) and Ctrl-C set a flag the tuner stops at (autotune/stopping.py):
-    # the running trial recorded, every Optuna trial told, resumable; exit 143 and 130 as a shell reports them.
+    # `run`: SIGTERM (`kill`, a scheduler's stop) and Ctrl-C set a flag the tuner stops at
+    # (autotune/runners/stopping.py): the running trial recorded, every Optuna trial told, resumable; exit 143 and 130
+    # as a shell reports them.
     try:
         with stopping.handle_signals() if args.command == "run" else nullcontext():
             return COMMANDS[args.command](args)

@@ -14,7 +14,7 @@ from rich.table import Table
 from autotune import units
 from autotune.cli.options import out
 from autotune.model import CATALOG
-from autotune.space import builtin_spaces, load_space
+from autotune.search.space import builtin_spaces, load_space
 
 
 def cmd_models(args: argparse.Namespace) -> int:

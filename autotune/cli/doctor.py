@@ -6,8 +6,8 @@ import argparse
 import json
 
 from autotune.cli.options import out
-from autotune.doctor import run_doctor
 from autotune.model import get_model
+from autotune.verl.doctor import run_doctor
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

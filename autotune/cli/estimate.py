@@ -24,8 +24,8 @@ from autotune.estimate.throughput import error_band, step_time_label
 def _study_setup(args: argparse.Namespace) -> Any:
     """--study NAME: that study's correction of the model applied, on the study's own setup (its job and the lengths
     its trials measured) unless --model (and the other setup options) describe another one."""
-    from autotune.learning import saved_correction, study_setup
-    from autotune.store import Store, safe_url
+    from autotune.search.learning import saved_correction, study_setup
+    from autotune.store.store import Store, safe_url
 
     store = Store(args.storage)
     row = store.get_study(args.study)

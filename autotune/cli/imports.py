@@ -1,6 +1,6 @@
 """`autotune import`: verl runs made by hand, recorded as measured trials of a study.
 
-Each file (a verl console log or metrics JSONL, autotune/verl_runs.py) becomes one trial as the verl runner would
+Each file (a verl console log or metrics JSONL, autotune/verl/runs.py) becomes one trial as the verl runner would
 have recorded it: backend `import`, not simulated, the measured step's throughput and phase timings, every step,
 or its failure class and reason; an Optuna trial with the same state, so the sampler, `status`, the dashboard and
 the model's calibration read it like any other. Every file is read and checked before anything is written: a bad
@@ -24,16 +24,16 @@ from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, err, existing_store, out
 from autotune.cluster import make_cluster
 from autotune.job import Job
-from autotune.labels import label
-from autotune.learning import Learning, measured_lengths, step_lengths
 from autotune.model import get_model
-from autotune.recovery import OPTUNA_STATE
+from autotune.results.labels import label
 from autotune.runners.base import TrialStatus
-from autotune.setup import Setup, setup_from_row
-from autotune.space import default_space_name, load_space
-from autotune.store import Store, StudyRow, TrialRow, TrialTaken, safe_url, utcnow, worker_id
-from autotune.store_access import check_writable, open_storage
-from autotune.verl_runs import (
+from autotune.search.learning import Learning, measured_lengths, step_lengths
+from autotune.search.setup import Setup, setup_from_row
+from autotune.search.space import default_space_name, load_space
+from autotune.store.access import check_writable, open_storage
+from autotune.store.store import Store, StudyRow, TrialRow, TrialTaken, safe_url, utcnow, worker_id
+from autotune.study.recovery import OPTUNA_STATE
+from autotune.verl.runs import (
     RunFileError,
     VerlRun,
     candidate_from_config,

@@ -18,9 +18,9 @@ from autotune.cluster import GPU_TYPES, make_cluster
 from autotune.estimate.lengths import at_step, prompt_lengths_from_data
 from autotune.job import Job
 from autotune.model import get_model
-from autotune.runners.verl_preflight import unknown_keys
-from autotune.setup import Setup
-from autotune.space import builtin_spaces, default_space_name, load_space, value_error
+from autotune.search.setup import Setup
+from autotune.search.space import builtin_spaces, default_space_name, load_space, value_error
+from autotune.verl.preflight import unknown_keys
 
 DEFAULT_STORAGE = "sqlite:///trials/autotune.db"
 
@@ -103,7 +103,7 @@ def existing_store(url: str) -> Any:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
-    from autotune.store import Store, StudyRow
+    from autotune.store.store import Store, StudyRow
 
     try:
         u = make_url(url)
@@ -122,7 +122,7 @@ def existing_store(url: str) -> Any:
 
 def study_name(store: Any, url: str, name: str | None) -> str:
     """--study NAME checked against the database, else its only study (the default of every reading command)."""
-    from autotune.store import safe_url
+    from autotune.store.store import safe_url
 
     names = [s.name for s in store.list_studies()]
     if name:

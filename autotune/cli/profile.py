@@ -30,7 +30,7 @@ from autotune.cli.options import (
     seconds,
     study_name,
 )
-from autotune.store import Store, safe_url
+from autotune.store.store import Store, safe_url
 
 PROFILED_BACKENDS = ("verl", "mcore")
 
@@ -66,7 +66,7 @@ def add_parser(sub: Any) -> None:
 
 def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | None, str | None, int | None, str]:
     """(setup, candidate, study, trial number, default backend) of what is to be profiled."""
-    from autotune.setup import setup_from_row
+    from autotune.search.setup import setup_from_row
 
     if args.trial is not None or args.best:
         if args.model or args.set:
@@ -98,7 +98,7 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
 def _with_measured_lengths(setup: Any, store: Store, row: Any) -> Any:
     """The trial's own sequence lengths at the measured step, for the advice's memory verdicts (as the study folds
     its trials' lengths in); a simulated trial measured none."""
-    from autotune.learning import step_lengths
+    from autotune.search.learning import step_lengths
 
     found = [] if row.simulated else [step_lengths(st.metrics) for st in store.steps(row.id)
                                       if st.step == setup.measure_step]

@@ -16,21 +16,21 @@ from typing import Any
 from autotune import units, verl
 from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, err, out, require_database, study_name
+from autotune.cli.tables import print_table
 from autotune.estimate import MEMORY_MARGIN
+from autotune.estimate.safer import SAFE_TOLERANCE
 from autotune.executors import placement_text
-from autotune.export import ExportInfo, export_text, export_warning, missing_keys, tuned_values
 from autotune.job import Job
-from autotune.labels import Labeller, provenance, study_reference
-from autotune.launch_script import read_script
-from autotune.learning import saved_correction
-from autotune.noise import Noise, leaders_tie, noise_words
-from autotune.safer import SAFE_TOLERANCE
-from autotune.setup import setup_from_row
-from autotune.store import Store, TrialRow, safe_url
-from autotune.store_access import open_storage
-from autotune.tables import print_table
-from autotune.timeline import Timeline
-from autotune.tuners import unrecorded
+from autotune.results.export import ExportInfo, export_text, export_warning, missing_keys, tuned_values
+from autotune.results.labels import Labeller, provenance, study_reference
+from autotune.results.noise import Noise, leaders_tie, noise_words
+from autotune.results.timeline import Timeline
+from autotune.search.learning import saved_correction
+from autotune.search.setup import setup_from_row
+from autotune.store.access import open_storage
+from autotune.store.store import Store, TrialRow, safe_url
+from autotune.store.tuners import unrecorded
+from autotune.verl.launch_script import read_script
 
 
 def _speed(row: TrialRow) -> str:

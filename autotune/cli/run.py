@@ -13,19 +13,19 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from autotune import stopping, units
+from autotune import units
 from autotune.cli.options import CLIError, _window, err, make_setup, out, parse_params
 from autotune.cli.results import _best_dict, _speed
 from autotune.executors import make_executor
-from autotune.labels import Labeller
-from autotune.launch_script import is_launch_script, read_script
-from autotune.live import RunProgress, progress_view
-from autotune.report import StudyReport, report_lines, study_report
-from autotune.runners import auto_backend, make_runner
+from autotune.results.labels import Labeller
+from autotune.results.report import StudyReport, report_lines, study_report
+from autotune.runners import auto_backend, make_runner, stopping
 from autotune.runners.confirm import confirm_top
-from autotune.setup import Setup
-from autotune.store import TrialRow, safe_url
-from autotune.study import Tuner
+from autotune.search.setup import Setup
+from autotune.store.store import TrialRow, safe_url
+from autotune.study.live import RunProgress, progress_view
+from autotune.study.study import Tuner
+from autotune.verl.launch_script import is_launch_script, read_script
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -190,7 +190,7 @@ def _live_line(tuner: Tuner, bar: RunProgress, labels: Labeller, args: argparse.
 
 
 def _run_report(tuner: Tuner, best: TrialRow | None, labels: Labeller) -> StudyReport:
-    """What the study is worth (autotune.report): speed-ups over the references, GPU time, prunes by kind."""
+    """What the study is worth (autotune.results.report): speed-ups over the references, GPU time, prunes by kind."""
     rows = tuner.store.trials(tuner.study_name)
     return study_report(rows, best, tuner.setup.cluster.world_size, labels, model=tuner.setup.correction.summary())
 

@@ -29,11 +29,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from autotune import units, verl
 from autotune.dashboard import data, failures, history, importance, plots, profiles, studies, table
 from autotune.estimate.throughput import step_error_percent
-from autotune.export import FORMATS
-from autotune.labels import provenance
-from autotune.noise import noise_words
-from autotune.store import Store, StoreError, StudyRow, TrialRow
-from autotune.timeline import Timeline
+from autotune.results.export import FORMATS
+from autotune.results.labels import provenance
+from autotune.results.noise import noise_words
+from autotune.results.timeline import Timeline
+from autotune.store.store import Store, StoreError, StudyRow, TrialRow
 
 HERE = Path(__file__).resolve().parent
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
@@ -301,7 +301,7 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
 
     @app.get("/study/{name:path}/export/{fmt}")
     def export(name: str, fmt: str, trial: int | None = None) -> Response:
-        from autotune.export import export_text
+        from autotune.results.export import export_text
 
         get_study(name)
         if fmt not in FORMATS:
@@ -386,6 +386,6 @@ def _json_safe(v: Any) -> Any:
 
 
 def _safe_url(url: str) -> str:
-    from autotune.store import safe_url
+    from autotune.store.store import safe_url
 
     return safe_url(url)

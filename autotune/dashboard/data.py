@@ -22,9 +22,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from autotune import units
 from autotune.candidate import Candidate
-from autotune.labels import label, study_reference
-from autotune.store import Store, StoreError, StudyRow, TrialRow
-from autotune.tuners import GRACE_PERIOD_S, TunerRow
+from autotune.results.labels import label, study_reference
+from autotune.store.store import Store, StoreError, StudyRow, TrialRow
+from autotune.store.tuners import GRACE_PERIOD_S, TunerRow
 
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
 LAUNCHED_FAILURES = ("oom", "failed", "timeout", "config_error")
@@ -77,7 +77,7 @@ def _iso(t: dt.datetime | None) -> str | None:
 
 
 def layout(params: dict[str, Any], ref: Candidate | None = None) -> str:
-    """The trial's label (autotune.labels): layout, rollout TP and what differs from the study's reference."""
+    """The trial's label (autotune.results.labels): layout, rollout TP and what differs from the study's reference."""
     try:
         return _layout(tuple(sorted(params.items())), ref)
     except TypeError:  # an unhashable value
@@ -140,7 +140,7 @@ def tuners_at_work(store: Store, study: str) -> bool | None:
     ended is not being tuned, however recently they wrote."""
     try:
         with store.session() as s:
-            now = s.scalar(select(func.now()))  # the clock the beats are stamped in (autotune.tuners)
+            now = s.scalar(select(func.now()))  # the clock the beats are stamped in (autotune.store.tuners)
             rows = s.execute(select(TunerRow.heartbeat_at, TunerRow.stopped_at).where(TunerRow.study == study)).all()
     except (StoreError, SQLAlchemyError):  # no registry table: nothing ever tuned this database with one
         return None

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from autotune.dashboard.data import LAUNCHED_FAILURES, failure_class, layout, reference
-from autotune.store import Store, TrialRow
+from autotune.store.store import Store, TrialRow
 
 LOG_TAIL_BYTES = 64 * 1024
 FAILURES_LISTED = 200

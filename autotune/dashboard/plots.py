@@ -26,7 +26,7 @@ from autotune.dashboard.data import (
     study_cache,
     version,
 )
-from autotune.store import Store, StudyRow, TrialRow
+from autotune.store.store import Store, StudyRow, TrialRow
 
 
 def _ms(t: Any) -> float | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.store import Store
+from autotune.store.store import Store
 
 KINDS = ("gemm", "attention", "other", "communication", "memory", "idle")
 

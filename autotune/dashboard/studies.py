@@ -11,11 +11,11 @@ from sqlalchemy import case, func, select
 
 from autotune.candidate import STOCK_NAME
 from autotune.dashboard.data import INTERRUPTED, LAUNCHED_FAILURES, _iso, _r, layout, reference
-from autotune.labels import provenance
-from autotune.noise import leaders_tie, noise_words
-from autotune.store import Store, StudyRow, TrialRow
-from autotune.timeline import study_time
-from autotune.tuners import unrecorded
+from autotune.results.labels import provenance
+from autotune.results.noise import leaders_tie, noise_words
+from autotune.results.timeline import study_time
+from autotune.store.store import Store, StudyRow, TrialRow
+from autotune.store.tuners import unrecorded
 
 
 def studies_overview(store: Store) -> list[dict[str, Any]]:
@@ -125,8 +125,8 @@ def summary(store: Store, study: StudyRow) -> dict[str, Any]:
 
 
 def measured_time(store: Store, study: StudyRow) -> dict[str, Any]:
-    """The leaders' tie within the measured noise (autotune/noise.py), and where the study's real runs spent their
-    time: start-up vs steps (autotune/timeline.py; none for simulated or replayed studies)."""
+    """The leaders' tie within the measured noise (autotune/results/noise.py), and where the study's real runs spent
+    their time: start-up vs steps (autotune/results/timeline.py; none for simulated or replayed studies)."""
     t = TrialRow
     with store.session() as s:
         rows = list(s.execute(select(t.number, t.status, t.throughput, t.launched, t.simulated, t.backend, t.extra)
@@ -140,6 +140,6 @@ def measured_time(store: Store, study: StudyRow) -> dict[str, Any]:
 def model_note(store: Store, study: StudyRow) -> str:
     """What the study learned of the model's errors ("model corrected on 3 measured trials: update_actor x0.82"),
     for the study page; simulated studies say that nothing was measured."""
-    from autotune.learning import saved_correction
+    from autotune.search.learning import saved_correction
 
     return saved_correction(store, study.name).summary()

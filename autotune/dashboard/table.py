@@ -29,7 +29,7 @@ from autotune.dashboard.data import (
     version,
 )
 from autotune.executors import placement_text
-from autotune.store import Store, StudyRow, TrialRow
+from autotune.store.store import Store, StudyRow, TrialRow
 
 TABLE_PAGE = 50
 OPTIONS_MAX = 15  # a column with at most this many distinct values is filtered with a drop-down

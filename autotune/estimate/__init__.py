@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from autotune import constraints
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
+from autotune.estimate import constraints
 from autotune.estimate.lengths import Lengths, worst_case
 from autotune.estimate.memory import (
     DEFAULT_CALIBRATION,

@@ -120,7 +120,7 @@ class PhaseFit:
 
 @dataclass(frozen=True)
 class Observation:
-    """One measured trial as the correction sees it (built by autotune/learning.py from a trial row)."""
+    """One measured trial as the correction sees it (built by autotune/search/learning.py from a trial row)."""
 
     candidate: Candidate
     predicted_phases: Mapping[str, float]  # the uncorrected model's seconds per phase

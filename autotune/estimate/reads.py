@@ -1,7 +1,7 @@
 """What each piece of an estimate reads of a candidate: the knobs a phase time, a memory moment, the tokens of a
 step and each static rule depend on (everything else of the candidate leaves it unchanged).
 
-The ranking (autotune/ranking.py) splits a space along these facts so that it can find the model's best setting
+The ranking (autotune/search/ranking.py) splits a space along these facts so that it can find the model's best setting
 exactly without evaluating millions of settings: parts of the space that no estimate reads together are searched
 independently. A fact here that is wrong (a phase reading a knob not listed) would make that search inexact;
 tests/test_reads.py changes every unlisted knob of random candidates and checks that nothing listed moves, for
@@ -46,7 +46,7 @@ DERIVED: dict[str, frozenset[str]] = {
 NORMALIZATION_READS = frozenset().union(*DERIVED.values())
 NORMALIZED_FIELDS = frozenset(DERIVED)
 
-# Static rules (autotune/constraints.py RULES).
+# Static rules (autotune/estimate/constraints.py RULES).
 RULE_READS: dict[str, frozenset[str]] = {
     "world_size": frozenset({"tp", "pp", "cp"}),
     "tp_fits_node": frozenset({"tp"}),
@@ -88,7 +88,7 @@ class Reads:
 def reads_for(objective: str, job: Job) -> Reads:
     """The reads of a study's estimates: `objective` as estimate.evaluate takes it, `job` for what it switches on
     (a reference model, vLLM sleeping between rollouts)."""
-    from autotune import constraints
+    from autotune.estimate import constraints
 
     rules = {name: RULE_READS.get(name, ALL) for name in constraints.RULES}
     ref = _REF if job.has_ref_model else frozenset()  # without a reference model nothing of it is on the GPU

@@ -1,7 +1,7 @@
 """The Ray executor: up to K trials at once on a Ray cluster, each holding exactly its own GPUs for its whole life.
 
 Resources through Ray's own model: per trial, one placement group per node of the job, in verl's own shape
-(`n_gpus_per_node` bundles of {"CPU": 3, "GPU": 1}, STRICT_PACK; autotune/verl.py). The groups are a gang
+(`n_gpus_per_node` bundles of {"CPU": 3, "GPU": 1}, STRICT_PACK; autotune/verl/keys.py). The groups are a gang
 reservation: a trial starts once all of them are ready and holds them until it ends; removing them frees its GPUs
 on every node and makes Ray kill whatever still runs in them. verl's driver adopts the groups
 (executors/verl_hook.py) instead of creating its own. The groups belong to this tuner's Ray job: if the tuner dies,
@@ -26,8 +26,8 @@ from typing import Any
 
 from autotune import verl
 from autotune.executors.base import Executor, Finished, Placement, interrupted, run_trial
-from autotune.executors.verl_hook import NAMESPACE
 from autotune.runners.base import Runner, RunnerUnavailable, StopSignal, TrialResult, TrialSpec, TrialStatus
+from autotune.verl.ray_hook import NAMESPACE
 
 
 class ExecutorError(RunnerUnavailable):
@@ -229,7 +229,7 @@ class RayExecutor(Executor):
     # Capacity -------------------------------------------------------------------------------------------------
     @staticmethod
     def bundle() -> dict[str, float]:
-        """What each GPU of a trial asks of its node: verl's own bundle (autotune/verl.py). verl needs that shape
+        """What each GPU of a trial asks of its node: verl's own bundle (autotune/verl/keys.py). verl needs that shape
         (its workers take 1 CPU each, up to max_colocate_count of them per GPU), so it is never shrunk to fit."""
         return {"CPU": float(verl.RAY_POOL_BUNDLE_CPU), "GPU": 1.0}
 

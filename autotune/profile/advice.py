@@ -17,7 +17,7 @@ from autotune.estimate.batching import update_micro_batches
 from autotune.estimate.throughput import DEFAULT_WORKLOAD
 from autotune.profile import kinds as K
 from autotune.profile.analysis import Phase, ProfileAnalysis
-from autotune.setup import Setup
+from autotune.search.setup import Setup
 
 # What makes a number worth acting on (fractions of the phase's time).
 BUBBLE = 0.15

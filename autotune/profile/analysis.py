@@ -1,7 +1,7 @@
 """Where a profiled step's time goes: per phase and rank, GEMM, attention, other compute, communication, memory copies
 and idle device time; how much communication hides under compute; the top kernels; pipeline bubbles.
 
-The phases are verl's stages as verl marks them in its traces (old/ref log-prob, update; autotune/verl.py
+The phases are verl's stages as verl marks them in its traces (old/ref log-prob, update; autotune/verl/keys.py
 PROFILE_STAGES) and the rollout (each vLLM trace whole); what a training worker's trace holds outside its stages
 (waiting for the rollout, reward, data) is the phase "outside". Every instant of a phase's windows is given to one
 kind, compute first (kinds.KINDS): communication and copies count only where no compute runs (their exposed part),

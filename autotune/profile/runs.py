@@ -3,7 +3,7 @@
 verl: the verl runner's own short run, with verl's profiler switched on for the measured step (`profiler_overrides`:
 torch profiler, every rank of the training workers, the vLLM engines in discrete mode for a bounded number of engine
 iterations); the traces land in the trial's folder. mcore: the probe runs its timed steps as always, then one more
-step under torch.profiler (autotune/runners/mcore_profile.py). Either way the profiled run's speed is not a
+step under torch.profiler (autotune/runners/mcore/profile.py). Either way the profiled run's speed is not a
 measurement of the configuration (the profiler slows it): it is kept with the profile, never as the trial's result.
 """
 
@@ -23,8 +23,8 @@ from autotune.profile.traces import TraceError, discover
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.mcore import McoreRunner
 from autotune.runners.verl import VerlRunner
-from autotune.setup import Setup
-from autotune.store import ProfileRow, Store
+from autotune.search.setup import Setup
+from autotune.store.store import ProfileRow, Store
 
 ROLLOUT_ITERATIONS = 100  # vLLM engine iterations traced per replica: a whole rollout's trace runs to gigabytes
 TRACES = "traces"

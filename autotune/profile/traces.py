@@ -1,10 +1,11 @@
 """The trace files of a profiled run: where verl (and the Megatron-core probe) writes them, and their events.
 
-A folder is read as verl 0.9.1's profiler lays it out (the names and folders are written once, in autotune/verl.py):
-one chrome trace per training worker process, flat, named with the worker's global rank, world size and Megatron
-ranks; one per GPU of each profiled vLLM replica in its own sub-folder (or moved up with a `rollout-replica` prefix).
-The probe names its traces the verl way, with the worker role "mcore". Events are parsed by HolisticTraceAnalysis
-(HTA's Trace: one parser for CPU and GPU traces, kernels linked to the CPU call that launched them).
+A folder is read as verl 0.9.1's profiler lays it out (the names and folders are written once, in
+autotune/verl/keys.py): one chrome trace per training worker process, flat, named with the worker's global rank, world
+size and Megatron ranks; one per GPU of each profiled vLLM replica in its own sub-folder (or moved up with a
+`rollout-replica` prefix). The probe names its traces the verl way, with the worker role "mcore". Events are parsed by
+HolisticTraceAnalysis (HTA's Trace: one parser for CPU and GPU traces, kernels linked to the CPU call that launched
+them).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ def _simulate(**_: Any) -> Runner:
 
 
 def _replay(table: str | None = None, **_: Any) -> Runner:
-    from autotune.runners.replay import ReplayRunner  # imported here: it builds setups (autotune.setup)
+    from autotune.runners.replay import ReplayRunner  # imported here: it builds setups (autotune.search.setup)
 
     if not table:
         raise RunnerUnavailable("the replay backend needs a measured table: --backend replay --table FILE.csv "

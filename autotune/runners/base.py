@@ -139,7 +139,7 @@ class Runner(ABC):
     def domain(self, job: Job) -> list[Candidate] | None:
         """Every candidate this runner can run, when it can run only a finite list (replay: its table's rows);
         None when it runs whatever it is given. A runner that refuses candidates must list its domain: the
-        exact ranking (autotune/ranking.py) ranks the list instead of the space."""
+        exact ranking (autotune/search/ranking.py) ranks the list instead of the space."""
         return None
 
     def describe(self) -> str:

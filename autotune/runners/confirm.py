@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from autotune import stopping, verl
+from autotune import verl
 from autotune.candidate import Candidate
-from autotune.noise import leaders_tie
+from autotune.results.noise import leaders_tie
+from autotune.results.timeline import SPANS
+from autotune.runners import stopping
 from autotune.runners.base import TrialSpec, TrialStatus
-from autotune.store import TrialRow
-from autotune.timeline import SPANS
+from autotune.store.store import TrialRow
 
 
 def _confirmed(row: TrialRow, steps: int) -> bool:
@@ -69,9 +70,9 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         progress=getattr(tuner, "on_progress", None),
     )
     t0 = time.monotonic()
-    with stopping.interruptible():  # a signal stops a confirmation run at once (autotune/stopping.py)
+    with stopping.interruptible():  # a signal stops a confirmation run at once (autotune/runners/stopping.py)
         result = tuner.runner.run(spec)
-    wall_s = round(time.monotonic() - t0, 3)  # GPU time the study spent (autotune.report)
+    wall_s = round(time.monotonic() - t0, 3)  # GPU time the study spent (autotune.results.report)
     conf: dict[str, Any] = {
         "steps": steps, "window": [s.measure_step + 1, steps], "status": result.status.value,
         "throughput": result.throughput, "reason": result.reason, "peak_memory_gib": result.peak_memory_gib,
@@ -79,7 +80,7 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         "per_step": {int(st["step"]): st.get("perf/throughput") for st in result.steps},
         **longest_responses(result.steps),
     }
-    if (result.extra or {}).get("timings"):  # the run's timeline (autotune/timeline.py): the study's time sums
+    if (result.extra or {}).get("timings"):  # the run's timeline (autotune/results/timeline.py): the study's time sums
         conf["timeline"] = {k: result.extra[k] for k in ("timings", SPANS) if k in result.extra}
     conf.update(headroom(result.peak_memory_gib, s.cluster.gpu.memory_gib, row))
     extra = {**(row.extra or {}), "confirm": conf}

@@ -32,10 +32,10 @@ from autotune.candidate import RECOMPUTE_CHOICES, Candidate
 from autotune.cluster import Cluster, ClusterError, get_gpu_type, gpu_type_from_device_name
 from autotune.job import Job
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
-from autotune.space import PARAM_TYPES, SearchSpace, parse_space
+from autotune.search.space import PARAM_TYPES, SearchSpace, parse_space
 
 if TYPE_CHECKING:
-    from autotune.setup import Setup
+    from autotune.search.setup import Setup
 
 STATUSES = {"ok": TrialStatus.OK, "oom": TrialStatus.OOM, "failed": TrialStatus.FAILED}
 META_KEYS = ("model", "num_layers", "gpu_type", "gpus", "nodes", "job", "objective", "measure_step", "source",
@@ -123,7 +123,7 @@ class ReplayTable:
     def setup(self, measure_step: int | None = None) -> Setup:
         """The study a table answers: its model, GPUs and job; the space of its rows; its objective."""
         from autotune.model import get_model
-        from autotune.setup import Setup
+        from autotune.search.setup import Setup
 
         m = self.meta
         model = get_model(str(m["model"]))

@@ -1,10 +1,10 @@
 """The verl runner: one short verl Megatron GRPO run per candidate, watched live, stopped at the measured step.
 
-A trial: pre-flight (verl's own config validation where verl is importable; the job's data) -> launch
-`python -m verl.trainer.main_ppo ...` (argv from autotune.export.launch_argv, the same code as `autotune export`)
-in its own session with its own Ray -> parse console step lines and the JSONL file logger as they appear -> stop
-the process group as soon as the measured step is in -> classify a failure from the exit code and the log ->
-wait until no process of the trial is left and the GPUs hold what they held before.
+A trial: pre-flight (verl's own config validation where verl is importable; the job's data) -> launch `python -m
+verl.trainer.main_ppo ...` (argv from autotune.results.export.launch_argv, the same code as `autotune export`) in its
+own session with its own Ray -> parse console step lines and the JSONL file logger as they appear -> stop the process
+group as soon as the measured step is in -> classify a failure from the exit code and the log -> wait until no process
+of the trial is left and the GPUs hold what they held before.
 """
 
 from __future__ import annotations
@@ -22,16 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import noise, timeline, units, verl, verl_shims
-from autotune.doctor import Diagnosis, run_doctor, stack_env
-from autotune.export import launch_argv
+from autotune import units, verl
 from autotune.model import ModelArch
+from autotune.results import noise, timeline
+from autotune.results.export import launch_argv
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
 from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
 from autotune.runners.progress import estimate
-from autotune.runners.verl_log import LineTail, RunLog, classify
-from autotune.runners.verl_preflight import check_data, hydra_overrides, validate_overrides
+from autotune.verl import shims as verl_shims
+from autotune.verl.doctor import Diagnosis, run_doctor, stack_env
+from autotune.verl.log import LineTail, RunLog, classify
+from autotune.verl.preflight import check_data, hydra_overrides, validate_overrides
 
 _LOOP_RE = re.compile(verl.ROLLOUT_FAILURE_LOOP_RE)
 # Failures not caused by the configuration and not deterministic: tried once more. Every other class (OOMs, config
@@ -53,7 +55,7 @@ class VerlOptions:
     grace_s: float = 30.0  # SIGTERM -> SIGKILL
     measure_from: int | None = None  # first step of the measured window (default: the measured step alone)
     # steps run after the measured one (the CLI's --extra-steps): each step's throughput is recorded and their spread
-    # is the trial's measured noise (autotune/noise.py); the objective stays the measured step's
+    # is the trial's measured noise (autotune/results/noise.py); the objective stays the measured step's
     extra_steps: int = 1
     retries: int = 1  # extra attempts for a crash or NCCL error
     preflight: bool = True
@@ -136,7 +138,7 @@ class VerlRunner(Runner):
             verl.RAY_ENV_VAR_PREFIX + verl.FILE_LOGGER_ENV: str(log_jsonl),
         }
         if self.options.ray_address:
-            from autotune.executors import verl_hook
+            from autotune.verl import ray_hook as verl_hook
 
             extra[verl.RAY_ADDRESS_KEY] = self.options.ray_address
             extra[verl.RAY_NAMESPACE_KEY] = verl_hook.NAMESPACE
@@ -569,7 +571,7 @@ _CLI_OPTIONS = {f for f in VerlOptions.__dataclass_fields__}
 
 def make_verl_runner(**options: Any) -> VerlRunner:
     """The CLI's factory: VerlOptions fields only (a test entry point cannot be chosen from the command line)."""
-    from autotune.runners.verl_preflight import verl_importable
+    from autotune.verl.preflight import verl_importable
 
     unknown = set(options) - _CLI_OPTIONS
     opts = {k: v for k, v in options.items() if k in _CLI_OPTIONS and v is not None}

@@ -63,9 +63,9 @@ setup() {
     fi
     rm -rf /root/at_src && mkdir -p /root/at_src && cp -r "$REPO"/autotune "$REPO"/benchmarks "$REPO"/search_spaces \
         "$REPO"/pyproject.toml /root/at_src/
-    # autotune's shim for mbridge 0.15.1 vs megatron-core 0.19 (autotune/verl_shims.py), checked on the real packages
+    # autotune's shim for mbridge 0.15.1 vs megatron-core 0.19 (autotune/verl/shims.py), checked on the real packages
     local cudnn
-    cudnn=$(cd /root/at_src && python3 -c 'from autotune.doctor import torch_cudnn_lib; print(torch_cudnn_lib() or "")')
+    cudnn=$(cd /root/at_src && python3 -c 'from autotune.verl.doctor import torch_cudnn_lib; print(torch_cudnn_lib() or "")')
     if (cd /root/at_src && LD_LIBRARY_PATH=$cudnn:${LD_LIBRARY_PATH:-} python3 -c 'from autotune import verl_shims
 verl_shims.install()
 from megatron.core.models.gpt.gpt_model import ModelType

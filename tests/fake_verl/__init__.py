@@ -14,7 +14,7 @@ from typing import Any
 from autotune.candidate import Candidate
 from autotune.runners.base import TrialSpec
 from autotune.runners.verl import VerlOptions, VerlRunner
-from autotune.setup import Setup
+from autotune.search.setup import Setup
 
 FAKE_MAIN = Path(__file__).resolve().parent / "main_ppo.py"
 ENTRY = (sys.executable, str(FAKE_MAIN))

@@ -12,7 +12,7 @@ It is not verl and trains nothing. It reproduces what the runner observes of a r
   one `{"step": N, "data": {...}}` line per step);
 - a process tree like Ray's (child "raylet"/"worker" processes in the same session);
 - failures with verl's, vLLM's, Ray's, NCCL's and Hydra's own messages (copied from their sources/issues, see
-  autotune/verl.py FAILURE_PATTERNS and /work/shared/reference/VERL.md), exit code 1 as Hydra gives it.
+  autotune/verl/keys.py FAILURE_PATTERNS and /work/shared/reference/VERL.md), exit code 1 as Hydra gives it.
 
 Behaviour: env FAKE_VERL_MODE, or FAKE_VERL_RULES = JSON [{"when": {override key: value}, "mode": m}, ...]
 matched on the overrides (first match wins; default "ok"). Modes: ok, slow, no_gpus, gpu_oom, vllm_start_oom,

@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from autotune.study import Tuner
+from autotune.study.study import Tuner
 from tests.conftest import make_setup
 from tests.fake_verl import fake_runner
 

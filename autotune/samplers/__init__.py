@@ -1,5 +1,0 @@
-"""Optuna samplers of autotune's own (as Optuna keeps its samplers in optuna.samplers)."""
-
-from autotune.samplers.model import ModelSampler
-
-__all__ = ["ModelSampler"]

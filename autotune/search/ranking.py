@@ -1,0 +1,761 @@
+"""The model's ranking of a search space, exact: its best settings, the order of the rest, how many can run.
+
+A space holds millions of settings, too many to evaluate one by one, but the model's estimates are sums and
+conjunctions of pieces that each read a few knobs (autotune/estimate/reads.py): the step time is a sum of phases,
+"fits" is every memory moment fitting and every static rule holding. So the space splits (Split) into an outer
+part, the parallel layout and the knobs that every piece reads (recompute, offload, dynamic batching, fused
+kernels), enumerated in full, and inner parts (the micro-batch token budgets; vLLM's rollout TP, memory share and
+batched tokens) that no piece reads together. For one outer setting (a block) the best setting is the best option of
+each inner part, independently; a piece's value is computed once per distinct setting of the knobs it reads
+(memoised), and the estimate is called only where a piece has not been seen. Every block is examined, so nothing
+the model prefers can be missed: tests/test_ranking.py checks the result against brute force on spaces small enough
+to enumerate (dense and MoE, 1 to 8 GPUs). A runner that can run only a finite list of candidates (the replay
+tables) is ranked by evaluating that list (DomainRanking).
+
+A correction (autotune/estimate/correction.py) multiplies phase times by factors of knobs each phase reads and
+scales the memory the model is least sure of, so corrected rankings keep the same structure: re-ranking after a
+measurement recombines the memoised pieces without calling the model again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from autotune.candidate import Candidate
+from autotune.estimate import MEMORY_MARGIN, Evaluation, constraints, estimate_memories, estimate_unchecked, safer
+from autotune.estimate.correction import FEATURES, NO_CORRECTION, UNCERTAIN_TERMS, Correction, features
+from autotune.estimate.reads import DERIVED, NORMALIZATION_READS, NORMALIZED_FIELDS, OFFLOAD_REFERENCE, reads_for
+from autotune.estimate.safer import SAFE_TOLERANCE, near_equal
+from autotune.search.space import Dimension
+
+FIELDS = Candidate.param_names()
+_FIELD_INDEX = {f: i for i, f in enumerate(FIELDS)}
+# Inner parts: knobs that the pieces of an estimate read only together with outer knobs, never with each other.
+INNER_PARTS: dict[str, frozenset[str]] = {
+    "training": frozenset({"ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu",
+                           "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu", "recompute",
+                           "recompute_method", "recompute_num_layers", "recompute_modules", "use_fused_kernels"}),
+    "rollout": frozenset({"rollout_tp", "gpu_memory_utilization", "max_num_batched_tokens"}),
+}
+KV = "vllm_kv_cache"
+_LAYOUT_KEY = operator.attrgetter("tp", "pp", "vpp", "cp", "ep", "etp")
+
+
+class InfeasibleSpaceError(ValueError):
+    """No setting of the space can run: every one breaks a static rule, the memory model or the runner."""
+
+
+def prefer_safe(ranked: list[tuple[Any, Evaluation]],
+                tolerance: float = SAFE_TOLERANCE) -> list[tuple[Any, Evaluation]]:
+    """(anything, its evaluation) best first, the safer near-equals first (safer.prefer_safe)."""
+    return safer.prefer_safe(ranked, lambda r: r[1].predicted_throughput, lambda r: r[1].safe, tolerance)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One setting of the space as the model ranks it."""
+
+    params: dict[str, Any]  # the space's active dimensions (what an Optuna trial of the space holds)
+    candidate: Candidate
+    throughput: float  # predicted tokens/s/GPU (corrected when the ranking was asked with a correction)
+    safe: bool  # fits at the worst case the job allows and is not at the limit of the memory model's error
+
+
+def _getter(names: Sequence[str]) -> Callable[[Candidate], tuple]:
+    if not names:
+        return lambda c: ()
+    g = operator.attrgetter(*names)
+    return (lambda c: (g(c),)) if len(names) == 1 else g
+
+
+@dataclass
+class _Factor:
+    """A piece of the estimate and the knobs it reads. An additive piece is the sum of a rest (read without the
+    offload knobs, evaluated with them off) and an offload share (read from the offload knobs and the layout)."""
+
+    kind: str  # phase | moment | tokens | rule
+    name: str
+    reads: tuple[str, ...]
+    offload: tuple[str, ...] = ()  # additive: the offload knobs
+    shared: tuple[str, ...] = ()  # additive: what else the offload share reads
+
+    def __post_init__(self) -> None:
+        rest = tuple(r for r in self.reads if r not in self.offload)
+        self.rest = rest if self.offload else self.reads
+        self.share = tuple(sorted(set(self.offload) | set(self.shared)))
+
+
+@dataclass
+class _Part:
+    name: str
+    dims: tuple[Dimension, ...]
+    fields: tuple[str, ...]  # candidate fields of its dimensions
+    factors: list[_Factor]
+    context: tuple[str, ...]  # outer fields its factors read, or its dimensions' conditions name
+    normalizing: tuple[str, ...] = ()  # outer fields that change how its own knobs are normalised
+
+
+class Split:
+    """A space cut into outer dimensions and independent inner parts, for one study's estimates."""
+
+    def __init__(self, space: Any, reads: Any, context: Mapping[str, Any]):
+        names = set(space.names)
+        part_of = {d: p for p, ds in INNER_PARTS.items() for d in ds if d in names}
+        def piece(kind: str, n: str, r: frozenset[str]) -> _Factor:
+            a, sh = reads.additive.get((kind, n), ((), ()))
+            return _Factor(kind, n, tuple(sorted(r)), tuple(sorted(a)), tuple(sorted(sh)))
+
+        factors = ([piece("phase", n, r) for n, r in reads.phases.items()]
+                   + [piece("moment", n, r) for n, r in reads.moments.items()]
+                   + [_Factor("tokens", "tokens", tuple(sorted(reads.tokens)))]
+                   + [_Factor("rule", n, tuple(sorted(r))) for n, r in reads.rules.items()])
+        changed = True
+        while changed:
+            changed = False
+            for f in factors:  # a piece reading two inner parts keeps the one it reads most; the others go outer
+                touched: dict[str, int] = {}
+                for d in f.reads:
+                    if d in part_of:
+                        touched[part_of[d]] = touched.get(part_of[d], 0) + 1
+                if len(touched) > 1:
+                    home = max(sorted(touched), key=lambda p: touched[p])
+                    for d in f.reads:
+                        if part_of.get(d) not in (None, home):
+                            del part_of[d]
+                            changed = True
+            for dim in space.dimensions:  # conditions may name outer knobs and their own part's only
+                for cond in dim.when:
+                    if cond.name in part_of and part_of.get(dim.name) != part_of[cond.name]:
+                        del part_of[cond.name]
+                        changed = True
+        # Knobs outside the space that normalisation derives from a part's knobs (recompute_method from recompute)
+        # belong to that part: their value follows its option.
+        for f, src in DERIVED.items():
+            owners = {part_of[x] for x in src if x in part_of}
+            if f not in names and len(owners) == 1:
+                part_of[f] = owners.pop()
+        self.outer_dims = tuple(d for d in space.dimensions if d.name not in part_of)
+        self.parts: list[_Part] = []
+        home_of: dict[int, str] = {}
+        for i, f in enumerate(factors):
+            ps = {part_of[d] for d in f.reads if d in part_of}
+            home_of[i] = ps.pop() if ps else "outer"
+        for pname in INNER_PARTS:
+            dims = tuple(d for d in space.dimensions if part_of.get(d.name) == pname)
+            if not dims:
+                continue
+            fs = [f for i, f in enumerate(factors) if home_of[i] == pname]
+            flds = tuple(d.name for d in dims) + tuple(f for f in FIELDS if f not in names and part_of.get(f) == pname)
+            ctx = {r for f in fs for r in f.reads if r not in flds}
+            ctx |= {c.name for d in dims for c in d.when if c.name not in flds and c.name not in context}
+            norm = tuple(sorted(NORMALIZATION_READS)) if set(flds) & NORMALIZED_FIELDS else ()
+            self.parts.append(_Part(pname, dims, flds, fs, tuple(sorted(ctx | set(norm))), norm))
+        self.outer_factors = [f for i, f in enumerate(factors) if home_of[i] == "outer"]
+        # The pieces that read only outer knobs (the constant phases, the tokens of a whole step, moments when the
+        # space tunes nothing they read): a part with one option, the block itself.
+        fixed = [f for f in self.outer_factors if f.kind != "rule"]
+        self.parts.append(_Part("outer", (), (), fixed, tuple(sorted({r for f in fixed for r in f.reads}))))
+        inner = {f for p in self.parts for f in p.fields}
+        self.outer_fields = tuple(f for f in FIELDS if f not in inner)
+        self.rule_at: dict[int, list[_Factor]] = {}  # outer rules checked once their last outer dimension is set
+        order = {d.name: i for i, d in enumerate(self.outer_dims)}
+        for f in self.outer_factors:
+            if f.kind == "rule":
+                self.rule_at.setdefault(max((order[r] for r in f.reads if r in order), default=-1), []).append(f)
+
+
+@dataclass
+class _Table:
+    """One inner part's options under one outer context: raw pieces, and their corrected view (cached)."""
+
+    params: list[dict[str, Any]]  # raw space params of each option
+    values: list[tuple]  # normalised part-field values of each option
+    keys: list[tuple]  # applied part-field values (identity of the option)
+    times: dict[str, np.ndarray]
+    feats: dict[str, np.ndarray]
+    step: np.ndarray  # (moments, options, 3): peak, uncertain, capacity
+    worst: np.ndarray
+    kv: np.ndarray  # moments that are the KV check (no margin)
+    rule_ok: np.ndarray
+    why: list[str | None]  # the first reason an option cannot run (rule or memory), filled when asked
+    tokens: np.ndarray | None
+    view: tuple[int, Any] | None = None
+
+
+@dataclass
+class _Block:
+    outer: dict[str, Any]  # raw params of the outer dimensions
+    cand: Candidate  # the outer setting as a candidate (inner knobs at the base's values)
+    key: tuple  # applied outer-field values
+    tables: list[_Table]
+    layout: tuple
+
+
+class ModelRanking:
+    """The model's exact ranking of a space for one study (model, cluster, job, objective, lengths, constants)."""
+
+    def __init__(self, setup: Any, rule_filter: Callable[[str], bool] | None = None):
+        self.setup = setup
+        self.job = setup.job
+        self.world = setup.cluster.world_size
+        self.context = setup.context
+        self.base = setup.base
+        self.reads = reads_for(setup.objective, setup.job)
+        self.split = Split(setup.space, self.reads, self.context)
+        self.calls = 0  # estimates computed (for the benchmark)
+        self._cache: dict[tuple[str, str], dict[tuple, Any]] = {}
+        self._options: dict[tuple, list] = {}
+        self._tables: dict[tuple, _Table] = {}
+        self._every = [f for p in self.split.parts for f in p.factors]
+        # Where an additive piece's offload share is measured: the base with the offload knobs off.
+        self.reference = replace(self.base, **OFFLOAD_REFERENCE)
+        self._blocks: list[_Block] | None = None
+        self._closed: dict[str, list] = {}  # outer rule -> [count, example] (why settings were closed)
+        self._views: dict[int, Any] = {}
+        self._index: dict[tuple, _Block] | None = None
+        self._version = 0
+
+    # -- building
+    def blocks(self) -> list[_Block]:
+        if self._blocks is None:
+            self._blocks = self._build()
+        return self._blocks
+
+    def _build(self) -> list[_Block]:
+        sp, base = self.split, self.base
+        blocks: list[_Block] = []
+        seen: set[tuple] = set()
+        layout_key = _LAYOUT_KEY
+        dims = sp.outer_dims
+
+        def walk(i: int, values: dict[str, Any], params: dict[str, Any]) -> None:
+            if i == len(dims):
+                cand = Candidate.from_params(params, base)
+                applied = cand.applied_params()
+                key = tuple(applied[f] for f in sp.outer_fields)
+                if key in seen:
+                    return
+                seen.add(key)
+                blocks.append(_Block(dict(params), cand, key, [self._table(p, params, cand) for p in sp.parts],
+                                     layout_key(cand)))
+                return
+            dim = dims[i]
+            if not dim.active(values):
+                if i not in sp.rule_at or self._outer_rules_pass(sp.rule_at[i], params):
+                    walk(i + 1, values, params)
+                return
+            for choice in dim.choices:
+                p = {**params, dim.name: choice}
+                if i in sp.rule_at and not self._outer_rules_pass(sp.rule_at[i], p):
+                    continue
+                walk(i + 1, {**values, dim.name: choice}, p)
+
+        if -1 in sp.rule_at and not self._outer_rules_pass(sp.rule_at[-1], {}):
+            return []
+        walk(0, dict(self.context), {})
+        return blocks
+
+    def _outer_rules_pass(self, rules: list[_Factor], params: dict[str, Any]) -> bool:
+        cand = Candidate.from_params(params, self.base)
+        for f in rules:
+            why = self._rule(f, cand)
+            if why is not None:
+                slot = self._closed.setdefault(f.name, [0, why])
+                slot[0] += 1
+                return False
+        return True
+
+    def _rule(self, f: _Factor, cand: Candidate) -> str | None:
+        cache = self._cache.setdefault(("rule", f.name), {})
+        k = _getter(f.reads)(cand)
+        if k not in cache:
+            cache[k] = constraints.RULES[f.name](self.setup.model, self.setup.cluster, self.job, cand)
+        return cache[k]
+
+    def _part_options(self, part: _Part, outer: dict[str, Any], cand: Candidate) -> list:
+        key = (part.name, _getter(part.normalizing)(cand),
+               tuple(outer.get(c.name, self.context.get(c.name)) for d in part.dims for c in d.when))
+        if key not in self._options:
+            out, seen = [], set()
+            values = {**self.context, **outer}
+
+            def walk(i: int, vals: dict[str, Any], params: dict[str, Any]) -> None:
+                if i == len(part.dims):
+                    full = Candidate.from_params({**outer, **params}, self.base)
+                    applied = full.applied_params()
+                    akey = tuple(applied[f] for f in part.fields)
+                    if akey not in seen:
+                        seen.add(akey)
+                        out.append((dict(params), tuple(getattr(full, f) for f in part.fields), akey))
+                    return
+                d = part.dims[i]
+                if d.active(vals):
+                    for c in d.choices:
+                        walk(i + 1, {**vals, d.name: c}, {**params, d.name: c})
+                else:
+                    walk(i + 1, vals, params)
+
+            walk(0, values, {})
+            self._options[key] = out
+        return self._options[key]
+
+    def _table(self, part: _Part, outer: dict[str, Any], cand: Candidate) -> _Table:
+        """The part's options under this outer setting, every piece's value filled from the memo (the model is
+        called only for pieces not seen yet)."""
+        options = self._part_options(part, outer, cand)
+        tkey = (part.name, _getter(part.context)(cand), id(options))
+        if tkey in self._tables:
+            return self._tables[tkey]
+        n = len(options)
+        ov = tuple(getattr(cand, f) for f in FIELDS)
+        rows = [ov + vals for _, vals, _ in options]  # the full candidate's values: outer, then the option's
+        idx = [_FIELD_INDEX[f] for f in part.fields]
+        full = lambda j: _with(cand, idx, options[j][1])  # noqa: E731
+
+        def column(names: tuple[str, ...]) -> list[tuple]:
+            at = [len(FIELDS) + part.fields.index(r) if r in part.fields else _FIELD_INDEX[r] for r in names]
+            if len(at) == 1:
+                return [(r[at[0]],) for r in rows]
+            return [operator.itemgetter(*at)(r) for r in rows] if at else [()] * n
+
+        phases = [f for f in part.factors if f.kind == "phase"]
+        moments = [f for f in part.factors if f.kind == "moment"]
+        table = _Table([o[0] for o in options], [o[1] for o in options], [o[2] for o in options],
+                       {f.name: np.zeros(n) for f in phases},
+                       {f.name: np.zeros((n, len(FEATURES[f.name]))) for f in phases if f.name in FEATURES},
+                       np.zeros((len(moments), n, 3)), np.zeros((len(moments), n, 3)),
+                       np.array([f.name == KV for f in moments], dtype=bool), np.ones(n, dtype=bool), [None] * n,
+                       None)
+        table.moment_names = [f.name for f in moments]  # type: ignore[attr-defined]
+        for f in part.factors:
+            if f.kind == "rule":
+                cache, rule = self._cache.setdefault(("rule", f.name), {}), constraints.RULES[f.name]
+                for j, k in enumerate(column(f.reads)):
+                    if k not in cache:
+                        cache[k] = rule(self.setup.model, self.setup.cluster, self.job, full(j))
+                    if cache[k] is not None:
+                        table.rule_ok[j] = False
+                        table.why[j] = table.why[j] or f"constraint {f.name}: {cache[k]}"
+                continue
+            rest = self._cache.setdefault((f.kind, f.name), {})
+            keys = column(f.rest)
+            for j, k in enumerate(keys):
+                if k not in rest:
+                    self._estimate(self._offload_off(full(j), f) if f.offload else full(j), f.kind != "moment")
+            values = [rest[k] for k in keys]
+            if not n:
+                continue
+            shares = None
+            if f.offload:
+                share = self._cache.setdefault((f.kind, f.name, "offload"), {})
+                skeys = column(f.share)
+                for j, k in enumerate(skeys):
+                    if k not in share:
+                        share[k] = self._offload_share(f, full(j))
+                shares = [share[k] for k in skeys]
+            if f.kind == "phase":
+                table.times[f.name][:] = [v[0] for v in values]
+                if shares is not None:
+                    table.times[f.name] += np.array([v[0] for v in shares])
+                if f.name in table.feats:
+                    table.feats[f.name][:] = np.array([v[1] for v in values])
+            elif f.kind == "moment":
+                m = moments.index(f)
+                both = np.array([v for v in values], dtype=float)  # (n, step|worst, peak|uncertain|capacity)
+                if shares is not None:
+                    both += np.array(shares, dtype=float)  # the share's capacity column is 0
+                table.step[m], table.worst[m] = both[:, 0], both[:, 1]
+            else:
+                table.tokens = np.array(values, dtype=float)
+        self._tables[tkey] = table
+        return table
+
+    def _offload_off(self, cand: Candidate, f: _Factor) -> Candidate:
+        return replace(cand, **{k: OFFLOAD_REFERENCE[k] for k in f.offload})
+
+    def _offload_share(self, f: _Factor, cand: Candidate) -> Any:
+        """What the offload knobs add to an additive piece: its value minus its value with them off, both at a
+        reference setting of everything the share does not read."""
+        at = replace(self.reference, **{k: getattr(cand, k) for k in f.share})
+        off = self._offload_off(at, f)
+        return _sub(self._raw(at, f), self._raw(off, f))
+
+    def _raw(self, cand: Candidate, f: _Factor) -> Any:
+        s = self.setup
+        self.calls += 1
+        if f.kind == "moment":
+            mem, worst = estimate_memories(s.model, s.cluster, s.job, cand, s.objective, s.lengths, s.constants)
+            return (_moment(mem, f.name), _moment(worst, f.name))
+        ev = estimate_unchecked(s.model, s.cluster, s.job, cand, s.objective, s.lengths, s.constants)
+        return (dict(ev.throughput.phases).get(f.name, 0.0), None)
+
+    def _estimate(self, cand: Candidate, time: bool = True) -> None:
+        """One call of the model; every piece it answers is memoised under the knobs that piece reads (an additive
+        piece's rest only when the candidate's offload knobs are off). Without `time` only the memory model runs
+        (the pieces still unknown are all memory moments)."""
+        s = self.setup
+        self.calls += 1
+        if time:
+            ev = estimate_unchecked(s.model, s.cluster, s.job, cand, s.objective, s.lengths, s.constants)
+            mem, worst, thr = ev.memory, ev.worst_memory, ev.throughput
+            phases = dict(thr.phases)
+        else:
+            mem, worst = estimate_memories(s.model, s.cluster, s.job, cand, s.objective, s.lengths, s.constants)
+            thr, phases = None, {}
+        for f in self._every:
+            if f.kind == "rule" or (thr is None and f.kind != "moment"):
+                continue
+            if f.offload and any(getattr(cand, k) != OFFLOAD_REFERENCE[k] for k in f.offload):
+                continue
+            cache = self._cache.setdefault((f.kind, f.name), {})
+            k = _getter(f.rest)(cand)
+            if k in cache:
+                continue
+            if f.kind == "phase":
+                cache[k] = (phases.get(f.name, 0.0), features(f.name, cand, self.job) if f.name in FEATURES else None)
+            elif f.kind == "moment":
+                cache[k] = (_moment(mem, f.name), _moment(worst, f.name))
+            else:
+                cache[k] = thr.tokens_per_step
+
+    # -- the corrected view
+    def _view(self, t: _Table, corr: Correction) -> Any:
+        if t.view is not None and t.view[0] == id(corr):
+            return t.view[1]
+        n = len(t.params)
+        time = np.zeros(n)
+        for name, raw in t.times.items():
+            fit = corr.phase_fit(name) if corr.active else None
+            time += raw * (np.exp(t.feats[name] @ np.array(fit.mean)) if fit is not None else 1.0)
+        f = corr.memory_factor_used
+        fits, wfits, limit = t.rule_ok.copy(), np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+        if len(t.step):
+            peak = t.step[:, :, 0] + (f - 1.0) * t.step[:, :, 1]
+            cap = t.step[:, :, 2]
+            fits &= np.all(peak <= cap, axis=0)
+            wpeak = t.worst[:, :, 0] + (f - 1.0) * t.worst[:, :, 1]
+            wfits = np.all(wpeak <= t.worst[:, :, 2], axis=0)
+            real = ~t.kv
+            if real.any():
+                limit = np.any(peak[real] > cap[real] * (1 - MEMORY_MARGIN), axis=0)
+        view = (time, fits, fits & wfits & ~limit)
+        t.view = (id(corr), view)
+        self._views[id(corr)] = corr  # keep the correction alive while its id keys a view
+        return view
+
+    def _block_best(self, b: _Block, corr: Correction, safe: bool) -> tuple[float, tuple[int, ...]] | None:
+        """The block's best throughput and option of each part (among safe options when `safe`)."""
+        mins, picks = [], []
+        tok_part = None
+        for i, t in enumerate(b.tables):
+            time, fits, safe_ok = self._view(t, corr)
+            ok = safe_ok if safe else fits
+            if not ok.any():
+                return None
+            if t.tokens is not None:
+                tok_part = i
+            j = int(np.argmin(np.where(ok, time, np.inf)))
+            mins.append(time[j])
+            picks.append(j)
+        t = b.tables[tok_part]  # the part whose options set the tokens of a step (the outer one: a constant)
+        time, fits, safe_ok = self._view(t, corr)
+        ok = safe_ok if safe else fits
+        rest = sum(m for i, m in enumerate(mins) if i != tok_part)
+        thr = np.where(ok, t.tokens / ((time + rest) * self.world), -np.inf)
+        j = int(np.argmax(thr))
+        picks[tok_part] = j
+        return float(thr[j]), tuple(picks)
+
+    def _combos(self, b: _Block, corr: Correction, safe: bool) -> list[tuple[float, tuple[int, ...]]]:
+        """Every runnable (or safe) setting of a block, best first."""
+        parts = []
+        for t in b.tables:
+            time, fits, safe_ok = self._view(t, corr)
+            ok = np.nonzero(safe_ok if safe else fits)[0]
+            parts.append((t, ok, time))
+        if any(len(ok) == 0 for _, ok, _ in parts):
+            return []
+        out = []
+        for combo in itertools.product(*(ok for _, ok, _ in parts)):
+            total, tok = 0.0, 1.0
+            for (t, _, time), j in zip(parts, combo, strict=True):
+                total += time[j]
+                if t.tokens is not None:
+                    tok = t.tokens[j]
+            out.append((tok / (total * self.world), combo))
+        out.sort(key=lambda x: -x[0])
+        return out
+
+    # -- answers
+    def _pick(self, b: _Block, combo: tuple[int, ...], thr: float, safe: bool) -> Pick:
+        params = dict(b.outer)
+        for t, j in zip(b.tables, combo, strict=True):
+            params.update(t.params[j])
+        cand = Candidate.from_params(params, self.base)
+        return Pick(self.setup.space.project(params, self.context), cand, float(thr), safe)
+
+    def _address(self, cand: Candidate) -> tuple:
+        applied = cand.applied_params()
+        return (tuple(applied[f] for f in self.split.outer_fields),
+                tuple(tuple(applied[f] for f in p.fields) for p in self.split.parts))
+
+    def ranked(self, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = (),
+               safe: bool = False) -> Iterator[Pick]:
+        """Every runnable setting (every safe one with `safe`), best first by predicted throughput, except
+        `exclude` (candidates already launched)."""
+        skip = {self._address(c) for c in exclude}
+        skip_blocks = {a[0] for a in skip}
+        heap: list[tuple[float, int, int]] = []
+        blocks = self.blocks()
+        for i, b in enumerate(blocks):
+            best = self._block_best(b, corr, safe)
+            if best is not None:
+                heap.append((-best[0], i, -1))
+        heapq.heapify(heap)
+        expanded: dict[int, list] = {}
+        while heap:
+            neg, i, pos = heapq.heappop(heap)
+            b = blocks[i]
+            if pos == -1:
+                if b.key not in skip_blocks:
+                    thr, combo = self._block_best(b, corr, safe)
+                    yield self._pick(b, combo, thr, safe or self._is_safe(b, combo, corr))
+                    # the rest of this block, in order, after its best
+                    expanded[i] = [c for c in self._combos(b, corr, safe) if c[1] != combo]
+                else:
+                    expanded[i] = self._combos(b, corr, safe)
+                if expanded[i]:
+                    heapq.heappush(heap, (-expanded[i][0][0], i, 0))
+                continue
+            thr, combo = expanded[i][pos]
+            if (b.key, tuple(t.keys[j] for t, j in zip(b.tables, combo, strict=True))) not in skip:
+                yield self._pick(b, combo, thr, safe or self._is_safe(b, combo, corr))
+            if pos + 1 < len(expanded[i]):
+                heapq.heappush(heap, (-expanded[i][pos + 1][0], i, pos + 1))
+
+    def _is_safe(self, b: _Block, combo: tuple[int, ...], corr: Correction) -> bool:
+        return all(bool(self._view(t, corr)[2][j]) for t, j in zip(b.tables, combo, strict=True))
+
+    def best(self, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = (),
+             tolerance: float = SAFE_TOLERANCE) -> Pick | None:
+        """The model's best runnable setting not in `exclude`; a safe one instead when it is within `tolerance`."""
+        top = next(self.ranked(corr, exclude), None)
+        if top is None or top.safe:
+            return top
+        safe = next(self.ranked(corr, exclude, safe=True), None)
+        return safe if safe is not None and near_equal(safe.throughput, top.throughput, tolerance) else top
+
+    def seeds(self, k: int, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = ()) -> list[Pick]:
+        """The best setting, then the best setting of each next-best parallel layout (near-copies of the best teach
+        a study little), k in all; `exclude` (launched candidates) are not proposed."""
+        first = self.best(corr, exclude)
+        if first is None or k <= 0:
+            return []
+        groups: dict[tuple, list[_Block]] = {}
+        for b in self.blocks():
+            groups.setdefault(b.layout, []).append(b)
+        first_layout = _LAYOUT_KEY(first.candidate)
+        picks = [p for lay, bs in groups.items() if lay != first_layout
+                 for p in [_Sub(self, bs).best(corr, exclude)] if p is not None]
+        picks.sort(key=lambda p: -p.throughput)
+        return [first, *picks[: k - 1]]
+
+    def count(self, corr: Correction = NO_CORRECTION) -> int:
+        """Distinct runnable settings of the space (by the corrected model), exactly."""
+        total = 0
+        for b in self.blocks():
+            n = 1
+            for t in b.tables:
+                n *= int(self._view(t, corr)[1].sum())
+                if not n:
+                    break
+            total += n
+        return total
+
+    def runnable(self, cand: Candidate, corr: Correction = NO_CORRECTION) -> bool:
+        """Whether a candidate is one of the runnable settings of the space (in it, and predicted to run)."""
+        outer, parts = self._address(cand)
+        if self._index is None:
+            self._index = {b.key: b for b in self.blocks()}
+        b = self._index.get(outer)
+        return b is not None and all(k in t.keys and bool(self._view(t, corr)[1][t.keys.index(k)])
+                                     for t, k in zip(b.tables, parts, strict=True))
+
+    def explain(self) -> str:
+        """Why no setting can run: the rules that close the layouts (and the other outer knobs), then what closes
+        every setting of a part in the layouts left (rules, memory moments), with counts and an example each. The
+        same words for every --seed: it comes from the rules, not from samples."""
+        inner: dict[str, list] = {}
+        left = 0
+        for b in self.blocks():
+            left += 1
+            for t in b.tables:
+                if self._view(t, NO_CORRECTION)[1].any():
+                    continue
+                for j in range(len(t.params)):
+                    why = t.why[j] or self._memory_why(t, j)
+                    rule = why.split(":", 1)[0].removeprefix("constraint ").strip()
+                    inner.setdefault(rule, [0, why.split(": ", 1)[-1]])[0] += 1
+        parts = []
+        if self._closed:
+            parts.append("the layouts break " + _counted(self._closed))
+        if inner:
+            where = f"the {left} layout setting{'s' if left != 1 else ''} left" if self._closed else "every layout"
+            parts.append(f"{where} ha{'ve' if left != 1 else 's'} no runnable "
+                         f"{' or '.join(p.name for p in self.split.parts if p.dims)} setting: " + _counted(inner))
+        return "; ".join(parts)
+
+    def _memory_why(self, t: _Table, j: int) -> str:
+        for m, name in enumerate(t.moment_names):  # type: ignore[attr-defined]
+            peak, _, cap = t.step[m, j]
+            if peak > cap:
+                if name == KV:
+                    return f"memory (vllm_kv_cache): {cap / 2**30:.2f} GiB of KV cache cannot hold one request"
+                return f"memory ({name}): predicted {peak / 2**30:.1f} GiB > {cap / 2**30:.1f} GiB"
+        return "memory: predicted OOM"
+
+
+class _Sub(ModelRanking):
+    """A ranking restricted to some blocks of another (one parallel layout), sharing its memoised pieces."""
+
+    def __init__(self, parent: ModelRanking, blocks: list[_Block]):
+        self.__dict__.update(parent.__dict__)
+        self._blocks = blocks
+
+
+def _counted(counts: dict[str, list]) -> str:
+    """"rule xN (e.g. message), ..." most frequent first, an example for the first three."""
+    top = sorted(counts.items(), key=lambda kv: -kv[1][0])
+    return ", ".join(f"{rule} x{n} (e.g. {ex})" if i < 3 else f"{rule} x{n}" for i, (rule, (n, ex)) in enumerate(top))
+
+
+def _with(cand: Candidate, idx: list[int], vals: tuple) -> Candidate:
+    if not idx:
+        return cand
+    values = [getattr(cand, f) for f in FIELDS]
+    for i, v in zip(idx, vals, strict=True):
+        values[i] = v
+    return Candidate(*values)
+
+
+def _sub(a: Any, b: Any) -> Any:
+    if isinstance(a[0], tuple):
+        return tuple((x[0] - y[0], x[1] - y[1], 0.0) for x, y in zip(a, b, strict=True))
+    return (a[0] - b[0], None)
+
+
+def _moment(mem: Any, name: str) -> tuple[float, float, float]:
+    if name == KV:
+        return (mem.kv_needed_bytes, 0.0, mem.kv_cache_bytes)
+    try:
+        m = mem.moment(name)
+    except StopIteration:
+        return (0.0, 0.0, 1.0)
+    return (m.peak, sum(v for k, v in m.terms if k in UNCERTAIN_TERMS), m.capacity)
+
+
+class DomainRanking:
+    """The ranking of a runner that can run only a finite list of candidates (a replay table): each evaluated."""
+
+    def __init__(self, setup: Any, domain: Sequence[Candidate]):
+        self.setup = setup
+        self.calls = 0
+        ctx = setup.context
+        self.items: list[tuple[dict[str, Any], Candidate]] = []
+        seen: set[str] = set()
+        for c in domain:
+            params = setup.space.project(c.params(), ctx)
+            cand = Candidate.from_params(params, setup.base)
+            if cand.key() != c.key() or cand.key() in seen:
+                continue  # not a setting of the space (or a copy)
+            seen.add(cand.key())
+            self.items.append((params, cand))
+        self._evals: dict[int, list[Evaluation]] = {}
+
+    def _evaluated(self, corr: Correction) -> list[Evaluation]:
+        if id(corr) not in self._evals:
+            self._evals = {id(corr): [corr.apply(self.setup.evaluate_uncorrected(c), self.setup.job)
+                                      for _, c in self.items]}
+            self._corr = corr
+            self.calls += len(self.items)
+        return self._evals[id(corr)]
+
+    def ranked(self, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = (),
+               safe: bool = False) -> Iterator[Pick]:
+        skip = {c.key() for c in exclude}
+        evs = self._evaluated(corr)
+        order = sorted(range(len(evs)), key=lambda i: -evs[i].predicted_throughput)
+        for i in order:
+            ev = evs[i]
+            if ev.feasible and (ev.safe or not safe) and self.items[i][1].key() not in skip:
+                yield Pick(self.items[i][0], self.items[i][1], ev.predicted_throughput, ev.safe)
+
+    best = ModelRanking.best
+
+    def seeds(self, k: int, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = ()) -> list[Pick]:
+        first = self.best(corr, exclude)
+        if first is None or k <= 0:
+            return []
+        out, layouts = [first], {first.candidate.layout()}
+        by_layout: dict[str, list[Pick]] = {}
+        for p in self.ranked(corr, exclude):
+            by_layout.setdefault(p.candidate.layout(), []).append(p)
+        for lay, picks in by_layout.items():
+            if len(out) >= k:
+                break
+            if lay in layouts:
+                continue
+            safe = next((p for p in picks if p.safe and near_equal(p.throughput, picks[0].throughput)), None)
+            out.append(safe or picks[0])
+        return out
+
+    def count(self, corr: Correction = NO_CORRECTION) -> int:
+        return sum(ev.feasible for ev in self._evaluated(corr))
+
+    def runnable(self, cand: Candidate, corr: Correction = NO_CORRECTION) -> bool:
+        evs = self._evaluated(corr)
+        return any(c.key() == cand.key() and ev.feasible for (_, c), ev in zip(self.items, evs, strict=True))
+
+    def explain(self) -> str:
+        counts: dict[str, list] = {}
+        for ev in self._evaluated(NO_CORRECTION):
+            for v in ev.violations:
+                counts.setdefault(v.rule, [0, v.message])[0] += 1
+            if ev.memory is not None and not ev.memory.fits:
+                counts.setdefault("memory", [0, "predicted OOM: " + ev.memory.reasons()[0]])[0] += 1
+        if not self.items:
+            counts["runner"] = [1, "none of the runner's configurations is a setting of the space"]
+        top = sorted(counts.items(), key=lambda kv: -kv[1][0])
+        return "; ".join(f"{rule} x{n} (e.g. {ex})" if i < 3 else f"{rule} x{n}"
+                         for i, (rule, (n, ex)) in enumerate(top))
+
+
+_MEMO: dict[tuple, ModelRanking | DomainRanking] = {}
+_MEMO_SIZE = 4
+
+
+def make_ranking(setup: Any, domain: Sequence[Candidate] | None = None) -> ModelRanking | DomainRanking:
+    """The ranking of a study's space (or of a runner's finite domain). The last few are kept in this process:
+    tuners of the same setup (a resumed study, several workers in one process, tests) share one."""
+    import json
+
+    key = (json.dumps(setup.fingerprint(), sort_keys=True), repr(setup.lengths), setup.objective,
+           repr(setup.constants), None if domain is None else tuple(c.key() for c in domain))
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_SIZE:
+            del _MEMO[next(iter(_MEMO))]
+        _MEMO[key] = DomainRanking(setup, domain) if domain is not None else ModelRanking(setup)
+    return _MEMO[key]
+
+
+def infeasible_message(setup: Any, ranking: ModelRanking | DomainRanking) -> str:
+    s = setup
+    return (f"no setting of space {s.space.name!r} can run {s.model.name} on {s.cluster.describe()} with job "
+            f"{s.job.source}: {ranking.explain()}. Change --gpus/--nodes, the job or the space")

@@ -1,0 +1,504 @@
+"""autotune's own tables, in the same database as Optuna's: what Optuna's tables do not hold.
+
+Studies keep the full model, cluster, job and space they were made for (so export and the dashboard need only
+the database); trials keep status, reason, predicted and measured numbers, phase timings, memory breakdown, log
+path and excerpt; steps keep every step's metrics.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from autotune.estimate import safer
+from autotune.store.access import StoreError, database_absent, retry_schema_race, safe_url, unreachable_message
+
+
+class TrialTaken(StoreError):
+    """Another tuner already recorded this Optuna trial (a recovery closed it as orphaned): skip it."""
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+REQUESTED = "user"  # origin of a configuration the user asked to launch (`run --enqueue`)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class StudyRow(Base):
+    __tablename__ = "autotune_studies"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    model_name: Mapped[str] = mapped_column(String(255))
+    model: Mapped[dict] = mapped_column(JSON)
+    cluster: Mapped[dict] = mapped_column(JSON)
+    job: Mapped[list] = mapped_column(JSON)  # [[verl key, value], ...]
+    job_source: Mapped[str] = mapped_column(Text, default="")
+    space_name: Mapped[str] = mapped_column(String(255))
+    space_text: Mapped[str] = mapped_column(Text)
+    backend: Mapped[str] = mapped_column(String(64))
+    simulated: Mapped[bool] = mapped_column(Boolean)
+    fingerprint: Mapped[dict] = mapped_column(JSON)
+    measure_step: Mapped[int] = mapped_column(Integer, default=3)
+    note: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class TrialRow(Base):
+    __tablename__ = "autotune_trials"
+    __table_args__ = (UniqueConstraint("study", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study: Mapped[str] = mapped_column(String(255), ForeignKey("autotune_studies.name"), index=True)
+    number: Mapped[int] = mapped_column(Integer)  # Optuna's trial number in the study
+    status: Mapped[str] = mapped_column(String(32), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    # sampler | model-seed | stock | baseline | requeue | user (REQUESTED)
+    origin: Mapped[str] = mapped_column(String(64), default="sampler")
+    launched: Mapped[bool] = mapped_column(Boolean, default=False)
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    backend: Mapped[str] = mapped_column(String(64), default="")
+    candidate_key: Mapped[str] = mapped_column(String(32), index=True)
+    params: Mapped[dict] = mapped_column(JSON)  # every candidate parameter, by search-space name
+    verl_overrides: Mapped[dict] = mapped_column(JSON)
+    predicted_throughput: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_step_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_phases: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    predicted_peak_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_memory: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    throughput: Mapped[float | None] = mapped_column(Float, nullable=True)
+    phase_timings: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    peak_memory_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_memory_per_gpu: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    framework_memory_gib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log_excerpt: Mapped[str] = mapped_column(Text, default="")
+    extra: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # Where an executor placed the trial: {"executor", "nodes": [...], "gpus_per_node", "gpus", "groups": [...]}
+    placement: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    note: Mapped[str] = mapped_column(Text, default="")
+    worker: Mapped[str] = mapped_column(String(255), default="")
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime, nullable=True)
+    duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class StepRow(Base):
+    __tablename__ = "autotune_steps"
+    __table_args__ = (UniqueConstraint("trial_id", "step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    trial_id: Mapped[int] = mapped_column(Integer, ForeignKey("autotune_trials.id"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict] = mapped_column(JSON)
+
+
+class ProfileRow(Base):
+    """A profile of a configuration (autotune profile): where its step's time went, and the advice it gave.
+
+    Its own table (databases from before it get it on open); linked to a trial by (study, trial number) when it
+    profiles one, else standalone (`autotune profile --model ... --set ...`). The profiled run's own speed is not the
+    trial's measurement (the profiler slows it) and never replaces it.
+    """
+
+    __tablename__ = "autotune_profiles"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study: Mapped[str | None] = mapped_column(String(255), nullable=True, index=True)
+    trial_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    backend: Mapped[str] = mapped_column(String(64), default="")  # verl | mcore | traces (analysed as found)
+    tool: Mapped[str] = mapped_column(String(32), default="torch")
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the profiled training step
+    status: Mapped[str] = mapped_column(String(32), default="ok")  # ok | failed (the run gave no traces)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    params: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # the configuration's parameters
+    trace_dir: Mapped[str] = mapped_column(Text, default="")
+    analysis: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # autotune.profile.analysis as_dict()
+    advice: Mapped[list | None] = mapped_column(JSON, nullable=True)  # autotune.profile.advice, judged proposals
+    run: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # the profiled run: status, phase timings, log
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class CorrectionRow(Base):
+    """A study's learned correction of the model (autotune/search/learning.py), refitted after each measured trial; what
+    `status`, the dashboard, `estimate --study` and later studies' warm starts read."""
+
+    __tablename__ = "autotune_corrections"
+
+    study: Mapped[str] = mapped_column(String(255), ForeignKey("autotune_studies.name"), primary_key=True)
+    gpu: Mapped[str] = mapped_column(String(64), default="")  # GPU type: warm starts match on it
+    family: Mapped[str] = mapped_column(String(255), default="")  # model family (architecture), likewise
+    objective: Mapped[str] = mapped_column(String(32), default="step")
+    trials: Mapped[int] = mapped_column(Integer, default=0)  # measured trials of this study it was fitted on
+    doc: Mapped[dict] = mapped_column(JSON)  # Correction.as_dict()
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def row_dict(row: Base) -> dict[str, Any]:
+    return {c.name: getattr(row, c.name) for c in row.__table__.columns}
+
+
+class Store:
+    """Sessions over one database URL (the same URL Optuna's storage uses)."""
+
+    def __init__(self, url: str, engine: Engine | None = None):
+        self.url = url
+        try:
+            # SQLite: wait for a concurrent writer (another worker, Optuna's own engine) rather than fail at 5 s.
+            kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+            self.engine = engine or create_engine(url, pool_pre_ping=True, **kwargs)
+            retry_schema_race(lambda: Base.metadata.create_all(self.engine))
+            retry_schema_race(lambda: _add_new_columns(self.engine))
+        except (SQLAlchemyError, ImportError, ValueError) as e:  # unreachable, no driver, a malformed URL
+            raise StoreError(unreachable_message(url, e)) from None
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    @classmethod
+    def peek(cls, url: str) -> Store:
+        """The database as it is, creating nothing: where it has no file or no autotune tables yet, an empty
+        in-memory store (a run refused before its study exists must leave no database behind)."""
+        from sqlalchemy import inspect
+
+        if not database_absent(url):
+            try:
+                kwargs: dict[str, Any] = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+                engine = create_engine(url, pool_pre_ping=True, **kwargs)
+                if inspect(engine).has_table(StudyRow.__tablename__):
+                    return cls(url, engine)
+                engine.dispose()
+            except (SQLAlchemyError, ImportError, ValueError) as e:
+                raise StoreError(unreachable_message(url, e)) from None
+        return cls("sqlite://")
+
+    @property
+    def in_memory(self) -> bool:
+        """A peek at a database that does not exist yet (Store.peek)."""
+        return self.url == "sqlite://"
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._session() as s:
+            try:
+                yield s
+                s.commit()
+            except SQLAlchemyError as e:
+                s.rollback()
+                raise StoreError(f"database error on {safe_url(self.url)}: {e.__class__.__name__}: {e}") from e
+
+    # Studies
+    def get_study(self, name: str) -> StudyRow | None:
+        with self.session() as s:
+            return s.get(StudyRow, name)
+
+    def list_studies(self) -> list[StudyRow]:
+        with self.session() as s:
+            return list(s.scalars(select(StudyRow).order_by(StudyRow.created_at)))
+
+    def add_study(self, row: StudyRow) -> None:
+        with self.session() as s:
+            s.add(row)
+
+    def touch_study(self, name: str) -> None:
+        with self.session() as s:
+            s.execute(update(StudyRow).where(StudyRow.name == name).values(updated_at=utcnow()))
+
+    def set_study_note(self, name: str, note: str) -> None:
+        with self.session() as s:
+            s.execute(update(StudyRow).where(StudyRow.name == name).values(note=note))
+
+    # Learned corrections of the model
+    def save_correction(self, row: CorrectionRow) -> None:
+        """Insert or replace the study's correction. Tuners of one study refit at once: `merge` reads, then
+        inserts, so a second first-writer loses the race with a duplicate key; its retry finds the row and
+        updates it (last writer wins, as with any refit)."""
+        row.updated_at = utcnow()
+        for attempt in range(3):
+            try:
+                with self.session() as s:
+                    s.merge(row)
+                return
+            except StoreError as e:
+                if attempt == 2 or not isinstance(e.__cause__, IntegrityError):
+                    raise
+
+    def correction(self, study: str) -> CorrectionRow | None:
+        with self.session() as s:
+            return s.get(CorrectionRow, study)
+
+    def corrections(self, gpu: str | None = None, family: str | None = None, objective: str | None = None
+                    ) -> list[CorrectionRow]:
+        """Saved corrections with at least one measured trial, newest first (optionally of one GPU type, model
+        family and objective)."""
+        q = select(CorrectionRow).where(CorrectionRow.trials > 0)
+        for col, value in ((CorrectionRow.gpu, gpu), (CorrectionRow.family, family),
+                           (CorrectionRow.objective, objective)):
+            if value is not None:
+                q = q.where(col == value)
+        with self.session() as s:
+            return list(s.scalars(q.order_by(CorrectionRow.updated_at.desc())))
+
+    def launched_configurations(self, study: str, exclude: tuple[str, ...] = ()) -> list[Any]:
+        """(number, origin, status, reason, candidate_key, params, simulated) of launched trials, statuses in
+        `exclude` left out: what the study's plan must not propose again."""
+        t = TrialRow
+        q = select(t.number, t.origin, t.status, t.reason, t.candidate_key, t.params, t.simulated).where(
+            t.study == study, t.launched.is_(True))
+        if exclude:
+            q = q.where(t.status.not_in(exclude))
+        with self.session() as s:
+            return list(s.execute(q.order_by(t.number)))
+
+    def measured_trials(self, study: str) -> list[TrialRow]:
+        """Launched trials that measured something (ok or oom, not simulated): what the model learns from."""
+        t = TrialRow
+        with self.session() as s:
+            return list(s.scalars(select(t).where(t.study == study, t.launched.is_(True), t.simulated.is_(False),
+                                                  t.status.in_(("ok", "oom"))).order_by(t.number)))
+
+    def origins(self, study: str) -> list[Any]:
+        """(origin, status, reason, launched) of trials seeded by the plan (every origin but the sampler's)."""
+        t = TrialRow
+        with self.session() as s:
+            return list(s.execute(select(t.origin, t.status, t.reason, t.launched).where(
+                t.study == study, t.origin != "sampler").order_by(t.number)))
+
+    # Trials
+    def add_trial(self, row: TrialRow) -> int:
+        try:
+            with self.session() as s:
+                s.add(row)
+                s.flush()
+                return row.id
+        except StoreError as e:
+            if isinstance(e.__cause__, IntegrityError):
+                raise TrialTaken(f"trial {row.number} of {row.study} is already recorded") from None
+            raise
+
+    def add_finished_trial(self, row: TrialRow, steps: tuple[dict[str, Any], ...] = ()) -> int:
+        """A trial recorded final with its steps, in one transaction (`autotune import`)."""
+        try:
+            with self.session() as s:
+                s.add(row)
+                s.flush()
+                for st in steps:
+                    s.add(StepRow(trial_id=row.id, step=int(st["step"]),
+                                  metrics={k: v for k, v in st.items() if k != "step"}))
+                return row.id
+        except StoreError as e:
+            if isinstance(e.__cause__, IntegrityError):
+                raise TrialTaken(f"trial {row.number} of {row.study} is already recorded") from None
+            raise
+
+    def claim_launch(self, row: TrialRow, limit: int | None, exclude: tuple[str, ...]) -> str | None:
+        """Record `row` as launched, atomically: None when it may launch, else why not (row recorded as pruned).
+
+        One transaction, serialised per study by a write to its study row: the launched count and the duplicate
+        check see every other worker's committed launches, so no configuration is launched twice and the
+        study never holds more than `limit` launched trials (statuses in `exclude` do not count).
+        """
+        try:
+            with self.session() as s:
+                s.execute(update(StudyRow).where(StudyRow.name == row.study).values(updated_at=utcnow()))
+                launched = (TrialRow.study == row.study, TrialRow.launched.is_(True), TrialRow.status.not_in(exclude))
+                reason = None
+                if limit is not None:
+                    n = int(s.scalar(select(func.count()).select_from(TrialRow).where(*launched)) or 0)
+                    if n >= limit:
+                        reason = f"not launched: the study already holds {n} launched trials (--n-trials {limit})"
+                if reason is None:
+                    dup = s.scalar(select(TrialRow.number).where(*launched, TrialRow.candidate_key == row.candidate_key)
+                                   .order_by(TrialRow.number).limit(1))
+                    if dup is not None:
+                        reason = f"duplicate of trial {dup}: same configuration, not launched again"
+                if reason is not None:
+                    row.status, row.reason, row.launched = "pruned", reason, False
+                    row.finished_at, row.duration_s = utcnow(), 0.0
+                else:
+                    row.launched = True
+                s.add(row)
+                s.flush()
+                return reason
+        except StoreError as e:
+            if isinstance(e.__cause__, IntegrityError):
+                raise TrialTaken(f"trial {row.number} of {row.study} is already recorded") from None
+            raise
+
+    def finish_trial(self, trial_id: int, values: dict[str, Any], steps: tuple[dict[str, Any], ...] = ()) -> None:
+        """A trial's result and its steps in one transaction (a tuner killed half-way leaves neither)."""
+        with self.session() as s:
+            s.execute(update(TrialRow).where(TrialRow.id == trial_id).values(**values))
+            for st in steps:
+                metrics = {k: v for k, v in st.items() if k != "step"}
+                s.add(StepRow(trial_id=trial_id, step=int(st["step"]), metrics=metrics))
+
+    def update_trial(self, trial_id: int, **values: Any) -> None:
+        with self.session() as s:
+            s.execute(update(TrialRow).where(TrialRow.id == trial_id).values(**values))
+
+    def heartbeat(self, trial_id: int) -> None:
+        self.update_trial(trial_id, heartbeat_at=utcnow())
+
+    def add_steps(self, trial_id: int, steps: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> None:
+        with self.session() as s:
+            for st in steps:
+                metrics = {k: v for k, v in st.items() if k != "step"}
+                s.add(StepRow(trial_id=trial_id, step=int(st["step"]), metrics=metrics))
+
+    def trials(self, study: str, status: str | None = None) -> list[TrialRow]:
+        with self.session() as s:
+            q = select(TrialRow).where(TrialRow.study == study)
+            if status:
+                q = q.where(TrialRow.status == status)
+            return list(s.scalars(q.order_by(TrialRow.number)))
+
+    def trial_summaries(self, study: str, launched_only: bool = False) -> list[Any]:
+        """The trials' small columns, in trial order (`autotune status`: no memory breakdown, logs or extras)."""
+        t = TrialRow
+        cols = (t.number, t.status, t.reason, t.origin, t.launched, t.simulated, t.candidate_key, t.params,
+                t.throughput, t.predicted_throughput, t.predicted_peak_gib, t.peak_memory_gib, t.framework_memory_gib,
+                t.placement)
+        q = select(*cols).where(t.study == study)
+        if launched_only:
+            q = q.where(t.launched.is_(True))
+        with self.session() as s:
+            return list(s.execute(q.order_by(t.number)))
+
+    def status_counts(self, study: str) -> dict[str, int]:
+        """Trials per status, statuses in the order their first trial appeared."""
+        t = TrialRow
+        with self.session() as s:
+            rows = s.execute(select(t.status, func.count(), func.min(t.number)).where(t.study == study)
+                             .group_by(t.status).order_by(func.min(t.number))).all()
+        return {status: int(n) for status, n, _ in rows}
+
+    def trial(self, study: str, number: int) -> TrialRow | None:
+        with self.session() as s:
+            return s.scalars(select(TrialRow).where(TrialRow.study == study, TrialRow.number == number)).first()
+
+    def steps(self, trial_id: int) -> list[StepRow]:
+        with self.session() as s:
+            return list(s.scalars(select(StepRow).where(StepRow.trial_id == trial_id).order_by(StepRow.step)))
+
+    def set_trial_note(self, trial_id: int, note: str) -> None:
+        self.update_trial(trial_id, note=note)
+
+    # Profiles (autotune profile)
+    def add_profile(self, row: ProfileRow) -> int:
+        with self.session() as s:
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def profiles(self, study: str, number: int) -> list[ProfileRow]:
+        """A trial's profiles, newest first."""
+        with self.session() as s:
+            q = select(ProfileRow).where(ProfileRow.study == study, ProfileRow.trial_number == number)
+            return list(s.scalars(q.order_by(ProfileRow.id.desc())))
+
+    def profile(self, profile_id: int) -> ProfileRow | None:
+        with self.session() as s:
+            return s.get(ProfileRow, profile_id)
+
+    def best(self, study: str) -> TrialRow | None:
+        """The winner of the trials that ran to their measured step: the fastest, unless its memory verdict is not
+        safe and a safe trial is within the model's error of it (safer.py); `fastest` is the other."""
+        top = self.fastest(study)
+        if top is None or safer.verdict_safe(top.predicted_memory):
+            return top
+        with self.session() as s:
+            q = (
+                select(TrialRow)
+                .where(TrialRow.study == study, TrialRow.status == "ok",
+                       TrialRow.throughput >= top.throughput * (1 - safer.SAFE_TOLERANCE))
+                .order_by(TrialRow.throughput.desc(), TrialRow.number)
+            )
+            near = list(s.scalars(q))
+        return safer.prefer_safe(near, lambda r: r.throughput, lambda r: safer.verdict_safe(r.predicted_memory))[0]
+
+    def fastest(self, study: str) -> TrialRow | None:
+        """The fastest trial that ran to its measured step, safe or not."""
+        with self.session() as s:
+            q = (
+                select(TrialRow)
+                .where(TrialRow.study == study, TrialRow.status == "ok", TrialRow.throughput.is_not(None))
+                .order_by(TrialRow.throughput.desc(), TrialRow.number)
+                .limit(1)  # the ORM would otherwise load every ok trial to return the first
+            )
+            return s.scalars(q).first()
+
+    def running(self, study: str) -> list[TrialRow]:
+        return self.trials(study, "running")
+
+    def launched_count(self, study: str, exclude: tuple[str, ...] = ()) -> int:
+        """Trials launched so far, statuses in `exclude` left out (one COUNT query: asked before every step)."""
+        with self.session() as s:
+            q = select(func.count()).select_from(TrialRow).where(TrialRow.study == study, TrialRow.launched.is_(True))
+            if exclude:
+                q = q.where(TrialRow.status.not_in(exclude))
+            return int(s.scalar(q) or 0)
+
+    def recent_workers(self, study: str, since: dt.datetime) -> set[str]:
+        """Workers that started or heartbeat a trial of this study since `since` (those that may be alive)."""
+        with self.session() as s:
+            q = select(TrialRow.worker).where(TrialRow.study == study).where(
+                (TrialRow.started_at >= since) | (TrialRow.heartbeat_at >= since)).distinct()
+            return set(s.scalars(q))
+
+    def launched_with_key(self, study: str, key: str, exclude: tuple[str, ...] = ()) -> int | None:
+        """Number of the first launched trial of this configuration (statuses in `exclude` left out), or None."""
+        with self.session() as s:
+            q = select(TrialRow.number).where(TrialRow.study == study, TrialRow.candidate_key == key,
+                                              TrialRow.launched.is_(True))
+            if exclude:
+                q = q.where(TrialRow.status.not_in(exclude))
+            return s.scalar(q.order_by(TrialRow.number).limit(1))
+
+
+# Columns added after a table's first release: databases made before get them on open (nullable, no default).
+_NEW_COLUMNS = {"autotune_trials": ("placement",)}
+
+
+def _add_new_columns(engine: Engine) -> None:
+    from sqlalchemy import inspect, text
+
+    insp = inspect(engine)
+    for table, names in _NEW_COLUMNS.items():
+        have = {c["name"] for c in insp.get_columns(table)}
+        for name in names:
+            if name not in have:
+                col = Base.metadata.tables[table].c[name]
+                with engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {name} {col.type.compile(engine.dialect)}"))
