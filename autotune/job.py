@@ -17,8 +17,8 @@ import yaml
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.search.space import yaml_error
 from autotune.verl import launch_script
+from autotune.verl.keys import flatten
 
 
 class JobError(ValueError):
@@ -36,16 +36,13 @@ DEFAULT_JOB: dict[str, Any] = {
 }
 
 
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested YAML mappings to dotted verl keys; values that are lists stay values."""
-    out: dict[str, Any] = {}
-    for k, v in mapping.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping) and v:
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
+def yaml_error(e: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: where, and what."""
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = " ".join(str(getattr(e, "problem", None) or e).split())
+    context = getattr(e, "context", None)
+    return f"{where}{what}" + (f" ({context})" if context else "")
 
 
 @dataclass(frozen=True)

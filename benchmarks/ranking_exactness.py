@@ -89,7 +89,7 @@ def settings(space: Any, ctx: dict[str, Any]) -> list[dict[str, Any]]:
 def brute(setup: Any) -> dict[str, Any]:
     """Every setting evaluated: the best (the safe one among near-equals, as the study takes it) and the count."""
     from autotune.candidate import Candidate
-    from autotune.search.ranking import SAFE_TOLERANCE
+    from autotune.estimate.safer import SAFE_TOLERANCE
 
     t0 = time.perf_counter()
     seen: dict[str, Any] = {}
@@ -148,7 +148,7 @@ def sampled_best(setup: Any, samples: int = 1500, seed: int = 0) -> tuple[float,
 def first_launch(setup: Any) -> str | None:
     """The candidate key of a simulate study's first launch (the real Tuner, a fresh database)."""
     from autotune.runners.simulate import SimulateRunner
-    from autotune.search.ranking import InfeasibleSpaceError
+    from autotune.search.split import InfeasibleSpaceError
     from autotune.study.study import Tuner
 
     with tempfile.TemporaryDirectory() as d:

@@ -14,7 +14,7 @@ from autotune.estimate.memory import DEFAULT_CALIBRATION as CAL
 from autotune.estimate.memory import estimate_memory
 from autotune.job import Job
 from autotune.model import get_model
-from autotune.search.ranking import prefer_safe
+from autotune.search.split import prefer_safe
 
 M = get_model("qwen2.5-7b")
 H100x8 = Cluster(get_gpu_type("h100"), 8, 1)

@@ -7,6 +7,7 @@ import yaml
 
 from autotune import verl
 from autotune.candidate import Candidate
+from autotune.cli.imports import candidate_from_config
 from autotune.cluster import GIB, Cluster, get_gpu_type
 from autotune.estimate.memory import estimate_memory, model_state_bytes, ref_param_bytes
 from autotune.estimate.offload import (
@@ -22,7 +23,6 @@ from autotune.model import get_model
 from autotune.results.export import launch_values, render
 from autotune.results.labels import label
 from autotune.search.space import value_error
-from autotune.verl.runs import candidate_from_config
 from tests.conftest import make_setup
 
 M7 = get_model("qwen2.5-7b")

@@ -12,9 +12,11 @@ import pytest
 
 from autotune.candidate import Candidate
 from autotune.estimate.correction import Correction, PhaseFit
+from autotune.estimate.safer import SAFE_TOLERANCE
 from autotune.job import Job
-from autotune.search.ranking import SAFE_TOLERANCE, InfeasibleSpaceError, ModelRanking, infeasible_message
+from autotune.search.ranking import ModelRanking, infeasible_message
 from autotune.search.space import parse_space
+from autotune.search.split import InfeasibleSpaceError
 from benchmarks.ranking_exactness import settings  # every setting of a space, enumerated
 from tests.conftest import make_setup
 

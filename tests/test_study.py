@@ -167,8 +167,8 @@ class _NeverRuns(Runner):
 
 
 def test_infeasible_space_is_refused_before_anything_is_written(sqlite_url):
-    from autotune.search.ranking import InfeasibleSpaceError
     from autotune.search.space import parse_space
+    from autotune.search.split import InfeasibleSpaceError
 
     space = parse_space("name: bad\ndimensions:\n  tp: {choices: [8]}\n  rollout_tp: {choices: [8]}\n", "bad.yaml")
     setup = dataclasses.replace(make_setup(), space=space)

@@ -93,7 +93,7 @@ def test_render_like_changes_only_the_tuned_keys() -> None:
     cand = Candidate.from_params({"tp": 4, "pp": 1, "rollout_tp": 4, "gpu_memory_utilization": 0.7,
                                   "recompute": "full"}, Job.from_launch_script(s).candidate(Candidate()))
     job = Job.from_launch_script(s)
-    out = s.render_like(tuned_values(job, cand), header="# tuned by autotune")
+    out = s.render_like(tuned_values(job, cand), Candidate().verl_overrides(), header="# tuned by autotune")
     diff = [ln for ln in difflib.unified_diff(s.text.splitlines(), out.splitlines(), lineterm="", n=0)
             if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
     removed = {ln[1:].strip().rstrip("\\").strip() for ln in diff if ln.startswith("-")}
@@ -155,7 +155,8 @@ def test_both_exports_write_the_same_tuned_keys() -> None:
     s = read_script(MATH, {"HOME": "/home/u"})
     job = Job.from_launch_script(s)
     cand = Candidate.from_params({"tp": 4, "use_dynamic_bsz": True}, job.candidate(Candidate()))
-    like = parse_script(s.render_like(tuned_values(job, cand)), environ={"HOME": "/home/u"}).values()
+    like = parse_script(s.render_like(tuned_values(job, cand), Candidate().verl_overrides()),
+                        environ={"HOME": "/home/u"}).values()
     plain = launch_values(job, make_cluster(8, 1, "h100"), cand)
     defaults = Candidate().verl_overrides()  # what --like leaves out where the script runs verl's default anyway
     for key in tuned_values(job, cand):

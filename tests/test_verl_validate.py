@@ -112,7 +112,7 @@ def test_exported_like_script_validates(tmp_path: Path) -> None:
     cand = Candidate.from_params({"tp": 2, "pp": 2, "vpp": 2, "rollout_tp": 2, "recompute": "selective"},
                                  job.candidate(Candidate()))
     out = tmp_path / "tuned.sh"
-    out.write_text(script.render_like(tuned_values(job, cand)))
+    out.write_text(script.render_like(tuned_values(job, cand), Candidate().verl_overrides()))
     again = read_script(out, {"HOME": "/root", "CKPT_DIR": "/ckpt"})
     overrides = [f"{o.key}={o.raw}" for o in again.overrides]
     res = validate_overrides(overrides)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +34,86 @@ from autotune.search.space import default_space_name, load_space
 from autotune.store.access import check_writable, open_storage
 from autotune.store.store import Store, StudyRow, TrialRow, TrialTaken, safe_url, utcnow, worker_id
 from autotune.study.recovery import OPTUNA_STATE
-from autotune.verl.runs import (
-    RunFileError,
-    VerlRun,
-    candidate_from_config,
-    conflicts,
-    job_from_runs,
-    outcome,
-    read_run,
-    strategy_error,
-)
+from autotune.verl.runs import RunFileError, VerlRun, outcome, read_run, strategy_error
 
 BACKEND = "import"
 REASON_WIDTH = 160  # characters of a failure's reason on its line (cut at a word; the trial keeps it whole)
 STUDY_BACKEND = "verl"  # imported runs are real verl runs: `autotune run --backend verl` may resume the study
+
+
+# A run's candidate and workload (verl/runs.py read its resolved config), and where it differs from the study ------
+def candidate_from_config(config: dict[str, Any]) -> Candidate:
+    """The knobs autotune tunes, as the run had them (verl's resolved values)."""
+    params: dict[str, Any] = {}
+    for param, keys in verl.PARAM_KEYS.items():
+        key = keys[0].lstrip("+")  # a run's resolved config names keys without Hydra's prefixes
+        if key not in config:
+            continue
+        value = config[key]
+        if param == "recompute":
+            value = value or "none"
+        elif param == "recompute_modules":
+            value = ",".join(value) if isinstance(value, (list, tuple)) else value
+        params[param] = value
+    ref = params.get("ref_param_offload")
+    if ref is not None and ref == params.get("param_offload"):
+        params["ref_param_offload"] = None  # verl's default: the actor's
+    return Candidate.from_params(params)
+
+
+def job_from_runs(configs: Sequence[dict[str, Any]], source: str) -> Job:
+    """What the runs fixed, as a study's job: the first run's workload (verl.IMPORT_JOB_KEYS; runs of another one
+    are refused) and every setting all the runs share (the tuned knobs, verl.IMPORT_SETTING_KEYS), so the study's
+    estimates start from what ran, not from verl's defaults."""
+    first = configs[0]
+    mapping = {k: first[k] for k in verl.IMPORT_JOB_KEYS if first.get(k) is not None}
+    mapping |= {k: first[k] for k in verl.IMPORT_SETTING_KEYS
+                if first.get(k) is not None and all(_same(c.get(k), first[k]) for c in configs)}
+    cands = [candidate_from_config(c) for c in configs]
+    params = [c.params() for c in cands]
+    common = {p for p, v in params[0].items() if v is not None and all(q[p] == v for q in params[1:])}
+    mapping |= {k: v for k, v in cands[0].verl_overrides().items() if v is not None and verl.param_for_key(k) in common}
+    return Job.from_mapping(mapping, source)
+
+
+def _norm(v: Any) -> Any:
+    """A value as Hydra would read it back, for comparing a job file's value with verl's printed one."""
+    if isinstance(v, str):
+        low = v.strip().lower()
+        if low in ("true", "false"):
+            return low == "true"
+        if low in ("null", "none", "~", ""):
+            return None
+        try:
+            return float(low)
+        except ValueError:
+            return v.strip()
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, (list, tuple)):
+        return [_norm(x) for x in v]
+    return v
+
+
+def _same(a: Any, b: Any) -> bool:
+    na, nb = _norm(a), _norm(b)
+    return type(na) is type(nb) and na == nb
+
+
+def conflicts(job: Job, config: dict[str, Any], gpus_per_node: int, nodes: int) -> list[str]:
+    """Where the run differs from the study's job and cluster (a run of another workload is not comparable)."""
+    out = []
+    for key in verl.IMPORT_JOB_KEYS:
+        if key in verl.IMPORT_PATH_KEYS:
+            continue  # where the model and data lie differs between machines, not what the run was
+        if key in config and key in job.mapping and not _same(job.mapping[key], config[key]):
+            out.append(f"{key} is {config[key]!r} in the run, {job.mapping[key]!r} in the study's job")
+    for key, want in ((verl.N_GPUS_PER_NODE, gpus_per_node), (verl.NNODES, nodes)):
+        if key in config and not _same(config[key], want):
+            out.append(f"{key} is {config[key]!r} in the run, {want} in the study (--gpus/--nodes)")
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -237,7 +237,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                           replayed=provenance(row.simulated, row.backend) == "replayed")
         script = read_script(args.like)
         values = tuned_values(Job.from_launch_script(script), Candidate(**row.params))
-        text = script.render_like(values, header=f"# {info.headline()}\n"
+        text = script.render_like(values, Candidate().verl_overrides(), header=f"# {info.headline()}\n"
                                   "# autotune changed only the tuned keys of this script")
     if args.output:
         Path(args.output).write_text(text)

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.candidate import Candidate
-from autotune.search.ranking import DomainRanking, ModelRanking, Pick
+from autotune.search.domain import DomainRanking
+from autotune.search.ranking import ModelRanking
 from autotune.search.setup import Setup
+from autotune.search.split import Pick
 from autotune.store.store import Store, TrialRow
 
 IDLE_BEFORE_PLAN = 3  # proposals in a row that launch nothing before the plan proposes its next runnable candidate

@@ -1,16 +1,16 @@
 """The model's ranking of a search space, exact: its best settings, the order of the rest, how many can run.
 
-A space holds millions of settings, too many to evaluate one by one, but the model's estimates are sums and
-conjunctions of pieces that each read a few knobs (autotune/estimate/reads.py): the step time is a sum of phases,
-"fits" is every memory moment fitting and every static rule holding. So the space splits (Split) into an outer
-part, the parallel layout and the knobs that every piece reads (recompute, offload, dynamic batching, fused
-kernels), enumerated in full, and inner parts (the micro-batch token budgets; vLLM's rollout TP, memory share and
-batched tokens) that no piece reads together. For one outer setting (a block) the best setting is the best option of
-each inner part, independently; a piece's value is computed once per distinct setting of the knobs it reads
-(memoised), and the estimate is called only where a piece has not been seen. Every block is examined, so nothing
-the model prefers can be missed: tests/test_ranking.py checks the result against brute force on spaces small enough
-to enumerate (dense and MoE, 1 to 8 GPUs). A runner that can run only a finite list of candidates (the replay
-tables) is ranked by evaluating that list (DomainRanking).
+A space holds millions of settings, too many to evaluate one by one, but the model's estimates are sums and conjunctions
+of pieces that each read a few knobs (autotune/estimate/reads.py): the step time is a sum of phases, "fits" is every
+memory moment fitting and every static rule holding. So the space splits (Split, search/split.py) into an outer part,
+the parallel layout and the knobs that every piece reads (recompute, offload, dynamic batching, fused kernels),
+enumerated in full, and inner parts (the micro-batch token budgets; vLLM's rollout TP, memory share and batched tokens)
+that no piece reads together. For one outer setting (a block) the best setting is the best option of each inner part,
+independently; a piece's value is computed once per distinct setting of the knobs it reads (memoised), and the estimate
+is called only where a piece has not been seen. Every block is examined, so nothing the model prefers can be missed:
+tests/test_ranking.py checks the result against brute force on spaces small enough to enumerate (dense and MoE, 1 to 8
+GPUs). A runner that can run only a finite list of candidates (the replay tables) is ranked by evaluating that list
+(DomainRanking, search/domain.py).
 
 A correction (autotune/estimate/correction.py) multiplies phase times by factors of knobs each phase reads and
 scales the memory the model is least sure of, so corrected rankings keep the same structure: re-ranking after a
@@ -22,50 +22,29 @@ from __future__ import annotations
 import heapq
 import itertools
 import operator
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from autotune.candidate import Candidate
-from autotune.estimate import MEMORY_MARGIN, Evaluation, constraints, estimate_memories, estimate_unchecked, safer
+from autotune.estimate import MEMORY_MARGIN, constraints, estimate_memories, estimate_unchecked
 from autotune.estimate.correction import FEATURES, NO_CORRECTION, UNCERTAIN_TERMS, Correction, features
-from autotune.estimate.reads import DERIVED, NORMALIZATION_READS, NORMALIZED_FIELDS, OFFLOAD_REFERENCE, reads_for
-from autotune.estimate.safer import SAFE_TOLERANCE, near_equal
-from autotune.search.space import Dimension
+from autotune.estimate.reads import OFFLOAD_REFERENCE, reads_for
+from autotune.search.domain import DomainRanking
+from autotune.search.split import (
+    _FIELD_INDEX,
+    FIELDS,
+    Pick,
+    Split,
+    _Factor,
+    _Part,
+    best_pick,
+)
 
-FIELDS = Candidate.param_names()
-_FIELD_INDEX = {f: i for i, f in enumerate(FIELDS)}
-# Inner parts: knobs that the pieces of an estimate read only together with outer knobs, never with each other.
-INNER_PARTS: dict[str, frozenset[str]] = {
-    "training": frozenset({"ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu",
-                           "ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu", "recompute",
-                           "recompute_method", "recompute_num_layers", "recompute_modules", "use_fused_kernels"}),
-    "rollout": frozenset({"rollout_tp", "gpu_memory_utilization", "max_num_batched_tokens"}),
-}
 KV = "vllm_kv_cache"
 _LAYOUT_KEY = operator.attrgetter("tp", "pp", "vpp", "cp", "ep", "etp")
-
-
-class InfeasibleSpaceError(ValueError):
-    """No setting of the space can run: every one breaks a static rule, the memory model or the runner."""
-
-
-def prefer_safe(ranked: list[tuple[Any, Evaluation]],
-                tolerance: float = SAFE_TOLERANCE) -> list[tuple[Any, Evaluation]]:
-    """(anything, its evaluation) best first, the safer near-equals first (safer.prefer_safe)."""
-    return safer.prefer_safe(ranked, lambda r: r[1].predicted_throughput, lambda r: r[1].safe, tolerance)
-
-
-@dataclass(frozen=True)
-class Pick:
-    """One setting of the space as the model ranks it."""
-
-    params: dict[str, Any]  # the space's active dimensions (what an Optuna trial of the space holds)
-    candidate: Candidate
-    throughput: float  # predicted tokens/s/GPU (corrected when the ranking was asked with a correction)
-    safe: bool  # fits at the worst case the job allows and is not at the limit of the memory model's error
 
 
 def _getter(names: Sequence[str]) -> Callable[[Candidate], tuple]:
@@ -73,102 +52,6 @@ def _getter(names: Sequence[str]) -> Callable[[Candidate], tuple]:
         return lambda c: ()
     g = operator.attrgetter(*names)
     return (lambda c: (g(c),)) if len(names) == 1 else g
-
-
-@dataclass
-class _Factor:
-    """A piece of the estimate and the knobs it reads. An additive piece is the sum of a rest (read without the
-    offload knobs, evaluated with them off) and an offload share (read from the offload knobs and the layout)."""
-
-    kind: str  # phase | moment | tokens | rule
-    name: str
-    reads: tuple[str, ...]
-    offload: tuple[str, ...] = ()  # additive: the offload knobs
-    shared: tuple[str, ...] = ()  # additive: what else the offload share reads
-
-    def __post_init__(self) -> None:
-        rest = tuple(r for r in self.reads if r not in self.offload)
-        self.rest = rest if self.offload else self.reads
-        self.share = tuple(sorted(set(self.offload) | set(self.shared)))
-
-
-@dataclass
-class _Part:
-    name: str
-    dims: tuple[Dimension, ...]
-    fields: tuple[str, ...]  # candidate fields of its dimensions
-    factors: list[_Factor]
-    context: tuple[str, ...]  # outer fields its factors read, or its dimensions' conditions name
-    normalizing: tuple[str, ...] = ()  # outer fields that change how its own knobs are normalised
-
-
-class Split:
-    """A space cut into outer dimensions and independent inner parts, for one study's estimates."""
-
-    def __init__(self, space: Any, reads: Any, context: Mapping[str, Any]):
-        names = set(space.names)
-        part_of = {d: p for p, ds in INNER_PARTS.items() for d in ds if d in names}
-        def piece(kind: str, n: str, r: frozenset[str]) -> _Factor:
-            a, sh = reads.additive.get((kind, n), ((), ()))
-            return _Factor(kind, n, tuple(sorted(r)), tuple(sorted(a)), tuple(sorted(sh)))
-
-        factors = ([piece("phase", n, r) for n, r in reads.phases.items()]
-                   + [piece("moment", n, r) for n, r in reads.moments.items()]
-                   + [_Factor("tokens", "tokens", tuple(sorted(reads.tokens)))]
-                   + [_Factor("rule", n, tuple(sorted(r))) for n, r in reads.rules.items()])
-        changed = True
-        while changed:
-            changed = False
-            for f in factors:  # a piece reading two inner parts keeps the one it reads most; the others go outer
-                touched: dict[str, int] = {}
-                for d in f.reads:
-                    if d in part_of:
-                        touched[part_of[d]] = touched.get(part_of[d], 0) + 1
-                if len(touched) > 1:
-                    home = max(sorted(touched), key=lambda p: touched[p])
-                    for d in f.reads:
-                        if part_of.get(d) not in (None, home):
-                            del part_of[d]
-                            changed = True
-            for dim in space.dimensions:  # conditions may name outer knobs and their own part's only
-                for cond in dim.when:
-                    if cond.name in part_of and part_of.get(dim.name) != part_of[cond.name]:
-                        del part_of[cond.name]
-                        changed = True
-        # Knobs outside the space that normalisation derives from a part's knobs (recompute_method from recompute)
-        # belong to that part: their value follows its option.
-        for f, src in DERIVED.items():
-            owners = {part_of[x] for x in src if x in part_of}
-            if f not in names and len(owners) == 1:
-                part_of[f] = owners.pop()
-        self.outer_dims = tuple(d for d in space.dimensions if d.name not in part_of)
-        self.parts: list[_Part] = []
-        home_of: dict[int, str] = {}
-        for i, f in enumerate(factors):
-            ps = {part_of[d] for d in f.reads if d in part_of}
-            home_of[i] = ps.pop() if ps else "outer"
-        for pname in INNER_PARTS:
-            dims = tuple(d for d in space.dimensions if part_of.get(d.name) == pname)
-            if not dims:
-                continue
-            fs = [f for i, f in enumerate(factors) if home_of[i] == pname]
-            flds = tuple(d.name for d in dims) + tuple(f for f in FIELDS if f not in names and part_of.get(f) == pname)
-            ctx = {r for f in fs for r in f.reads if r not in flds}
-            ctx |= {c.name for d in dims for c in d.when if c.name not in flds and c.name not in context}
-            norm = tuple(sorted(NORMALIZATION_READS)) if set(flds) & NORMALIZED_FIELDS else ()
-            self.parts.append(_Part(pname, dims, flds, fs, tuple(sorted(ctx | set(norm))), norm))
-        self.outer_factors = [f for i, f in enumerate(factors) if home_of[i] == "outer"]
-        # The pieces that read only outer knobs (the constant phases, the tokens of a whole step, moments when the
-        # space tunes nothing they read): a part with one option, the block itself.
-        fixed = [f for f in self.outer_factors if f.kind != "rule"]
-        self.parts.append(_Part("outer", (), (), fixed, tuple(sorted({r for f in fixed for r in f.reads}))))
-        inner = {f for p in self.parts for f in p.fields}
-        self.outer_fields = tuple(f for f in FIELDS if f not in inner)
-        self.rule_at: dict[int, list[_Factor]] = {}  # outer rules checked once their last outer dimension is set
-        order = {d.name: i for i, d in enumerate(self.outer_dims)}
-        for f in self.outer_factors:
-            if f.kind == "rule":
-                self.rule_at.setdefault(max((order[r] for r in f.reads if r in order), default=-1), []).append(f)
 
 
 @dataclass
@@ -543,14 +426,7 @@ class ModelRanking:
     def _is_safe(self, b: _Block, combo: tuple[int, ...], corr: Correction) -> bool:
         return all(bool(self._view(t, corr)[2][j]) for t, j in zip(b.tables, combo, strict=True))
 
-    def best(self, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = (),
-             tolerance: float = SAFE_TOLERANCE) -> Pick | None:
-        """The model's best runnable setting not in `exclude`; a safe one instead when it is within `tolerance`."""
-        top = next(self.ranked(corr, exclude), None)
-        if top is None or top.safe:
-            return top
-        safe = next(self.ranked(corr, exclude, safe=True), None)
-        return safe if safe is not None and near_equal(safe.throughput, top.throughput, tolerance) else top
+    best = best_pick  # the best runnable setting; a safe near-equal instead (search/split.py)
 
     def seeds(self, k: int, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = ()) -> list[Pick]:
         """The best setting, then the best setting of each next-best parallel layout (near-copies of the best teach
@@ -659,82 +535,6 @@ def _moment(mem: Any, name: str) -> tuple[float, float, float]:
     except StopIteration:
         return (0.0, 0.0, 1.0)
     return (m.peak, sum(v for k, v in m.terms if k in UNCERTAIN_TERMS), m.capacity)
-
-
-class DomainRanking:
-    """The ranking of a runner that can run only a finite list of candidates (a replay table): each evaluated."""
-
-    def __init__(self, setup: Any, domain: Sequence[Candidate]):
-        self.setup = setup
-        self.calls = 0
-        ctx = setup.context
-        self.items: list[tuple[dict[str, Any], Candidate]] = []
-        seen: set[str] = set()
-        for c in domain:
-            params = setup.space.project(c.params(), ctx)
-            cand = Candidate.from_params(params, setup.base)
-            if cand.key() != c.key() or cand.key() in seen:
-                continue  # not a setting of the space (or a copy)
-            seen.add(cand.key())
-            self.items.append((params, cand))
-        self._evals: dict[int, list[Evaluation]] = {}
-
-    def _evaluated(self, corr: Correction) -> list[Evaluation]:
-        if id(corr) not in self._evals:
-            self._evals = {id(corr): [corr.apply(self.setup.evaluate_uncorrected(c), self.setup.job)
-                                      for _, c in self.items]}
-            self._corr = corr
-            self.calls += len(self.items)
-        return self._evals[id(corr)]
-
-    def ranked(self, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = (),
-               safe: bool = False) -> Iterator[Pick]:
-        skip = {c.key() for c in exclude}
-        evs = self._evaluated(corr)
-        order = sorted(range(len(evs)), key=lambda i: -evs[i].predicted_throughput)
-        for i in order:
-            ev = evs[i]
-            if ev.feasible and (ev.safe or not safe) and self.items[i][1].key() not in skip:
-                yield Pick(self.items[i][0], self.items[i][1], ev.predicted_throughput, ev.safe)
-
-    best = ModelRanking.best
-
-    def seeds(self, k: int, corr: Correction = NO_CORRECTION, exclude: Sequence[Candidate] = ()) -> list[Pick]:
-        first = self.best(corr, exclude)
-        if first is None or k <= 0:
-            return []
-        out, layouts = [first], {first.candidate.layout()}
-        by_layout: dict[str, list[Pick]] = {}
-        for p in self.ranked(corr, exclude):
-            by_layout.setdefault(p.candidate.layout(), []).append(p)
-        for lay, picks in by_layout.items():
-            if len(out) >= k:
-                break
-            if lay in layouts:
-                continue
-            safe = next((p for p in picks if p.safe and near_equal(p.throughput, picks[0].throughput)), None)
-            out.append(safe or picks[0])
-        return out
-
-    def count(self, corr: Correction = NO_CORRECTION) -> int:
-        return sum(ev.feasible for ev in self._evaluated(corr))
-
-    def runnable(self, cand: Candidate, corr: Correction = NO_CORRECTION) -> bool:
-        evs = self._evaluated(corr)
-        return any(c.key() == cand.key() and ev.feasible for (_, c), ev in zip(self.items, evs, strict=True))
-
-    def explain(self) -> str:
-        counts: dict[str, list] = {}
-        for ev in self._evaluated(NO_CORRECTION):
-            for v in ev.violations:
-                counts.setdefault(v.rule, [0, v.message])[0] += 1
-            if ev.memory is not None and not ev.memory.fits:
-                counts.setdefault("memory", [0, "predicted OOM: " + ev.memory.reasons()[0]])[0] += 1
-        if not self.items:
-            counts["runner"] = [1, "none of the runner's configurations is a setting of the space"]
-        top = sorted(counts.items(), key=lambda kv: -kv[1][0])
-        return "; ".join(f"{rule} x{n} (e.g. {ex})" if i < 3 else f"{rule} x{n}"
-                         for i, (rule, (n, ex)) in enumerate(top))
 
 
 _MEMO: dict[tuple, ModelRanking | DomainRanking] = {}

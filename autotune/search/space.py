@@ -18,6 +18,7 @@ import yaml
 
 from autotune import verl
 from autotune.candidate import RECOMPUTE_CHOICES, Candidate
+from autotune.job import yaml_error
 
 # The built-in spaces: inside the installed package (a wheel, `pip install .`: setup.py ships search_spaces/ there),
 # else at the checkout's top (a checkout, an editable install).
@@ -189,15 +190,6 @@ def load_space(name_or_path: str) -> SearchSpace:
             f"search space {name_or_path!r} is neither a built-in space ({', '.join(builtin)}) nor a file"
         )
     return parse_space(path.read_text(), str(path))
-
-
-def yaml_error(e: yaml.YAMLError) -> str:
-    """PyYAML's error on one line: where, and what."""
-    mark = getattr(e, "problem_mark", None)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    what = " ".join(str(getattr(e, "problem", None) or e).split())
-    context = getattr(e, "context", None)
-    return f"{where}{what}" + (f" ({context})" if context else "")
 
 
 def _line_of(node: yaml.Node | None, *path: str) -> int | None:

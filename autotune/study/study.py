@@ -10,11 +10,9 @@ closing what dead tuners left, in autotune/study/recovery.py.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +30,10 @@ from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, T
 from autotune.runners.progress import TrialProgress
 from autotune.search.learning import Learning, measured_lengths
 from autotune.search.plan import REFERENCES, Plan
-from autotune.search.ranking import InfeasibleSpaceError, infeasible_message, make_ranking
+from autotune.search.ranking import infeasible_message, make_ranking
 from autotune.search.samplers import ModelSampler
 from autotune.search.setup import Setup, StudyMismatchError
+from autotune.search.split import InfeasibleSpaceError
 from autotune.store.access import check_writable, open_storage
 from autotune.store.store import (
     REQUESTED,
@@ -48,12 +47,11 @@ from autotune.store.store import (
     worker_id,
 )
 from autotune.store.tuners import OWNER, Registry
+from autotune.study.inflight import Heartbeat, Inflight
 from autotune.study.recovery import OPTUNA_STATE, RECOVER_EVERY_S, Recovery
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-HEARTBEAT_S = 30.0
-PLACEMENT_POLL_S = 0.5
 MAX_IDLE_ASKS = 300  # a safety net: the plan proposes its next runnable candidate long before this
 NOT_COUNTED = (TrialStatus.INTERRUPTED.value,)  # launched but re-queued: --n-trials counts its re-run instead
 
@@ -277,7 +275,7 @@ class Tuner:
         self.idle = 0
         why_idle: dict[str, int] = {}  # prune kinds of the proposals since the last launch
         stop_reason = "reached --n-trials"
-        inflight: dict[int, _Inflight] = {}
+        inflight: dict[int, Inflight] = {}
         fatal: str | None = None
         submitted = 0  # this run's own launches: a resumed run that launches nothing must not claim the study's
 
@@ -384,7 +382,7 @@ class Tuner:
         self.finish(pending, result, time.monotonic() - t0)
         return pending.row
 
-    def propose(self, inflight: dict[int, _Inflight]) -> tuple[TrialRow, _Inflight | None]:
+    def propose(self, inflight: dict[int, Inflight]) -> tuple[TrialRow, Inflight | None]:
         """Ask Optuna for one trial and build it: pruned before launch (recorded, told; no pending), or recorded
         RUNNING and returned pending with its spec, for an executor to run. `inflight`: this tuner's running trials.
         """
@@ -419,7 +417,7 @@ class Tuner:
         else:
             self.sampler.hold(nxt)
 
-    def _record(self, trial: optuna.Trial) -> tuple[TrialRow, _Inflight | None]:
+    def _record(self, trial: optuna.Trial) -> tuple[TrialRow, Inflight | None]:
         attrs = trial.user_attrs
         s = self.setup
         try:
@@ -471,7 +469,7 @@ class Tuner:
             workdir=self.workdir / self.study_name / f"trial_{trial.number:04d}",
             measure_from=self.measure_from, report=self._reporter(trial), progress=self.on_progress,
         )
-        return row, _Inflight(row, trial, cand, spec, _Heartbeat(
+        return row, Inflight(row, trial, cand, spec, Heartbeat(
             self.store, row.id, self._placement_note(row) if self.executor.name != "local" else None))
 
     def _placement_note(self, row: TrialRow) -> Callable[[], None]:
@@ -488,7 +486,7 @@ class Tuner:
 
         return note
 
-    def finish(self, pending: _Inflight, result: TrialResult, duration: float, placement: Placement | None = None
+    def finish(self, pending: Inflight, result: TrialResult, duration: float, placement: Placement | None = None
                ) -> None:
         """Record a launched trial's result and tell Optuna."""
         pending.beat.stop()
@@ -576,38 +574,3 @@ def _reason_kind(reason: str) -> str:
     return reason.split(":", 1)[0][:40] if kind == "other" else kind
 
 
-@dataclass
-class _Inflight:
-    """A launched trial between propose and finish."""
-
-    row: TrialRow
-    trial: optuna.Trial
-    cand: Candidate
-    spec: TrialSpec
-    beat: _Heartbeat
-
-
-class _Heartbeat:
-    """Marks a running trial alive every HEARTBEAT_S so that another tuner does not close it as stale; `also` runs
-    every PLACEMENT_POLL_S (the placement note)."""
-
-    def __init__(self, store: Store, trial_id: int, also: Callable[[], None] | None = None):
-        self._stop = threading.Event()
-        self._also = also
-        self._thread = threading.Thread(target=self._loop, args=(store, trial_id), daemon=True)
-        self._thread.start()
-
-    def _loop(self, store: Store, trial_id: int) -> None:
-        last = time.monotonic()
-        while not self._stop.wait(PLACEMENT_POLL_S if self._also else HEARTBEAT_S):
-            try:
-                if self._also:
-                    self._also()
-                if time.monotonic() - last >= HEARTBEAT_S:
-                    store.heartbeat(trial_id)
-                    last = time.monotonic()
-            except StoreError:
-                pass  # a missed beat only risks the trial being re-queued later
-
-    def stop(self) -> None:
-        self._stop.set()

@@ -6,6 +6,7 @@ inherits the actor's Megatron layout there through `oc.select`, so only the acto
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 VERL_VERSION = "0.9.1"
@@ -475,3 +476,16 @@ ROLLOUT_PHASE = "gen"
 # Weight resharding (timing_s/update_weights) runs after the step's profiler stopped (trainer/ppo/v1/trainer_sync.py
 # on_step_end, after trainer_base's _stop_profiling): no trace holds it.
 UNPROFILED_PHASES = ("update_weights",)
+
+
+# A job file or a run's printed config, nested as verl's YAML, as the dotted keys above --------------------------------
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested YAML mappings to dotted verl keys; values that are lists stay values."""
+    out: dict[str, Any] = {}
+    for k, v in mapping.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

@@ -22,7 +22,6 @@ from typing import Any
 import yaml
 
 from autotune import verl
-from autotune.candidate import Candidate
 
 ENTRY_MODULE = "verl.trainer.main_ppo"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -91,11 +90,11 @@ class LaunchScript:
         return "\n".join(lines)
 
     # Writing it back ----------------------------------------------------------------------------------------
-    def render_like(self, values: Mapping[str, Any], header: str = "") -> str:
+    def render_like(self, values: Mapping[str, Any], stock: Mapping[str, Any], header: str = "") -> str:
         """The script with the tuned keys (export.tuned_values: verl key -> value) changed, and added where the
-        script leaves verl's default."""
+        script leaves verl's default and the value differs from verl's stock one (`stock`: verl key -> value, a
+        default Candidate's verl_overrides())."""
         tuned = dict(values)
-        stock = Candidate().verl_overrides()
         for key in _REF_LAYOUT_KEYS:  # explicit reference layout keys follow the actor's
             actor_key = key.replace(".ref.", ".actor.", 1)
             if actor_key in tuned:
