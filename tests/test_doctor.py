@@ -128,7 +128,7 @@ def test_mbridge_fails_without_the_shim(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", "import mbridge.core.util"], env=stack_env(root),
                           capture_output=True, text=True)
     assert "AttributeError: encoder_and_decoder" in proc.stderr
-    proc = subprocess.run([sys.executable, "-c", "from autotune import verl_shims; verl_shims.install(); "
+    proc = subprocess.run([sys.executable, "-c", "from autotune.verl import shims as verl_shims; verl_shims.install(); "
                            "import mbridge.core.util as u; print(u.IS_ENC_DEC)"], env=stack_env(root),
                           capture_output=True, text=True)
     assert proc.stdout.strip() == "False", proc.stderr

@@ -1,5 +1,6 @@
-"""No import circles in autotune/ or benchmarks/ (a module-level or a function-level import alike): the layering
-cli -> study -> runners/executors -> estimate -> ... holds only while nothing imports back up."""
+"""No import circles in autotune/ or benchmarks/ (a module-level or a function-level import alike), and the house's
+arrows run one way: each of autotune's packages imports only the packages below it (LAYERS, written once here), from
+the CLI down to the values. And the house stays readable: few flat modules, small packages, no module over 600 lines."""
 
 from __future__ import annotations
 
@@ -72,6 +73,75 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if len(comp) > 1:
                     out.append(sorted(comp))
     return out
+
+
+# autotune's packages and flat modules, bottom to top: a module may import its own package and the layers below its
+# own, never a layer above nor another package of its own layer. `autotune` is the package's __init__ (its version).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("autotune", "model", "cluster", "units", "faults"),  # the flat values: no autotune imports
+    ("verl",),  # verl itself: config keys, metrics, logs, launch scripts, runs read back, shims, doctor
+    ("candidate",),  # one setting of every tuned knob
+    ("job",),  # the user's verl overrides (its baseline is a candidate)
+    ("estimate",),  # pure predictions and the static rules; the safer near-equals
+    ("store",),  # autotune's tables beside Optuna's, the live tuners, database access
+    ("search",),  # space, setup, ranking, plan, learning, samplers
+    ("results",),  # labels, report, timeline, noise, export
+    ("runners",),  # one runner per backend (mcore/: the Megatron-core probe), stopping
+    ("executors",),  # place runners on local GPUs or a Ray cluster
+    ("study",),  # the Tuner, recovery, the live line
+    ("profile", "dashboard"),
+    ("cli",),
+    ("__main__",),
+)
+MAX_FLAT = 8  # modules directly in autotune/ (__init__ and __main__ included)
+MAX_PER_PACKAGE = 12  # modules and sub-packages at one level of a package
+MAX_LINES = 600
+
+
+def unit(module: str) -> str:
+    """The entry of LAYERS a module of autotune belongs to: its top package or flat module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_violations(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    rank = {u: i for i, layer in enumerate(layers) for u in layer}
+    out = [f"{m}: its package is in no layer" for m in sorted(graph) if unit(m) not in rank]
+    for m in sorted(graph):
+        for d in sorted(graph[m]):
+            if unit(m) in rank and unit(d) in rank and unit(d) != unit(m) and rank[unit(d)] >= rank[unit(m)]:
+                out.append(f"{m} imports {d}")
+    return out
+
+
+def test_autotune_imports_only_downward() -> None:
+    graph = import_graph(REPO, ("autotune",))
+    assert layer_violations(graph, LAYERS) == []
+
+
+def test_the_layer_check_finds_an_upward_and_a_sideways_import() -> None:
+    graph = {"autotune.model": {"autotune.job"}, "autotune.job": {"autotune.model"},
+             "autotune.profile.runs": {"autotune.dashboard.data", "autotune.profile.kinds"},
+             "autotune.profile.kinds": set(), "autotune.dashboard.data": set(), "autotune.new": set()}
+    layers = (("model",), ("job",), ("profile", "dashboard"))
+    assert layer_violations(graph, layers) == ["autotune.new: its package is in no layer",
+                                               "autotune.model imports autotune.job",
+                                               "autotune.profile.runs imports autotune.dashboard.data"]
+
+
+def test_the_house_is_small_and_says_what_each_package_owns() -> None:
+    root = REPO / "autotune"
+    assert len(list(root.glob("*.py"))) <= MAX_FLAT
+    packages = [d for d in root.rglob("*") if d.is_dir() and (d / "__init__.py").is_file()]
+    assert {unit(module_name(REPO, d / "__init__.py")) for d in packages if d.parent == root} \
+        == {u for layer in LAYERS for u in layer} - {"autotune", "__main__"} - {f.stem for f in root.glob("*.py")}
+    for d in packages:
+        entries = [p for p in d.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()]
+        assert len(entries) <= MAX_PER_PACKAGE, d
+        doc = ast.get_docstring(ast.parse((d / "__init__.py").read_text())) or ""
+        assert "May import" in doc or d.parent != root, f"{d}/__init__.py: say what it owns and may import"
+    lines = {str(f.relative_to(REPO)): len(f.read_text().splitlines()) for f in root.rglob("*.py")}
+    assert {f: n for f, n in lines.items() if n > MAX_LINES} == {}
 
 
 def test_no_import_cycles_in_autotune_and_benchmarks() -> None:

@@ -280,3 +280,14 @@ def test_the_ray_section_says_what_token_authentication_needs(monkeypatch):
     quoted = re.search(r"`(authentication failed: [^`]+)`", ray_text).group(1)
     for piece in quoted.split(" ... "):
         assert piece in said, (piece, said)
+
+
+def test_the_map_of_the_code_follows_the_tree():
+    """"Where things live" names every package of autotune/ (issue 26), and every file it names exists."""
+    section = README.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+    rows = [ln.split("|")[1] for ln in section.splitlines() if ln.startswith("| `")]
+    named = {p for row in rows for p in re.findall(r"`autotune/(\w+)/`", row)}
+    packages = {d.name for d in (REPO / "autotune").iterdir() if (d / "__init__.py").is_file()}
+    assert named == packages
+    for path in re.findall(r"`(autotune/[\w/.-]+)`", section):
+        assert (REPO / path).exists(), path

@@ -149,7 +149,7 @@ def test_double_ray_init_kwargs_and_hydra_line_parse_like_the_real_ones(tmp_path
                                 "actor_rollout_ref.rollout.name=vllm"]
     plus_real = {o.split("=")[0] for o in ro if o.startswith("+")}
     plus_double = {o.split("=")[0] for o in do if o.startswith("+")}
-    # the real log was recorded before the runner passed its Ray setup hook (the stack's shims, verl_shims.py)
+    # the real log was recorded before the runner passed its Ray setup hook (the stack's shims, verl/shims.py)
     assert plus_real <= plus_double and plus_double - plus_real <= {verl.RAY_SETUP_HOOK_KEY}
 
 

@@ -4,6 +4,8 @@ import.
 This module holds the parser and main (dispatch, and the exit codes of user errors and interrupts); each
 command lives in a sibling module: run, results (status, best, export, dashboard), estimate (estimate,
 probe), catalog (models, spaces); options holds what they share.
+
+May import: every package (it is the top); `tables` prints `status`'s large tables as rich would.
 """
 
 from __future__ import annotations

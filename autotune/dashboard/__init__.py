@@ -9,6 +9,9 @@ with optuna-dashboard (`optuna-dashboard sqlite:///trials/autotune.db`), which s
 parameters, states and the user attributes `status`, `reason`, `origin`, `simulated`, `layout`).
 
 Needs the optional dependencies: pip install -e '.[dashboard]'.
+
+May import: the packages below it (the flat values, verl, candidate, job, estimate, store, search, results,
+runners, executors, study), not profile/ or cli/.
 """
 
 from __future__ import annotations

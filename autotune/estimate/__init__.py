@@ -1,4 +1,10 @@
-"""Estimates of a candidate: static constraints, then memory, then throughput. Pure functions."""
+"""Estimates of a candidate: static constraints, then memory, then throughput. Pure functions.
+
+Owns the static rules (`constraints`), the memory and time models and their parts, the Bayesian correction and
+the safer near-equals (`safer`: within the model's error, what may run out of memory goes behind what will not).
+
+May import: the flat values, verl, candidate and job.
+"""
 
 from __future__ import annotations
 
@@ -89,7 +95,7 @@ PREDICTED_OOM = "predicted OOM: "  # how a prune by the memory model begins (rep
 # What a study's objective measures:
 # - "step": a whole verl GRPO step (rollout, log-prob passes, update), tokens/s/GPU as verl's perf/throughput;
 # - "train": the training phase alone as a Megatron-core training probe measures it (autotune/runners/
-#   mcore_worker.py): each micro-batch is ONE sequence of ppo_max_token_len_per_gpu * CP tokens, the job's batch
+#   mcore/worker.py): each micro-batch is ONE sequence of ppo_max_token_len_per_gpu * CP tokens, the job's batch
 #   is the number of those sequences per optimizer step; no rollout, no vLLM.
 OBJECTIVES = ("step", "train")
 _ROLLOUT_ONLY_RULES = ("rollout_tp",)  # rules about vLLM, which a training-only measurement never starts

@@ -1,6 +1,8 @@
 """Executors place trials on resources (Ray Tune's roles: an executor places runners; it is not a runner).
 
 `make_executor` is the only place an executor name becomes an executor. `local` (default) needs no Ray.
+
+May import: the flat values, verl, candidate, job, estimate, store, search, results and runners.
 """
 
 from __future__ import annotations

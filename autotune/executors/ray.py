@@ -4,7 +4,7 @@ Resources through Ray's own model: per trial, one placement group per node of th
 (`n_gpus_per_node` bundles of {"CPU": 3, "GPU": 1}, STRICT_PACK; autotune/verl/keys.py). The groups are a gang
 reservation: a trial starts once all of them are ready and holds them until it ends; removing them frees its GPUs
 on every node and makes Ray kill whatever still runs in them. verl's driver adopts the groups
-(executors/verl_hook.py) instead of creating its own. The groups belong to this tuner's Ray job: if the tuner dies,
+(verl/ray_hook.py) instead of creating its own. The groups belong to this tuner's Ray job: if the tuner dies,
 Ray removes them, which stops the trials on the cluster (the next run re-queues them).
 
 The runner of a trial runs in a thread of this process (the verl runner's driver is a subprocess connected to the

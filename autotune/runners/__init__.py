@@ -1,6 +1,12 @@
 """Runners, one per backend. `make_runner` is the only place a backend name becomes a runner.
 
 Test doubles live in tests/, never here: no user command can select one.
+
+Owns the runner interface (`base`), one runner per backend (`simulate`, `replay`, `verl`, the Megatron-core probe in
+`mcore/`), what the verl runner shares (`procs`, `progress`, `gpu_monitor`, `confirm`, `probed`) and the graceful
+stop (`stopping`).
+
+May import: the flat values, verl, candidate, job, estimate, store, search and results.
 """
 
 from __future__ import annotations

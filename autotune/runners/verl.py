@@ -143,7 +143,7 @@ class VerlRunner(Runner):
             extra[verl.RAY_ADDRESS_KEY] = self.options.ray_address
             extra[verl.RAY_NAMESPACE_KEY] = verl_hook.NAMESPACE
             groups = (spec.placement or {}).get("groups")
-            if groups:  # verl adopts the groups the executor reserved (executors/verl_hook.py)
+            if groups:  # verl adopts the groups the executor reserved (verl/ray_hook.py)
                 extra[verl.RAY_SETUP_HOOK_KEY] = verl_hook.HOOK
                 extra[verl.RAY_ENV_VAR_PREFIX + verl_hook.ENV] = ",".join(groups)
             else:

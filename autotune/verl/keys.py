@@ -149,7 +149,7 @@ TRAINING_SEMANTICS: dict[str, str] = {
     "adv_estimator": "algorithm.adv_estimator",
 }
 TRAINING_SEMANTIC_PREFIXES = (f"{_ACTOR}.optim.", "algorithm.", "data.", "reward")
-# What an imported run's job is (`autotune import`, verl_runs.py): its workload and training, read from verl's
+# What an imported run's job is (`autotune import`, verl/runs.py): its workload and training, read from verl's
 # printed config; a run whose values differ from the study's job is refused. Paths are kept, never compared.
 IMPORT_PATH_KEYS = (MODEL_PATH, TRAIN_FILES, VAL_FILES)
 IMPORT_JOB_KEYS: tuple[str, ...] = tuple(dict.fromkeys((

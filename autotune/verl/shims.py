@@ -11,7 +11,7 @@ inside verl's Ray worker processes instead of by editing installed files.
   the member, nothing changes.
 
 How it gets there: Ray's runtime_env `worker_process_setup_hook` runs `install()` in every worker process of the
-trial (the verl runner's own local Ray passes SETUP_HOOK; the Ray executor's hook, executors/verl_hook.py, calls
+trial (the verl runner's own local Ray passes SETUP_HOOK; the Ray executor's hook, verl/ray_hook.py, calls
 install() too). A patch is applied when its module is first imported, so a worker that never imports Megatron
 (vLLM's servers, TransferQueue) pays nothing. vLLM's engine processes are not Ray workers and need no shim.
 """

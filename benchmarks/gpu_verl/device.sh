@@ -66,7 +66,7 @@ setup() {
     # autotune's shim for mbridge 0.15.1 vs megatron-core 0.19 (autotune/verl/shims.py), checked on the real packages
     local cudnn
     cudnn=$(cd /root/at_src && python3 -c 'from autotune.verl.doctor import torch_cudnn_lib; print(torch_cudnn_lib() or "")')
-    if (cd /root/at_src && LD_LIBRARY_PATH=$cudnn:${LD_LIBRARY_PATH:-} python3 -c 'from autotune import verl_shims
+    if (cd /root/at_src && LD_LIBRARY_PATH=$cudnn:${LD_LIBRARY_PATH:-} python3 -c 'from autotune.verl import shims as verl_shims
 verl_shims.install()
 from megatron.core.models.gpt.gpt_model import ModelType
 import mbridge.core.util

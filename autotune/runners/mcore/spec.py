@@ -33,7 +33,7 @@ SPEC_DEFAULTS = {
     "world_size": None,
     "lr": 1e-5,
     "seed": 1234,
-    "profile_dir": None,  # a folder: one more step after the timed ones, traced there (mcore_profile.py)
+    "profile_dir": None,  # a folder: one more step after the timed ones, traced there (mcore/profile.py)
 }
 
 
