@@ -30,7 +30,7 @@ from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialR
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
 from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
 from autotune.runners.progress import estimate
-from autotune.verl import shims as verl_shims
+from autotune.verl import shims
 from autotune.verl.doctor import Diagnosis, run_doctor, stack_env
 from autotune.verl.log import LineTail, RunLog, classify
 from autotune.verl.preflight import check_data, hydra_overrides, validate_overrides
@@ -138,18 +138,18 @@ class VerlRunner(Runner):
             verl.RAY_ENV_VAR_PREFIX + verl.FILE_LOGGER_ENV: str(log_jsonl),
         }
         if self.options.ray_address:
-            from autotune.verl import ray_hook as verl_hook
+            from autotune.verl import ray_hook
 
             extra[verl.RAY_ADDRESS_KEY] = self.options.ray_address
-            extra[verl.RAY_NAMESPACE_KEY] = verl_hook.NAMESPACE
+            extra[verl.RAY_NAMESPACE_KEY] = ray_hook.NAMESPACE
             groups = (spec.placement or {}).get("groups")
             if groups:  # verl adopts the groups the executor reserved (verl/ray_hook.py)
-                extra[verl.RAY_SETUP_HOOK_KEY] = verl_hook.HOOK
-                extra[verl.RAY_ENV_VAR_PREFIX + verl_hook.ENV] = ",".join(groups)
+                extra[verl.RAY_SETUP_HOOK_KEY] = ray_hook.HOOK
+                extra[verl.RAY_ENV_VAR_PREFIX + ray_hook.ENV] = ",".join(groups)
             else:
-                extra[verl.RAY_SETUP_HOOK_KEY] = verl_shims.SETUP_HOOK
+                extra[verl.RAY_SETUP_HOOK_KEY] = shims.SETUP_HOOK
         elif self._own_ray(spec):
-            extra[verl.RAY_SETUP_HOOK_KEY] = verl_shims.SETUP_HOOK  # the stack's fixes in every Ray worker
+            extra[verl.RAY_SETUP_HOOK_KEY] = shims.SETUP_HOOK  # the stack's fixes in every Ray worker
             extra[verl.RAY_ADDRESS_KEY] = "local"
             extra[verl.RAY_INIT_PREFIX + "_temp_dir"] = ray_tmp
             extra[verl.RAY_INIT_PREFIX + "include_dashboard"] = False

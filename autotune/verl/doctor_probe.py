@@ -189,9 +189,9 @@ def main(argv: list[str]) -> None:
     except BaseException:  # noqa: BLE001 - megatron itself missing
         has_bridge = False
     emit("megatron_bridge", has_bridge)
-    from autotune.verl import shims as verl_shims  # stdlib only: the same shim verl's workers get
+    from autotune.verl import shims  # stdlib only: the same shim verl's workers get
 
-    verl_shims.install()
+    shims.install()
     timed_import("mbridge", "mbridge.core.util")
     timed_import("vllm", "vllm")
     timed_import("verl", "verl.trainer.main_ppo")

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from autotune import verl
-from autotune.verl import shims as verl_shims
+from autotune.verl import shims
 
 ENV = "AUTOTUNE_PLACEMENT_GROUPS"
 # The Ray namespace the executor reserves its named groups in; verl's driver must join it to find them by name.
@@ -35,7 +35,7 @@ def group_names() -> list[str]:
 
 def install() -> None:
     """The setup hook: patch verl's pool now if it is imported, else as soon as it is (and the stack's shims)."""
-    verl_shims.install()
+    shims.install()
     if not group_names():
         return
     mod = sys.modules.get(verl.RAY_POOL_MODULE)
