@@ -168,3 +168,18 @@ STOCK = Candidate(
     log_prob_micro_batch_size_per_gpu=4,
     use_fused_kernels=True,
 ).normalized()
+# verl's single-node MoE example (examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh, "tested in NNODES=1~4 *
+# 96G H20"): experts spread over the node, everything offloaded, the optimizer on the CPU; its token budgets are the
+# job's prompt + response (Setup.stock fills them in). The dense example's TP 2 / PP 2 / EP 1 does not fit a 30B MoE.
+STOCK_MOE = Candidate(
+    ep=8,
+    etp=1,
+    rollout_tp=4,
+    use_dynamic_bsz=True,
+    gpu_memory_utilization=0.7,
+    param_offload=True,
+    optimizer_offload=True,
+    optimizer_cpu_offload=True,
+    optimizer_offload_fraction=1.0,
+    use_fused_kernels=False,
+).normalized()

@@ -223,11 +223,24 @@ def test_the_report_says_start_up_vs_step_hours_the_best_trials_noise_and_a_tie(
     assert "start-up" not in "\n".join(report_lines(rep))
 
 
-def test_verls_example_configuration_breaks_no_rule_for_a_moe_model():
-    """The MoE space tunes no micro-batch size: the example's come with its batching mode, or it would break
-    batch_divisibility and no MoE study could say what it gains over the example."""
+def test_verls_example_configuration_for_a_moe_model_is_verls_moe_example_and_runs():
+    """A MoE study's reference is verl's single-node MoE example (experts over the node, all offloaded, the CPU
+    optimizer, budgets of one longest sequence), not the dense example (TP 2 / PP 2 / EP 1 cannot hold a 30B MoE:
+    predicted out of memory, so no MoE study could say what it gains over the example)."""
     setup = make_setup("qwen3-30b-a3b", gpu="h200")
-    assert setup.space.name == "moe" and not setup.stock.use_dynamic_bsz
-    assert (setup.stock.ppo_micro_batch_size_per_gpu, setup.stock.log_prob_micro_batch_size_per_gpu) == (4, 4)
-    assert setup.evaluate(setup.stock).violations == ()
+    stock = setup.stock
+    assert setup.space.name == "moe" and (stock.tp, stock.pp, stock.ep, stock.etp, stock.rollout_tp) == (1, 1, 8, 1, 4)
+    assert stock.use_dynamic_bsz and stock.optimizer_cpu_offload and stock.param_offload
+    assert stock.ppo_max_token_len_per_gpu >= setup.job.max_seq_len  # the space's nearest budget above
+    ev = setup.evaluate(stock)
+    assert ev.violations == () and ev.memory.fits
     assert make_setup().stock == STOCK  # the dense space tunes them: the example as it is
+
+
+def test_a_moe_study_reports_its_speedup_over_verls_example(tmp_path, capsys):
+    code, out, err = run(capsys, "run", "--model", "qwen3-30b-a3b", "--gpu-type", "h200", "--gpus", "8",
+                         "--backend", "simulate", "--n-trials", "4", "--storage", f"sqlite:///{tmp_path / 'm.db'}",
+                         "--study", "m", "--workdir", str(tmp_path / "w"), "--json")
+    assert code == 0, err
+    ex = {r["what"]: r for r in json.loads(out)["report"]["references"]}[STOCK_NAME]
+    assert ex["status"] == "ok" and ex["label"] == "tp1ep8 rtp4" and ex["speedup"] >= 1.0, ex

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.candidate import STOCK, Candidate
+from autotune.candidate import STOCK, STOCK_MOE, Candidate
 from autotune.cluster import Cluster, GPUType
 from autotune.estimate import DEFAULT_CONSTANTS, Evaluation, ModelConstants, evaluate, memory_record
 from autotune.estimate.correction import NO_CORRECTION, Correction
@@ -24,6 +24,7 @@ from autotune.store.store import StudyRow
 
 # What verl requires beside use_dynamic_bsz=false (estimate/constraints.py batch_divisibility).
 STOCK_MICRO_BATCHES = ("ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu")
+STOCK_BUDGETS = ("ppo_max_token_len_per_gpu", "log_prob_max_token_len_per_gpu")
 
 
 class StudyMismatchError(ValueError):
@@ -68,13 +69,26 @@ class Setup:
 
     @property
     def stock(self) -> Candidate:
-        """verl's stock values for what the space tunes; the job's fixed keys stay as the job sets them."""
-        stock = {k: v for k, v in STOCK.params().items() if k in self.space.names}
+        """verl's stock values for what the space tunes (its MoE example for a MoE model); the job's fixed keys
+        stay as the job sets them."""
+        example = STOCK_MOE if self.model.is_moe else STOCK
+        stock = {k: v for k, v in example.params().items() if k in self.space.names}
+        if example is STOCK_MOE:  # its budgets hold one sequence of the job's longest: the space's nearest above
+            for k in STOCK_BUDGETS:
+                stock[k] = self._at_least(k, self.job.max_seq_len)
         if stock.get("use_dynamic_bsz") is False:
             # Without dynamic batching verl needs micro-batch sizes: the example's come with its batching mode where
             # neither the space (the MoE space tunes none) nor the job gives them, or the example breaks a rule.
             stock |= {k: getattr(STOCK, k) for k in STOCK_MICRO_BATCHES if getattr(self.base, k) is None}
         return Candidate.from_params({**self.base.params(), **stock})
+
+    def _at_least(self, name: str, tokens: int) -> int:
+        """The smallest of the space's choices for `name` that holds `tokens` (its largest if none does; the
+        value itself where the space does not tune it)."""
+        dim = next((d for d in self.space.dimensions if d.name == name), None)
+        if dim is None:
+            return tokens
+        return min((c for c in dim.choices if c >= tokens), default=max(dim.choices))
 
     def fingerprint(self) -> dict[str, str]:
         def h(obj: Any) -> str:
