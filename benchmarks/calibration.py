@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,17 +51,21 @@ class Case:
     binding: str
 
 
-def cases(dbs: Iterable[Path]) -> list[Case]:
-    out: list[Case] = []
+def measured_trials(dbs: Iterable[Path]) -> Iterator[tuple[Path, Store, Setup, Any]]:
+    """(database, its store, the study's setup, trial row) of every real trial with a verdict: launched, not
+    simulated, ok or out of memory."""
     for db in sorted(dbs):
         store = Store(f"sqlite:///{db}")
         for study in store.list_studies():
             setup = setup_from_row(study)
             for row in store.trials(study.name):
-                if row.status not in ("ok", "oom") or not row.launched or row.simulated or not row.params:
-                    continue
-                out.append(_case(db, setup, row, store))
-    return out
+                if row.status in ("ok", "oom") and row.launched and not row.simulated and row.params:
+                    yield db, store, setup, row
+        store.engine.dispose()
+
+
+def cases(dbs: Iterable[Path]) -> list[Case]:
+    return [_case(db, setup, row, store) for db, store, setup, row in measured_trials(dbs)]
 
 
 def _case(db: Path, setup: Setup, row: Any, store: Store) -> Case:

@@ -30,9 +30,7 @@ import yaml
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.results.labels import Labeller
-from autotune.search.setup import setup_from_row
-from autotune.store.store import Store
-from benchmarks.calibration import DATA, PHASES, _size
+from benchmarks.calibration import DATA, PHASES, _size, measured_trials
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "landscapes" / "verl"  # beside, not among, the training-phase landscapes (their own benchmarks)
@@ -69,21 +67,14 @@ def _job(setup: Any, row: Any) -> dict[str, Any]:
 def collect(dbs: list[Path]) -> dict[tuple[str, str, int, str], tuple[dict[str, Any], list[Measured]]]:
     """(model, gpu type, gpus, job as YAML) -> (job, the measured trials that ran it)."""
     groups: dict[tuple[str, str, int, str], tuple[dict[str, Any], list[Measured]]] = {}
-    for db in sorted(dbs):
-        store = Store(f"sqlite:///{db}")
-        for study in store.list_studies():
-            setup = setup_from_row(study)
-            for row in store.trials(study.name):
-                if row.status not in ("ok", "oom") or not row.launched or row.simulated or not row.params:
-                    continue
-                job = _job(setup, row)
-                key = (_size(setup.model), setup.cluster.gpu.name, setup.cluster.world_size,
-                       yaml.safe_dump(job, sort_keys=True))
-                phases = {p: float(v) for p, v in (row.phase_timings or {}).items() if p in (*PHASES, "step")}
-                groups.setdefault(key, (job, []))[1].append(Measured(
-                    f"{db.parent.name}/{db.name}/{row.study}#{row.number}", dict(row.params), row.status,
-                    row.throughput if row.status == "ok" else None, row.peak_memory_gib, phases))
-        store.engine.dispose()
+    for db, _, setup, row in measured_trials(dbs):
+        job = _job(setup, row)
+        key = (_size(setup.model), setup.cluster.gpu.name, setup.cluster.world_size,
+               yaml.safe_dump(job, sort_keys=True))
+        phases = {p: float(v) for p, v in (row.phase_timings or {}).items() if p in (*PHASES, "step")}
+        groups.setdefault(key, (job, []))[1].append(Measured(
+            f"{db.parent.name}/{db.name}/{row.study}#{row.number}", dict(row.params), row.status,
+            row.throughput if row.status == "ok" else None, row.peak_memory_gib, phases))
     return groups
 
 
