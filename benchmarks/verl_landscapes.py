@@ -91,8 +91,9 @@ def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict
         by_key[Candidate.from_params(t.params, base).key()] = t
     kept = list(by_key.values())
     full = [Candidate.from_params(t.params, base).params() for t in kept]
+    own = base.params()
     varied = {n for n in Candidate.param_names()
-              if any(f.get(n) is not None for f in full) and any(f.get(n) != base.params().get(n) for f in full)}
+              if any(f.get(n) is not None for f in full) and any(f.get(n) != own.get(n) for f in full)}
     varied |= {_CONTROLS[n] for n in varied if n in _CONTROLS} | {"tp", "rollout_tp"}
     names = [n for n in Candidate.param_names() if n in varied]
     timing_cols = [f"{p}_s" for p in PHASES]
@@ -122,8 +123,6 @@ def _cell(v: Any) -> str:
         return ""
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, tuple | list):
-        return ",".join(str(x) for x in v)
     return str(v)
 
 
