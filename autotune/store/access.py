@@ -136,15 +136,16 @@ def _default_driver(url: str) -> str:
 
 
 def retry_schema_race(create: Any, attempts: int = 6) -> Any:
-    """Run `create` (tables made on first use), again when another worker starting at the same moment made them
-    first: PostgreSQL then says 'duplicate key ... pg_type', SQLite 'already exists' or 'database is locked'."""
+    """Run `create` (tables made on first use, or a row another tuner may insert at the same moment), again when
+    another worker made it first: PostgreSQL then says 'duplicate key ... pg_type', SQLite 'already exists' or
+    'database is locked'; a row's insert fails its key (an IntegrityError, also wrapped in a StoreError)."""
     for attempt in range(attempts):
         try:
             return create()
         except Exception as e:
             said = str(e)
-            race = isinstance(e, IntegrityError) or "already exists" in said or "database is locked" in said \
-                or "pg_type_typname_nsp_index" in said
+            race = isinstance(e, IntegrityError) or isinstance(e.__cause__, IntegrityError) \
+                or "already exists" in said or "database is locked" in said or "pg_type_typname_nsp_index" in said
             if not race or attempt == attempts - 1:
                 raise
             time.sleep(0.1 * (attempt + 1))

@@ -245,14 +245,12 @@ class Store:
         inserts, so a second first-writer loses the race with a duplicate key; its retry finds the row and
         updates it (last writer wins, as with any refit)."""
         row.updated_at = utcnow()
-        for attempt in range(3):
-            try:
-                with self.session() as s:
-                    s.merge(row)
-                return
-            except StoreError as e:
-                if attempt == 2 or not isinstance(e.__cause__, IntegrityError):
-                    raise
+
+        def merge() -> None:
+            with self.session() as s:
+                s.merge(row)
+
+        retry_schema_race(merge)
 
     def correction(self, study: str) -> CorrectionRow | None:
         with self.session() as s:
