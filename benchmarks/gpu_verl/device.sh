@@ -149,7 +149,7 @@ stop_plan() {
 collect() {
     local b=/root/bundle
     rm -rf $b && mkdir -p $b
-    cp /root/smoke/*.db /root/smoke/*.out /root/smoke/*.err /root/smoke/*.log /root/smoke/*.txt $b/ 2>/dev/null
+    cp /root/smoke/*.db /root/smoke/*.out /root/smoke/*.err /root/smoke/*.log /root/smoke/*.txt /root/smoke/*.json $b/ 2>/dev/null
     for db in /root/smoke/*.db; do
         [ -f "$db" ] || continue
         python3 -m autotune status --storage "sqlite:///$db" --all > "$b/status-$(basename "$db" .db).txt" 2>&1

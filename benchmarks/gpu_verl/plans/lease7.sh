@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# Calibration campaign, lease 7 (the next H100 lease; issue 23): why the Megatron passes of verl 0.9.1 take 2-6x
-# the model on small models (benchmarks/results/calibration.md: a size-independent 2-5 s per phase), then the 3B size.
-#   1. verl's profiler on the 0.5B configuration lease 4 measured best (tp1 rtp1 dyn32k/96k util0.4, fused
-#      attention): the traces say what old_log_prob and update_actor spend outside the GEMMs.
-#   2. Qwen2.5-3B: the model's best (cold), then micro-batches of 64 without dynamic batching (must OOM).
+# Calibration campaign, lease 7 (the next H100 lease; issue 23): the 3B size, then why the Megatron passes of verl
+# 0.9.1 take 2-6x the model on small models (benchmarks/results/calibration.md: a size-independent 2-5 s per phase).
+#   1. Qwen2.5-3B: the model's first pick (cold), then micro-batches of 64 without dynamic batching (must OOM).
+#   2. verl's profiler on the 0.5B configuration lease 4 measured best (tp1 rtp1 dyn32k/96k util0.4, fused
+#      attention), where the lease has room for it: the traces say what old_log_prob and update_actor spend outside
+#      the GEMMs. (The new size first: a profile never run for real may fail; the trials must not depend on it.)
 # Start with AT_MODEL=qwen2.5-0.5b AT_MORE_MODELS="qwen2.5-3b".
 set -u
 cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
-d=$(workload qwen2.5-0.5b) && {
+at qwen2.5-3b c-3b 1 560
+at qwen2.5-3b c-3b 2 300 --enqueue "$MICRO_OOM"
+left=$(( DEADLINE - $(date +%s) ))
+if [ "$left" -lt 450 ]; then stamp "profile: not started, ${left}s left in the lease < 450s"
+elif d=$(workload qwen2.5-0.5b); then
     stamp "profile: 0.5B, lease 4's best configuration, verl's profiler"
     python3 -m autotune profile --backend verl --model "$d/model" --gpus 1 --gpu-type "$GPU_TYPE" \
         --job /root/smoke/job-qwen2.5-0.5b.yaml --storage sqlite:////root/smoke/p-0.5b.db --study p-0.5b \
         --set rollout_tp=1 --set use_dynamic_bsz=true --set ppo_max_token_len_per_gpu=32768 \
         --set log_prob_max_token_len_per_gpu=98304 --set gpu_memory_utilization=0.4 \
-        --workdir /root/smoke/profiles --trial-timeout 900 --json > verl_profile.json 2> verl_profile.err
+        --workdir /root/smoke/profiles --trial-timeout $((left - 30)) --json > verl_profile.json 2> verl_profile.err
     stamp "profile: exit $?"
     python3 -m autotune profile --show 1 --storage sqlite:////root/smoke/p-0.5b.db > verl_profile.txt 2>&1
-}
-at qwen2.5-3b c-3b 1 560
-at qwen2.5-3b c-3b 2 300 --enqueue "$MICRO_OOM"
+fi
 stamp "plan done"
