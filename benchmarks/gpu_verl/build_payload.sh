@@ -11,6 +11,9 @@
 #   te       transformer_engine_torch 2.12.0 from its sdist against torch 2.11.0+cu130 (a replica venv)
 #   site     pip --target site/ --no-deps, the TE extension added, parts the smoke never loads stripped
 #   pack     tar | xz, checksum, split into parts of at most $PART_MB MiB (.stageK/), one per device call
+#   profile  `autotune profile`'s trace analysis (autotune[profile]: HolisticTraceAnalysis, plotly, pydot) as wheels
+#            in the last part; device.sh setup installs every wheel a part carries (the device has pandas, numpy,
+#            networkx and narwhals already: device_pip_freeze.txt)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 P=${PAYLOAD_DIR:-$REPO/.payload}; PART_MB=${PART_MB:-50}  # a call carries 64 MiB with the working tree (~7 MiB, test data included)
@@ -117,4 +120,13 @@ pack() {
     say "packed: $(du -sh payload.tar.xz | cut -f1) in $k parts: .stage1 ... .stage$k"
 }
 
-for step in ${STEPS:-resolve fetch te site pack}; do "$step"; done
+profile() {
+    local last
+    last=$(ls -d "$REPO"/.stage* 2>/dev/null | sort -V | tail -1)
+    [ -n "$last" ] || { say "profile: no .stageK yet (run pack first)"; exit 1; }
+    "$PY312" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux2014_x86_64 -d "$last" HolisticTraceAnalysis==0.5.0 plotly==7.1.0 pydot==4.0.1 pyparsing==3.3.3
+    say "profile: $(ls "$last"/*.whl | wc -l) wheels in $(basename "$last") ($(du -sh "$last" | cut -f1))"
+}
+
+for step in ${STEPS:-resolve fetch te site pack profile}; do "$step"; done

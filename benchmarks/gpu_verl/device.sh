@@ -53,6 +53,9 @@ setup() {
         [ -f "$w" ] && python3 -m pip install -q --no-deps --no-index --no-compile --target /root/site "$w" 2>&1 \
             | grep -v "already exists" | tail -2
     done
+    for db in ${AT_RESUME:-}; do  # study databases committed in the repo (AT_RESUME="tests/data/.../c-7b.db"), to resume
+        [ -f "/root/smoke/$(basename "$db")" ] || { cp "$REPO/$db" /root/smoke/ && log "resuming the studies of $db"; }
+    done
     for db in /root/chunks/*.db; do  # study databases of an earlier lease, to resume
         [ -f "$db" ] && [ ! -f "/root/smoke/$(basename "$db")" ] && cp "$db" /root/smoke/ \
             && log "resuming the studies of $(basename "$db")"

@@ -5,6 +5,8 @@
 #   2. verl's profiler on the 0.5B configuration lease 4 measured best (tp1 rtp1 dyn32k/96k util0.4, fused
 #      attention), where the lease has room for it: the traces say what old_log_prob and update_actor spend outside
 #      the GEMMs. (The new size first: a profile never run for real may fail; the trials must not depend on it.)
+# Run on 2026-11-25 (lease 7): its profile step failed at once (`--study` named a database not yet made, and the
+# payload lacked the trace analysis); both fixed since (plans/profile.sh, build_payload.sh profile).
 # Start with AT_MODEL=qwen2.5-0.5b AT_MORE_MODELS="qwen2.5-3b".
 set -u
 cd /root/smoke
@@ -12,16 +14,8 @@ cd /root/smoke
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 at qwen2.5-3b c-3b 1 560
 at qwen2.5-3b c-3b 2 300 --enqueue "$MICRO_OOM"
-left=$(( DEADLINE - $(date +%s) ))
-if [ "$left" -lt 450 ]; then stamp "profile: not started, ${left}s left in the lease < 450s"
-elif d=$(workload qwen2.5-0.5b); then
-    stamp "profile: 0.5B, lease 4's best configuration, verl's profiler"
-    python3 -m autotune profile --backend verl --model "$d/model" --gpus 1 --gpu-type "$GPU_TYPE" \
-        --job /root/smoke/job-qwen2.5-0.5b.yaml --storage sqlite:////root/smoke/p-0.5b.db --study p-0.5b \
-        --set rollout_tp=1 --set use_dynamic_bsz=true --set ppo_max_token_len_per_gpu=32768 \
-        --set log_prob_max_token_len_per_gpu=98304 --set gpu_memory_utilization=0.4 \
-        --workdir /root/smoke/profiles --trial-timeout $((left - 30)) --json > verl_profile.json 2> verl_profile.err
-    stamp "profile: exit $?"
-    python3 -m autotune profile --show 1 --storage sqlite:////root/smoke/p-0.5b.db > verl_profile.txt 2>&1
-fi
+# shellcheck source=profile.sh
+. /root/at_src/benchmarks/gpu_verl/plans/profile.sh
+profile qwen2.5-0.5b 450 --set rollout_tp=1 --set use_dynamic_bsz=true --set ppo_max_token_len_per_gpu=32768 \
+    --set log_prob_max_token_len_per_gpu=98304 --set gpu_memory_utilization=0.4
 stamp "plan done"
