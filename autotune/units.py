@@ -67,6 +67,19 @@ def clip(text: str, width: int) -> str:
     return (cut[:space] if space > width // 2 else cut).rstrip(" ,;:") + "\u2026"
 
 
+def cut(text: str, width: int) -> str:
+    """`text` cut to at most `width` characters at whitespace, its lines kept, with an ellipsis when cut: stored
+    reasons (Optuna's user attributes) hold tracebacks whose layout matters and a bounded size."""
+    if len(text) <= width:
+        return text
+    head = text[: width - 1]
+    space = max(head.rfind(" "), head.rfind("\n"))
+    return (head[:space] if space > width // 2 else head).rstrip() + "\u2026"
+
+
+REASON_CHARS = 2000  # a reason kept as an Optuna user attribute (the database's reason column keeps it whole)
+
+
 def yaml_value(v: Any) -> str:
     """A parameter value as a space file writes it (null, true, [1, 2], core_attn), not as Python's repr."""
     return yaml.safe_dump([v], default_flow_style=True, width=10**6).strip()[1:-1]

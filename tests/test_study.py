@@ -131,6 +131,17 @@ def test_runner_bug_ends_the_trial_as_failed(setup7b, sqlite_url):
     assert tuner.study.get_trials()[failed[0].number].state == TrialState.FAIL
 
 
+def test_a_long_reason_in_optunas_attributes_is_cut_at_whitespace_and_kept_whole_in_the_row(setup7b, sqlite_url):
+    long = "Traceback (most recent call last):\n" + "  File \"x.py\", line 1, in frame_function_name\n" * 60
+    tuner = Tuner(setup7b, CountingRunner(raise_on=1, exc=RuntimeError(long)), sqlite_url, "s")
+    tuner.run(n_trials=1)
+    row = tuner.store.trials("s", "failed")[0]
+    attr = tuner.study.get_trials()[row.number].user_attrs["reason"]
+    assert long.strip() in row.reason and len(attr) <= 2000 and attr.endswith("\u2026")
+    assert row.reason.startswith(attr[:-1]) and row.reason[len(attr) - 1] in " \n"  # never mid-word
+    assert "\n  File" in attr  # the traceback's lines kept
+
+
 def test_unreachable_database_is_a_clear_error(tmp_path):
     with pytest.raises(StoreError, match=r"cannot open the study database postgresql\+psycopg://u:\*\*\*@127.0.0.1:9/x"):
         open_storage("postgresql+psycopg://u:secret@127.0.0.1:9/x")
