@@ -117,8 +117,9 @@ def real_groups(root: Path = REAL) -> list[Group]:
             pts.append(Point(f"{db.parent.name}/{db.stem}#{r.number}", _time_only(o), ev.throughput, meas))
         if len(pts) >= 2:
             m, cl = items[0][2].model, items[0][2].cluster
+            studies = ", ".join(dict.fromkeys(it[1].name for it in items))  # two groups of one model differ here
             name = (f"{m.hf_architecture or m.name} {m.num_layers} layers, hidden {m.hidden_size} "
-                    f"on {cl.world_size}x{cl.gpu.name}")
+                    f"on {cl.world_size}x{cl.gpu.name} ({studies})")
             groups.append(Group("real verl", name, s.job, tuple(pts)))
     return groups
 

@@ -70,6 +70,13 @@ def test_factors_are_shown_with_their_range():
     assert old.shown_sd == 0.0
 
 
+def test_each_real_group_has_its_own_name():
+    """The tables match cases to groups by name: two 0.5B groups of one name (another attention) once showed each
+    other's cases, both rows the union of the two."""
+    names = [g.name for g in real_groups()]
+    assert len(names) == len(set(names)) >= 3  # the 0.5B of lease 3, of lease 4, the 3B of lease 7
+
+
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: int):
     groups = [g for g in real_groups() if len(g.points) > k]  # k to fit on, one at least to predict

@@ -57,3 +57,48 @@ def test_the_first_correction_is_fitted_at_the_lengths_its_trial_measured(tmp_pa
     expected = fit([obs], tuner.setup.job, tuner.learning.prior)
     assert saved.factors_text() == expected.factors_text()
     assert leftovers(rec) == []
+
+
+C3B = Path(__file__).parent / "data" / "real_verl_gpu" / "h100_2026-11-25_l7" / "c-3b.db"
+
+
+def test_the_real_3b_study_reproduces_its_5761_and_status_says_what_0s_prediction_assumed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real 3B study (2026-11-25) predicted its first pick at 2,827.6 tokens/s/GPU and the same configuration with
+    selective recompute at 5,761.5: not 2x faster, but 44k tokens per step (responses at the typical share of the
+    cap, 184 tokens) against the 152k its first trial measured (responses 1,018). At one length the model puts
+    recompute 1% slower. `status` marks the prediction made at guessed lengths and gives the model's now."""
+    import dataclasses
+    import json
+    import shutil
+
+    from autotune.candidate import Candidate
+    from autotune.estimate.correction import fit
+    from autotune.search.learning import observation, step_lengths
+    from autotune.search.setup import setup_from_row
+    from autotune.store.store import Store
+    from tests.conftest import cli_run
+
+    db = tmp_path / "c-3b.db"
+    shutil.copy(C3B, db)  # never the committed database
+    store = Store(f"sqlite:///{db}")
+    setup = setup_from_row(store.get_study("c-3b"))
+    rows = {r.number: r for r in store.trials("c-3b")}
+    first = tuple(x for st in store.steps(rows[0].id) if st.step == setup.measure_step
+                  for x in [step_lengths(st.metrics)] if x)
+    at = dataclasses.replace(setup, measured_lengths=first)  # what the study knew when it launched #3
+    corr = fit([o for r in (rows[0], rows[1]) for o in [observation(r, at)] if o], at.job)
+    sel, none = (Candidate.from_params(dict(rows[n].params)) for n in (3, 0))
+    t3 = dataclasses.replace(at, correction=corr).evaluate(sel).throughput
+    assert t3.throughput == pytest.approx(rows[3].predicted_throughput, rel=1e-6)  # 5761.5: the study's own path
+    assert t3.tokens_per_step == pytest.approx(128 * (172.125 + 1018.4921875))  # #0's measured step-3 lengths
+    t0 = at.evaluate_uncorrected(none).throughput
+    assert 1.0 < at.evaluate_uncorrected(sel).throughput.step_time / t0.step_time < 1.02  # recompute: a bit slower
+    assert rows[0].predicted_step_s * rows[0].predicted_throughput < 0.3 * t0.tokens_per_step  # #0: 44k of 152k
+
+    code, out, _ = cli_run(capsys, "status", "--storage", f"sqlite:///{db}", "--json")
+    assert code == 0
+    guessed = {t["number"]: t["predicted_lengths_guessed"] for t in json.loads(out)["trials"]}
+    assert guessed == {0: True, 1: False, 3: False}
+    code, out, _ = cli_run(capsys, "status", "--storage", f"sqlite:///{db}")
+    assert code == 0 and "(lengths guessed)" in out and "the model now predicts #0" in out

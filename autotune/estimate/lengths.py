@@ -22,6 +22,7 @@ from autotune.job import Job
 # the job's maximum). GRPO's response lengths are skewed: the longest of a batch is a few times the mean.
 LONGEST_OVER_MEAN = 2.0
 CHARS_PER_TOKEN = 4.0  # prompt text without a tokenizer: an approximation, said so in the source
+RESPONSES_UNKNOWN = "no measurement or --response-length estimate"  # in the sources of such lengths
 
 
 class LengthsError(ValueError):
@@ -110,12 +111,19 @@ def at_step(
         sources.append(f"--response-length {response_length:g} (mean; longest taken as "
                        f"{LONGEST_OVER_MEAN:g}x, at most {verl.MAX_RESPONSE_LENGTH})")
     else:
-        sources.append(f"responses at {verl.MAX_RESPONSE_LENGTH} ({job.max_response_length}): no measurement or "
-                       "--response-length estimate")
+        sources.append(f"responses at {verl.MAX_RESPONSE_LENGTH} ({job.max_response_length}): {RESPONSES_UNKNOWN}")
     if prompts is None and not rows:
         sources.append(f"prompts at {verl.MAX_PROMPT_LENGTH} ({job.max_prompt_length}): data not readable here")
     worst = out.seq_mean >= pmax_job + rmax_job and out.seq_max >= pmax_job + rmax_job
     return replace(out, sources=tuple(sources), worst_case=worst)
+
+
+def responses_guessed(record: Mapping[str, Any] | None) -> bool:
+    """Whether a trial row's memory record (`predicted_memory`) was estimated before anything told the responses'
+    length: the time model then took them at its typical share of the cap (throughput.Workload), so the prediction
+    counted other tokens per step than the measurement and than predictions made at measured lengths."""
+    lengths = (record or {}).get("lengths") or {}
+    return bool(lengths.get("worst_case")) or any(RESPONSES_UNKNOWN in str(s) for s in lengths.get("sources") or ())
 
 
 def prompt_lengths_from_data(job: Job, max_rows: int = 2000) -> tuple[float, float, str] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -393,6 +393,15 @@ class Store:
             q = q.where(t.launched.is_(True))
         with self.session() as s:
             return list(s.execute(q.order_by(t.number)))
+
+    def predicted_memories(self, study: str, numbers: Iterable[int]) -> dict[int, dict]:
+        """Trial number -> its memory record (`predicted_memory`), for the trials `status` shows (read apart from
+        trial_summaries: the records are the large column)."""
+        t = TrialRow
+        wanted = list(numbers)
+        with self.session() as s:
+            rows = s.execute(select(t.number, t.predicted_memory).where(t.study == study, t.number.in_(wanted)))
+            return {n: m for n, m in rows if m}
 
     def status_counts(self, study: str) -> dict[str, int]:
         """Trials per status, statuses in the order their first trial appeared."""
