@@ -537,3 +537,17 @@ def test_stopping_the_dashboard_ends_its_worker_processes(study, how):
         for p in [proc, *children]:
             if p.poll() is None if p is proc else p.is_running():
                 p.kill()
+
+
+def test_a_trial_predicted_at_guessed_lengths_says_so_on_its_page(tmp_path):
+    """The real 3B study (2026-11-25): its first pick was predicted before any length was measured (44k tokens a step
+    against the 152k it measured); its page says so, as `status` does; a trial predicted at measured lengths does not."""
+    import shutil
+
+    db = tmp_path / "c-3b.db"
+    shutil.copy(Path(__file__).parent / "data" / "real_verl_gpu" / "h100_2026-11-25_l7" / "c-3b.db", db)
+    c = TestClient(create_app(f"sqlite:///{db}"), base_url="http://127.0.0.1:8080")
+    first, later = c.get("/study/c-3b/trial/0"), c.get("/study/c-3b/trial/3")
+    assert first.status_code == later.status_code == 200
+    assert 'id="trial-lengths-guessed"' in first.text and "the model now predicts #0" in first.text
+    assert 'id="trial-lengths-guessed"' not in later.text

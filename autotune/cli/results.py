@@ -18,15 +18,15 @@ from autotune.candidate import Candidate
 from autotune.cli.options import CLIError, err, out, require_database, study_name
 from autotune.cli.tables import print_table
 from autotune.estimate import MEMORY_MARGIN
-from autotune.estimate.lengths import responses_guessed
 from autotune.estimate.safer import SAFE_TOLERANCE
 from autotune.executors import placement_text
 from autotune.job import Job
 from autotune.results.export import ExportInfo, export_text, export_warning, missing_keys, tuned_values
+from autotune.results.guessed import guessed_predictions
 from autotune.results.labels import Labeller, provenance, study_reference
 from autotune.results.noise import Noise, leaders_tie, noise_words
 from autotune.results.timeline import Timeline
-from autotune.search.learning import saved_correction, study_setup
+from autotune.search.learning import saved_correction
 from autotune.search.setup import setup_from_row
 from autotune.store.access import open_storage
 from autotune.store.store import Store, TrialRow, safe_url
@@ -67,31 +67,6 @@ def _at_limit(predicted_gib: float | None, capacity_gib: float) -> bool:
     return predicted_gib is not None and capacity_gib * (1 - MEMORY_MARGIN) < predicted_gib <= capacity_gib
 
 
-def _guessed(store: Store, meta: Any, rows: list[Any]) -> tuple[set[int], str]:
-    """The trials predicted before anything told the responses' length (estimate/lengths.py responses_guessed) in a
-    study that measured them later, and why such a prediction compares with nothing, with the model's prediction
-    now (at the measured lengths, with the study's correction). Nothing where no trial measured lengths: then every
-    prediction made the same guess."""
-    predicted = [r.number for r in rows if r.predicted_throughput is not None and not r.simulated]
-    found = {n for n, m in store.predicted_memories(meta.name, predicted).items() if responses_guessed(m)}
-    setup = study_setup(store, meta) if found else None
-    if setup is None or not setup.measured_lengths:
-        return set(), ""
-    now = []
-    for r in (r for r in rows if r.number in found):
-        try:
-            t = setup.evaluate(Candidate.from_params(dict(r.params))).throughput
-        except (TypeError, ValueError, ZeroDivisionError):  # a configuration the model cannot describe
-            continue
-        if t is not None:
-            now.append(f"#{r.number} {units.throughput(t.throughput)}")
-    words = ("(lengths guessed): predicted before a trial measured the sequence lengths, the responses at the time "
-             f"model's typical share of {verl.MAX_RESPONSE_LENGTH}: it counted other tokens per step than its "
-             "measurement and than predictions made at the measured lengths, and compares with neither")
-    return found, words + (f"; at the measured lengths, corrected, the model now predicts {', '.join(now)}"
-                           if now else "")
-
-
 def _capacity_gib(meta: Any) -> float:
     return float((meta.cluster or {}).get("gpu", {}).get("memory_gib") or 0.0)
 
@@ -128,7 +103,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     model = saved_correction(store, name)
     cap = _capacity_gib(meta)
     orphans = unrecorded(store, name)  # Optuna trials with no row of ours: shown, never hidden
-    guessed, guessed_words = _guessed(store, meta, shown)
+    guessed, guessed_words = guessed_predictions(store, meta, shown)
     if args.json:
         print(json.dumps({
             "study": name, "backend": meta.backend, "simulated": meta.simulated,

@@ -30,6 +30,7 @@ from autotune import units, verl
 from autotune.dashboard import data, failures, history, importance, plots, profiles, studies, table
 from autotune.estimate.throughput import step_error_percent
 from autotune.results.export import FORMATS
+from autotune.results.guessed import guessed_predictions
 from autotune.results.labels import provenance
 from autotune.results.noise import noise_words
 from autotune.results.timeline import Timeline
@@ -266,7 +267,9 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
         row = get_trial(name, number)
         steps = store.steps(row.id)
         log, log_source = failures.log_tail(row)
+        guessed, guessed_words = guessed_predictions(store, st, [row])
         return page(request, "trial.html", study=st, t=row, formats=FORMATS,
+                    lengths_guessed=guessed_words if guessed else "",
                     profile=profiles.trial_profile(store, name, number),
                     timeline=Timeline.from_extra(row.extra), noise=noise_words(row),
                     layout=data.layout(row.params, data.reference(store, st)),
