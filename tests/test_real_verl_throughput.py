@@ -28,15 +28,17 @@ def test_the_device_prediction_is_reproduced_by_the_old_constants():
 
 
 def test_the_real_run_once_its_lengths_are_known_shows_what_the_model_still_lacks():
-    """Its tokens are right once the lengths are known; its step is predicted at half the 4 s measured since the
-    campaign's per-phase timings replaced the 2.6 s fixed cost fitted on this one step (the cost outside the phases
-    is 0.2 s): what is left is the Megatron passes' cost per micro-batch (benchmarks/results/calibration.md)."""
+    """Its tokens are right once the lengths are known. Its step (4 s measured) is over-predicted since verl 0.9.1's
+    engine pays a fixed cost per log-prob pass and per update (3 s and 5 s, fitted on the campaign's 0.5B-3B steps
+    of 128 sequences, benchmarks/results/calibration.md): this 2-layer run of 32 short sequences shows that cost is
+    not all fixed, part of it grows with the batch in a way one campaign workload cannot separate."""
     t = run.predict(at_step(run.job(), run.RESPONSE_MEAN, run.prompts()))
     assert t.tokens_per_step == pytest.approx(run.MEASURED_THROUGHPUT * run.MEASURED_STEP_S)
     phases = dict(t.phases)
     assert phases["adv"] == pytest.approx(0.2)
     assert phases["gen"] > 0.5  # 128 decode steps at the campaign's 6.4 ms each
-    assert t.step_time < run.MEASURED_STEP_S * (1 - run.BAND)
+    assert phases["old_log_prob"] > EFF.logprob_pass_s and phases["update_actor"] > EFF.update_pass_s
+    assert t.step_time > run.MEASURED_STEP_S * (1 + run.BAND)
 
 
 def test_prompt_lengths_are_counted_with_the_runs_tokenizer(tmp_path):

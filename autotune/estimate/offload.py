@@ -34,10 +34,11 @@ class HostCopy:
     # Together with link_share: 64 * 0.8 / 2 = 25.6 GB/s per GPU on an 8-GPU H100 node, the 25 GB/s the time model
     # used before it priced each move.
     gpus_per_uplink: int = 2
-    # torch.optim.AdamW(fused=True) on fp32 CPU tensors, one thread (Ray starts workers with OMP_NUM_THREADS=1):
-    # 1.35e9 parameters/s measured on this project's build host (AMD EPYC, torch 2.13, 200M parameters; 1.51e9 at
-    # 50M). One rank per GPU steps its own shard, each on its own core.
-    cpu_adam_params_per_s: float = 1.35e9
+    # torch.optim.AdamW(fused=True) on fp32 CPU tensors (Megatron's hybrid optimizer's CPU class), one thread (Ray
+    # starts workers with OMP_NUM_THREADS=1): 6.5e8 parameters/s measured on a GPU lease's host (Intel Xeon, torch
+    # 2.11, 770M parameters in 40 tensors; 6.7e8 at 100M), the kind of host the real verl trials ran on. The build
+    # host (AMD EPYC) did 1.35e9. One rank per GPU steps its own shard, each on its own core.
+    cpu_adam_params_per_s: float = 6.5e8
 
 
 DEFAULT_HOST_COPY = HostCopy()
@@ -74,7 +75,8 @@ def cpu_optimizer_seconds(states: dict[str, float], c: Candidate, cl: Cluster,
                           hc: HostCopy = DEFAULT_HOST_COPY) -> float:
     """One optimizer step of the CPU share: fp32 grads down, CPU AdamW, fp32 params up (copy_ into the bf16 shard
     converts on the GPU, so 4 bytes cross). autotune turns overlap_cpu_optimizer_d2h_h2d on with it: the copies run
-    under the CPU step, parameter by parameter, so the step costs the slower of the two."""
+    under the CPU step, parameter by parameter, so the step costs the slower of the two. An update runs one step per
+    mini-batch: the caller multiplies."""
     f = cpu_fraction(c)
     if not f:
         return 0.0

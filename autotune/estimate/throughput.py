@@ -4,8 +4,9 @@ It ranks candidates, seeds the study and plans GPU budgets. Lengths: the Setup's
 in earlier trials, `--response-length`, the job's data), else typical shares of the job's maxima (Workload).
 Phases follow verl's timing metrics: gen (vLLM decode: a fixed cost per step for the weights read and vLLM's own
 overhead, eager or with CUDA graphs, plus a cost per sequence in the batch, over at least as many steps as the
-longest response), old_log_prob and ref (forward FLOPs), update_actor (training FLOPs at a calibrated
-efficiency, TP/CP/DP communication, MoE all-to-all, pipeline bubble, recompute), update_weights (reshard). Error
+longest response), old_log_prob and ref (forward FLOPs, plus verl 0.9.1's engine cost per pass), update_actor
+(training FLOPs at a calibrated efficiency, TP/CP/DP communication, MoE all-to-all, pipeline bubble, recompute, the
+engine's cost per pass, the CPU optimizer per mini-batch), update_weights (reshard: local on one unsharded GPU). Error
 against measured tables: benchmarks/step_time_error.py (the band shown with every prediction); rank correlation:
 benchmarks/throughput_rank.py.
 """
@@ -50,8 +51,10 @@ class Efficiency:
 
     # Roofline-style: time = FLOPs / (peak * compute share) + FLOPs / (HBM bandwidth * intensity). Fitted on the
     # measured MFU of verl_megatron_practice: ~0.4 on H100 (989 TFLOPS, 3.35 TB/s), ~0.78 on H20 (148, 4.0).
-    train: float = 0.9  # share of bf16 peak that the update's GEMMs reach, compute-bound part
-    forward: float = 0.6  # the same for verl's log-prob passes (more Python and gather overhead)
+    # train and forward were 0.9 and 0.6 before the engine's fixed pass costs (logprob_pass_s, update_pass_s) took
+    # the part of each pass that is not FLOPs: refitted with them in, on the same tables (step_time_error.md).
+    train: float = 0.95  # share of bf16 peak that the update's GEMMs reach, compute-bound part
+    forward: float = 0.7  # the same for verl's log-prob passes
     intensity: float = 213.0  # FLOPs per byte of HBM traffic of the whole update (norms, copies, optimizer)
     tokens_half: float = 1024.0  # micro-batch size (tokens) at which GEMM efficiency halves
     # Per extra TP rank, at hidden size 4096: smaller GEMMs and exposed all-gather/reduce-scatter. Communication
@@ -83,7 +86,29 @@ class Efficiency:
     host_link_share: float = DEFAULT_HOST_COPY.link_share
     gpus_per_uplink: int = DEFAULT_HOST_COPY.gpus_per_uplink
     cpu_adam_params_per_s: float = DEFAULT_HOST_COPY.cpu_adam_params_per_s
-    reshard_gbps: float = 6.0  # effective weight-sync bandwidth (per-tensor overheads dominate)
+    # Weight sync of an actor sharded over TP/PP/EP ranks: each tensor gathered, then loaded into vLLM. Fitted on the
+    # verl 0.4-era tables (2.2-8.5 s): a fixed 1.0 s (hundreds of per-tensor collectives) plus the bytes at this rate.
+    reshard_gbps: float = 6.0
+    # An actor whole on each GPU (nothing to gather) hands its weights to the colocated vLLM by CUDA IPC: verl 0.9.1's
+    # update_weights took 0.43-0.77 s on one H100 for 1-6 GB of bf16 weights (Qwen2.5-0.5B to 3B; calibration.md):
+    # a fixed cost (vLLM's wake-up of the weights, the bucketed per-tensor hand-over, empty_cache), the median
+    # residual (benchmarks/calibration.py fit_pass_costs; held out per size 0.42-0.50 s), plus the bytes at a rate
+    # read off the rise from 0.5B to 3B (in sample: 3B's 6 GB took ~0.2 s more than 0.5B's 1 GB).
+    reshard_local_s: float = 0.47
+    reshard_local_gbps: float = 30.0
+    # verl 0.9.1's Megatron engine costs a pass over the step's batch this much beyond its FLOPs, whatever the model
+    # size: on the eleven real GRPO steps (Qwen2.5-0.5B to 3B, one H100) old_log_prob ran 1.9-4.8 s above the FLOP
+    # time, size-independent. What it pays: packing the batch into nested micro-batches (dynamic-batch partitioning),
+    # Megatron's schedule set-up, the log-prob and entropy post-processing over the 152k vocabulary, the results'
+    # gather to the driver. Every trial ran the same batch (128 x ~1.2k tokens), so how the cost grows with the batch
+    # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
+    # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
+    # token or per sequence at this size would add minutes to their steps). The median residual
+    # (benchmarks/calibration.py fit_pass_costs; held out per size there: 2.7-3.1 s).
+    logprob_pass_s: float = 3.0
+    # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
+    # reductions): 3.5-8.8 s above the FLOP time over the trials without the CPU optimizer (held out: 4.7-5.2 s).
+    update_pass_s: float = 5.0
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
@@ -228,6 +253,15 @@ def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
     return 6 * tokens * matmul + attention_flops(m, tokens, seq_len)
 
 
+def reshard_seconds(m: ModelArch, c: Candidate, params_gpu: float, eff: Efficiency) -> float:
+    """verl's update_weights: the actor's bf16 weights to vLLM. Whole on the GPU (no shard to gather): a CUDA IPC
+    hand-over to the colocated engine. Sharded: each tensor gathered across the ranks, then vLLM's loader."""
+    if c.tp * c.pp * (c.ep if m.is_moe else 1) == 1:
+        return eff.reshard_local_s + 2 * m.total_params() / (eff.reshard_local_gbps * 1e9)
+    bw = eff.reshard_gbps * 1e9
+    return 1.0 + 2 * m.total_params() / c.rollout_tp / bw + 2 * params_gpu / (bw * 2)
+
+
 def estimate_throughput(
     m: ModelArch,
     cl: Cluster,
@@ -316,15 +350,14 @@ def estimate_throughput(
     fwd *= 1 + ((c.pp - 1) / plan.log_prob_micro_batches if c.pp > 1 else 0.0)
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
     fwd += unfused_s / 3
+    fwd += eff.logprob_pass_s
 
     # Offload: what verl moves in and out around each phase, and Megatron's CPU optimizer step (estimate/offload.py).
     hc = HostCopy(eff.host_link_share, eff.gpus_per_uplink, eff.cpu_adam_params_per_s)
     states = model_state_bytes(m, cl, c)
     copies = offload_seconds(states, ref_param_bytes(m, c) if job.has_ref_model else 0.0, c, cl, hc)
-    update += cpu_optimizer_seconds(states, c, cl, hc)
-    reshard = 1.0 + 2 * m.total_params() / c.rollout_tp / (eff.reshard_gbps * 1e9) + 2 * pc.total / (
-        eff.reshard_gbps * 1e9 * 2
-    )
+    update += mini_batches * cpu_optimizer_seconds(states, c, cl, hc) + eff.update_pass_s
+    reshard = reshard_seconds(m, c, pc.total, eff)
     phases = [
         ("gen", gen),
         ("old_log_prob", fwd + copies.get("old_log_prob", 0.0)),

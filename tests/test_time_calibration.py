@@ -1,0 +1,62 @@
+"""The base time model against the committed real verl 0.9.1 trials (benchmarks/calibration.py), leave one model size
+out: what the engine's fixed pass costs, the CPU optimizer priced per optimizer step and the local weight sync
+achieved (issue 23), so it cannot silently regress."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.estimate.throughput import DEFAULT_EFFICIENCY
+from benchmarks import calibration as cal
+
+SIZES = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b")
+
+
+@pytest.fixture(scope="module")
+def zeroed() -> list[cal.Case]:
+    return cal.cases(list(cal.DATA.glob("*/*.db")), {name: 0.0 for name in cal.PASS_COSTS.values()})
+
+
+@pytest.fixture(scope="module")
+def held(zeroed: list[cal.Case]) -> list[cal.Case]:
+    return cal.held_out(zeroed)[0]
+
+
+def test_the_pass_costs_are_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
+    """One place per fact: the Efficiency constants are the fit on these trials (rounded), not a number beside it."""
+    for name, value in cal.fit_pass_costs(zeroed).items():
+        assert getattr(DEFAULT_EFFICIENCY, name) == pytest.approx(value, abs=0.1)
+
+
+def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held: list[cal.Case]) -> None:
+    fit = cal.errors(held)
+    assert fit.trials == 11
+    assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
+    assert fit.step is not None and fit.step <= cal.STEP_TARGET
+    assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_held_out_each_size_meets_the_targets_but_3b_gen(held: list[cal.Case], size: str) -> None:
+    """3B's gen is the one miss: trial #0's measured step took 18.1 s where its other steps took 8.1 s (the same
+    lengths), so its median over two trials is 26% off a prediction of 10.8 s."""
+    fit = cal.errors(c for c in held if c.size == size)
+    assert fit.trials >= 1 and fit.step is not None and fit.step <= cal.STEP_TARGET
+    for phase, err in fit.phases.items():
+        assert err <= (0.3 if (size, phase) == ("qwen2.5-3b", "gen") else cal.PHASE_TARGET), (phase, err)
+    assert fit.rho is None or fit.rho >= cal.SPEARMAN_TARGET
+
+
+def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.Case]) -> None:
+    """verl 0.9.1 hands an unsharded actor's weights to vLLM in 0.43-0.77 s; the model said 1.2-2.5 s (3-4x). Held
+    out, no trial is over-predicted by a fifth any more (two 0.5B steps of 0.67 s are a third under)."""
+    errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)]
+    assert len(errs) == 11 and max(errs) < 0.2 and min(errs) > -0.35
+
+
+def test_the_report_has_the_summary_with_a_verdict_per_size(zeroed: list[cal.Case]) -> None:
+    text = cal.report(cal.cases(list(cal.DATA.glob("*/*.db"))), zeroed)
+    assert "## Summary: per model size, leave one size out" in text
+    summary = text.split("## Summary")[1].split("\n## ")[0]
+    assert all(f"| {s} |" in summary for s in SIZES) and "| **all** |" in summary
+    assert summary.count("| met |") + summary.count("| **not met** |") == len(SIZES) + 1
