@@ -50,6 +50,7 @@ KS = (1, 2, 3)
 MAX_SUBSETS = 400  # per group and k (drawn in a fixed order when a group has more)
 WORSE_LIMIT = 0.10
 BETTER_SHARE = 0.80
+TIE = 0.01  # |log| change under which a corrected prediction is the uncorrected one, for any measurement
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,11 @@ class Case:
         return self.corrected < self.uncorrected
 
     @property
+    def tie(self) -> bool:
+        """Moved by under 1%: far below a real step's step-to-step spread (11-18%), no measurement can tell."""
+        return abs(self.corrected - self.uncorrected) < TIE
+
+    @property
     def worse_by(self) -> float:
         return math.exp(self.corrected - self.uncorrected) - 1
 
@@ -275,11 +281,12 @@ def _row(cs: list[Case]) -> str:
     if not cs:
         return "- | - | - | - | - | -"
     better = sum(c.better for c in cs) / len(cs)
-    same = sum(abs(c.corrected - c.uncorrected) < 0.01 for c in cs) / len(cs)
+    same = sum(c.tie for c in cs) / len(cs)
     worst = max(c.worse_by for c in cs)
     mu = 100 * (math.exp(statistics.median(c.uncorrected for c in cs)) - 1)
     mc = 100 * (math.exp(statistics.median(c.corrected for c in cs)) - 1)
-    ok = "yes" if better >= BETTER_SHARE and worst <= WORSE_LIMIT else "**no**"
+    ok = ("**no**" if worst > WORSE_LIMIT else "yes" if better >= BETTER_SHARE
+          else "ties" if sum(c.better or c.tie for c in cs) / len(cs) >= BETTER_SHARE else "**no**")
     return f"{len(cs)} | {100 * better:.0f}% | {100 * same:.0f}% | {100 * worst:+.0f}% | {mu:.0f}% / {mc:.0f}% | {ok}"
 
 
@@ -296,7 +303,10 @@ def report(groups: list[Group], rules: dict[str, Callable]) -> str:
              "trial). *Corrected better*: its |log(predicted / measured)| is smaller than the uncorrected model's. "
              "*Further off by*: exp(|log corrected error| - |log uncorrected error|) - 1, the worst over the cases. "
              "Median error: exp(median |log(predicted / measured)|) - 1. *Holds*: better in at least "
-             f"{BETTER_SHARE:.0%} of the cases and never more than {WORSE_LIMIT:.0%} further off.", "",
+             f"{BETTER_SHARE:.0%} of the cases and never more than {WORSE_LIMIT:.0%} further off; *ties*: not better in "
+             f"{BETTER_SHARE:.0%}, but better or moved by under {TIE:.0%} (a tie: below what a measured step can tell, "
+             "its step-to-step spread being 11-18% on the real trials) in as many, and never further off than that.",
+             "",
              "Groups: " + "; ".join(f"{g.source}: {g.name} ({len(g.points)} trials)" for g in groups), ""]
     for rule, fitter in rules.items():
         cases = prove(groups, fitter)
