@@ -158,9 +158,9 @@ CHANGES = [
     "new tensor) and the product fc2 saves (f). With it the 7B's 134.06 GiB is its weights, fp32 grads and "
     "optimizer (85.1 GiB) plus 27 of 28 layers of one 8137-token micro-batch; 6f could not hold it in 28 layers. "
     "The DAPO tables below ran Megatron-core 0.13, whose `glu` had no offset copy: they are judged with 8f.",
-    "2. Forward-only logits without fused kernels: 12 B per [token, vocab/TP] element (bf16 logits, their fp32 "
-    "copy, log-softmax and the entropy's softmax), measured at the log-prob micro-batch of two 0.5B trials, "
-    "not 10.",
+    "2. Forward-only logits without fused kernels: 12 B per [token, vocab/TP] element, not 10 (the bf16 logits "
+    "and the fp32 tensors verl's log-prob and entropy hold with them), measured at the log-prob micro-batch of "
+    "two 0.5B trials (11.6-11.9 B).",
     "3. Allocator slack under verl: peak reserved - peak allocated was 0.05-0.44 GiB in every trial with fused "
     "kernels (the probes' 8% was their unfused temporaries), 1.6-16 GiB where the logits were materialized: 0% "
     "of torch-managed memory plus 10% of the logits.",

@@ -265,12 +265,20 @@ def report(results: list[FirstLaunch], firsts: dict[str, list[RealFirst]]) -> st
     bad = [f for f in real if f.status != "ok"]
     lines += ["", f"{len(real) - len(bad)} of {len(real)} real studies' first launches ran"
               + (": " + "; ".join(f"{f.source} ({f.label}) ended {f.status}" for f in bad) if bad else "") + ".",
-              "", "## Today's model, replayed on the measured rows", "",
+              ""]
+    for f in bad:
+        lines.append(f"- {f.source}: issue 23.5 did not hold for that study. Today's model launches "
+                     + (f"{f.today} first instead, which ended {f.today_measured} in another study of the table."
+                        if f.today_measured in ("ok", "oom") else
+                        f"{f.today} first instead, which no trial measured: whether it runs only a new run can "
+                        "show."))
+    lines += ["", "## Today's model, replayed on the measured rows", "",
               "Per replay table of real verl 0.9.1 trials (`benchmarks/landscapes/verl/`, every measured trial a "
               "row, out-of-memory ones too), the configuration autotune's study launches first on the replay "
               "runner (the uncorrected model's pick among the table's measured configurations), against the "
               "table's best. A replay can only launch a measured row: where the model's own first pick was never "
-              "measured (above), the replay shows the best measured row it predicts safe, not that pick.", "",
+              "measured (above), the replay shows what the same rule picks among the measured rows, not that "
+              "pick.", "",
               "| table | rows | first launch | status | tokens/s/GPU | of the best | best measured | holds |",
               "|---|---|---|---|---|---|---|---|"]
     for r in results:

@@ -44,9 +44,9 @@ class Calibration:
     # the 1.5B and 3B trials, which 6f missed by 11-14 GiB.
     act_f: float = 10.0
     logits_bytes: float = 6.0  # unfused logits per [token, vocab/TP] element: bf16 logits + saved fp32 softmax
-    # Forward-only logits (no fused kernels): bf16 logits, their fp32 copy, log-softmax and the entropy's softmax.
-    # Measured: 51.6 GiB allocated beyond the states at a ~31k-token log-prob micro-batch of Qwen2.5-0.5B
-    # (c-0.5b #1 and #2 alike), 11.6-11.9 B per element.
+    # Forward-only logits (no fused kernels): the bf16 logits and the fp32 tensors verl's log-prob and entropy hold
+    # with them. Measured, not derived: 51.6 GiB allocated beyond the states and one layer's activations at a
+    # ~31k-token log-prob micro-batch of Qwen2.5-0.5B (c-0.5b #1 and #2 alike), 11.6-11.9 B per element.
     logprob_logits_bytes: float = 12.0
     fused_logits_bytes_per_h: float = 8.0  # fused kernels: O(T*h)
     fused_logits: bool = True  # verl's use_fused_kernels avoids full logits; the probes never fuse them
