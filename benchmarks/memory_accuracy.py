@@ -29,8 +29,17 @@ from typing import Any
 
 from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster, get_gpu_type, gpu_type_from_device_name
-from autotune.estimate import MOMENT_WORDS, Evaluation, evaluate, memory_verdict, oom_response_length
+from autotune.estimate import (
+    DEFAULT_CONSTANTS,
+    MOMENT_WORDS,
+    Evaluation,
+    ModelConstants,
+    evaluate,
+    memory_verdict,
+    oom_response_length,
+)
 from autotune.estimate.lengths import Lengths, at_step
+from autotune.estimate.memory import MCORE_013_CALIBRATION
 from autotune.job import Job
 from autotune.model import get_model
 
@@ -107,7 +116,7 @@ CHANGES = [
     "3. Per-layer activation widths are a property of the kernels: Megatron's local spec (unfused RMSNorm, "
     "SwiGLU, RoPE), which the probes run, keeps 12h + 8q + 4kv + 8f bytes per token (fitted, "
     "`PROBE_CALIBRATION`); verl with Transformer Engine's fused kernels keeps MEMORY.md's 8h + 6q + 4kv + 6f "
-    "(the default; not measurable here without TE).",
+    "(the default then; not measurable here without TE: the real verl trials corrected it, below).",
     "4. Outside torch: CUDA context 1.5 GiB per process and NCCL 1.2 GiB (measured NVML used - reserved: "
     "2.4-3.6 GiB per training process); allocator slack 8% of torch-managed memory, plus 20% of the logits with "
     "full recompute, where the freed logits blocks are split by the recomputed layers (up to 33 GiB measured).",
@@ -136,6 +145,25 @@ CHANGES = [
     "non-torch memory only; without `free_cache_engine` it keeps its whole share.",
     "4. Two verdicts, at the measured step's lengths and at the worst case the job allows: without dynamic "
     "batching a micro-batch grows with the responses (grpo_qwen2.5_7b #9 below is such a late OOM).",
+    "",
+    "## What the real verl 0.9.1 trials changed (issue 23)",
+    "",
+    "The 7B study's first pick (H200, predicted 135.9 GiB) ran out of memory in update_actor with 134.06 GiB "
+    "allocated by PyTorch, in megatron's mlp.py `glu`; the 1.5B and 3B trials' own `perf/max_memory_allocated_gb` "
+    "were 11-14 GiB above the model's torch-managed terms (tests/data/real_verl_gpu/, "
+    "benchmarks/results/calibration.md). The probe figures above are unchanged (`PROBE_CALIBRATION` keeps its fit).",
+    "",
+    "1. SwiGLU keeps 10f bytes a token, not 6f: verl leaves `bias_activation_fusion` off, so megatron's `glu` "
+    "runs in plain PyTorch and keeps fc1's output (2f), silu's output (f), `x_linear + glu_linear_offset` (f, a "
+    "new tensor) and the product fc2 saves (f). With it the 7B's 134.06 GiB is its weights, fp32 grads and "
+    "optimizer (85.1 GiB) plus 27 of 28 layers of one 8137-token micro-batch; 6f could not hold it in 28 layers. "
+    "The DAPO tables below ran Megatron-core 0.13, whose `glu` had no offset copy: they are judged with 8f.",
+    "2. Forward-only logits without fused kernels: 12 B per [token, vocab/TP] element, not 10 (the bf16 logits "
+    "and the fp32 tensors verl's log-prob and entropy hold with them), measured at the log-prob micro-batch of "
+    "two 0.5B trials (11.6-11.9 B).",
+    "3. Allocator slack under verl: peak reserved - peak allocated was 0.05-0.44 GiB in every trial with fused "
+    "kernels (the probes' 8% was their unfused temporaries), 1.6-16 GiB where the logits were materialized: 0% "
+    "of torch-managed memory plus 10% of the logits.",
     "",
 ]
 
@@ -322,6 +350,13 @@ def _grpo7b_rows(path: Path) -> list[VerlRow]:
     return rows
 
 
+def practice_constants(table: str) -> ModelConstants:
+    """The DAPO tables ran verl 0.4 on Megatron-core 0.13 (their SOURCE.txt), whose SwiGLU kept 8f, not 10f."""
+    if table.startswith("dapo"):
+        return ModelConstants(calibration=MCORE_013_CALIBRATION)
+    return DEFAULT_CONSTANTS
+
+
 def verl_section(ref: Path, extra: Path = EXTRA_TABLES) -> tuple[list[str], dict[str, int]]:
     """Whole-step verdicts on the verl runs of verl_megatron_practice; counts of right / explained / wrong."""
     rows = _practice_rows(ref)
@@ -337,7 +372,7 @@ def verl_section(ref: Path, extra: Path = EXTRA_TABLES) -> tuple[list[str], dict
         cl = Cluster(get_gpu_type(r.gpu), gpn, r.gpus // gpn)
         model = get_model(r.model)
         ln: Lengths | None = at_step(r.job, response_length=r.response_mean) if r.response_mean else None
-        ev: Evaluation = evaluate(model, cl, r.job, r.cand, lengths=ln)
+        ev: Evaluation = evaluate(model, cl, r.job, r.cand, lengths=ln, constants=practice_constants(r.table))
         v = memory_verdict(model, cl, r.job, ev, 3, ln)
         step_fits = ev.feasible
         counts["rows"] += 1

@@ -7,7 +7,9 @@ the batching: gen's decode overhead with CUDA graphs and the 2.6 s fixed step co
 run (benchmarks/results/real_verl_throughput.md); only the gen and adv phase values moved. Regenerated again on
 2026-11-25 for changes of the models, not of the batching: offload priced by what moves when, the CPU optimizer
 knob (new space dimensions, so 24 samples a combination keep every batching case covered), and gen's decode overhead
-and the fixed step cost fitted on the real verl 0.9.1 campaign (benchmarks/results/calibration.md).
+and the fixed step cost fitted on the real verl 0.9.1 campaign (benchmarks/results/calibration.md). Regenerated on
+2026-11-25 once more for the memory model, not the batching: SwiGLU's 10f, the log-prob logits' 12 B and verl's
+allocator slack, from the real trials (issue 23); only memory terms moved.
 """
 
 from __future__ import annotations

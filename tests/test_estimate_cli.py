@@ -46,7 +46,7 @@ def test_a_knob_the_user_does_not_set_takes_verls_default(capsys, tmp_path):
     code = main(["estimate", "--model", "qwen2.5-7b", "--set", "tp=4", "--set", "use_dynamic_bsz=true", "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["params"]["tp"] == 4 and doc["params"]["sequence_parallel"] is True
-    assert doc["moment_peaks_gib"]["update"] < 55  # sequence parallel shards the activations over TP (61 without)
+    assert doc["moment_peaks_gib"]["update"] < 60  # sequence parallel shards the activations over TP (66 without)
     job = tmp_path / "job.yaml"
     job.write_text("actor_rollout_ref.actor.megatron.sequence_parallel: false\n")
     main(["estimate", "--model", "qwen2.5-7b", "--job", str(job), "--set", "tp=4", "--set", "use_dynamic_bsz=true",

@@ -80,8 +80,10 @@ def test_mcore_backend_without_gpus_is_a_clear_error():
 
 def test_mcore_studies_predict_the_training_phase_the_probe_measures():
     """Measured on an H100 (benchmarks/results/gpu_smoke.md): Qwen2.5-1.5B, TP1, no recompute, dynamic batching at
-    20k tokens went OOM in the probe. Judged as a whole GRPO step (TE widths, vLLM asleep) it fits; judged as what the
-    probe runs (the training step, Megatron's local spec) it does not: mcore studies use the latter."""
+    20k tokens went OOM in the probe; in verl too it does not fit (its SwiGLU keeps 10f, issue 23). At 16k, where a
+    real verl trial of that size ran (c-1.5b #0), the whole GRPO step (verl's widths, vLLM asleep) fits; judged as
+    what the probe runs (the training step, Megatron's local spec and full logits) it does not: mcore studies use the
+    latter."""
     from autotune.candidate import Candidate
     from autotune.cluster import make_cluster
     from autotune.estimate import evaluate
@@ -89,14 +91,18 @@ def test_mcore_studies_predict_the_training_phase_the_probe_measures():
     from autotune.model import get_model
     from autotune.runners.mcore.runner import McoreRunner
 
-    cand = Candidate.from_params({"tp": 1, "rollout_tp": 1, "recompute": "none", "use_dynamic_bsz": True,
-                                  "ppo_max_token_len_per_gpu": 20480, "log_prob_max_token_len_per_gpu": 98304,
-                                  "gpu_memory_utilization": 0.6, "max_num_batched_tokens": 16384,
-                                  "use_fused_kernels": True})
+    def cand(tokens: int) -> Candidate:
+        return Candidate.from_params({"tp": 1, "rollout_tp": 1, "recompute": "none", "use_dynamic_bsz": True,
+                                      "ppo_max_token_len_per_gpu": tokens, "log_prob_max_token_len_per_gpu": 98304,
+                                      "gpu_memory_utilization": 0.6, "max_num_batched_tokens": 16384,
+                                      "use_fused_kernels": True})
+
     model, cluster, job = get_model("qwen2.5-1.5b"), make_cluster(1, 1, "h100"), Job.default()
     assert McoreRunner.objective == "train"
-    assert evaluate(model, cluster, job, cand, "step").feasible
-    assert not evaluate(model, cluster, job, cand, McoreRunner.objective).feasible
+    assert not evaluate(model, cluster, job, cand(20480), McoreRunner.objective).feasible
+    assert not evaluate(model, cluster, job, cand(20480), "step").feasible
+    assert evaluate(model, cluster, job, cand(16384), "step").feasible
+    assert not evaluate(model, cluster, job, cand(16384), McoreRunner.objective).feasible
 
 
 def test_probe_memory_counts_full_logits_even_with_fused_kernels():

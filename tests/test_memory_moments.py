@@ -60,12 +60,14 @@ def test_every_term_against_a_hand_calculation():
         "params": 2 * P, "grads": 4 * P, "optimizer": 12 * P / d, "ref_params": 2 * P, "vllm_budget": budget,
         "cuda_contexts": ctx, "nccl": nccl})
 
-    # Per token per layer (fused widths 8h + 6q + 4kv + 6f, all over TP with SP): one layer kept in a forward pass.
-    a_layer = (6 * q + 4 * kv + 6 * f) / 2 + 8 * h / 2
+    # Per token per layer (verl's widths 8h + 6q + 4kv + 10f: SwiGLU as megatron's unfused glu keeps it; all over
+    # TP with SP): one layer kept in a forward pass.
+    a_layer = (6 * q + 4 * kv + 10 * f) / 2 + 8 * h / 2
     s_lp = 32768
-    lp_acts, lp_logits = s_lp * (a_layer + 4 * h), s_lp * V / 2 * 10
+    lp_acts, lp_logits = s_lp * (a_layer + 4 * h), s_lp * V / 2 * 12
+    # Allocator slack: none over what tensors hold, 10% of the materialized logits.
     lp = {"params": 2 * P, "grads": 4 * P, "optimizer": 12 * P / d, "ref_params": 2 * P, "activations": lp_acts,
-          "logits": lp_logits, "fragmentation": 0.08 * (11 * P + lp_acts + lp_logits), "cuda_contexts": ctx,
+          "logits": lp_logits, "fragmentation": 0.1 * lp_logits, "cuda_contexts": ctx,
           "nccl": nccl, "vllm_asleep": asleep}
     assert terms(est, "old_log_prob") == pytest.approx(lp)
     assert terms(est, "ref_log_prob") == pytest.approx(lp)  # nothing offloaded: the same things on the GPU
@@ -74,7 +76,7 @@ def test_every_term_against_a_hand_calculation():
     acts, logits = s * L * a_layer, s * V / 2 * 6
     assert terms(est, "update") == pytest.approx({
         "params": 2 * P, "grads": 4 * P, "optimizer": 12 * P / d, "ref_params": 2 * P, "activations": acts,
-        "logits": logits, "fragmentation": 0.08 * (6 * P + 12 * P / d + acts + logits), "cuda_contexts": ctx,
+        "logits": logits, "fragmentation": 0.1 * logits, "cuda_contexts": ctx,
         "nccl": nccl, "vllm_asleep": asleep})
 
     # vLLM 0.24: the KV cache is the share minus weights, the profile run's activations, non-torch memory and

@@ -64,7 +64,8 @@ def test_dry_run_study_of_20_trials_with_mixed_outcomes(tmp_path: Path, sqlite_u
     env = env_for(rec, FAKE_VERL_RULES=json.dumps([{"when": w, "mode": m} for w, m in RULES]))
     runner = fake_runner(env, stall_timeout_s=1.5, grace_s=1.0)
     # learn=False: the corrected model would walk its own best region, and this test needs TPE's spread of outcomes
-    tuner = Tuner(make_setup(), runner, sqlite_url, "dry", workdir=tmp_path / "trials", seed=3, learn=False)
+    # seed 0: with the memory model of issue 23 (fewer TP1 settings fit), seed 3 launched only ok and failed ones
+    tuner = Tuner(make_setup(), runner, sqlite_url, "dry", workdir=tmp_path / "trials", seed=0, learn=False)
     summary = tuner.run(20)
     assert summary["launched"] == 20
     rows = [r for r in tuner.store.trials("dry") if r.launched]

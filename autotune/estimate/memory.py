@@ -23,27 +23,43 @@ from autotune.model import ModelArch
 class Calibration:
     """Free constants of the memory model (bytes per token per layer are multiples of widths).
 
-    The defaults are for verl (Megatron with Transformer Engine's fused RMSNorm, SwiGLU and RoPE). Everything but
-    the per-layer activation widths was fitted on Megatron-core probes measured on H200s
-    (benchmarks/results/mcore_*.csv; errors in benchmarks/results/memory_accuracy.md): 6 B per logit (bf16
-    logits + the fp32 softmax that cross entropy saves, not MEMORY.md's 10), CUDA context, NCCL, allocator slack,
-    and the pipeline structure. The probes run Megatron's local layer spec, whose unfused RMSNorm, SwiGLU and
-    RoPE keep extra copies: for them `PROBE_CALIBRATION` (12h + 8q + 4kv + 8f, fitted) replaces the fused widths
-    derived in MEMORY.md (8h + 6q + 4kv + 6f), which no GPU here could measure under verl.
+    The defaults are for verl 0.9.1 as it runs Megatron: Transformer Engine's layers (RMSNorm fused into the
+    linear layers) but SwiGLU in plain PyTorch (verl leaves `bias_activation_fusion` off, so megatron's mlp.py
+    `glu` runs: see `act_f`). The logits, CUDA context, NCCL and pipeline structure were fitted on Megatron-core
+    probes measured on H200s (benchmarks/results/mcore_*.csv; errors in benchmarks/results/memory_accuracy.md):
+    6 B per logit (bf16 logits + the fp32 softmax that cross entropy saves, not MEMORY.md's 10). The widths and
+    the allocator slack were checked against verl's own `perf/max_memory_allocated_gb` / `_reserved_gb` and the
+    OOM messages of the real trials (tests/data/real_verl_gpu/; benchmarks/results/calibration.md). The probes run
+    Megatron's local layer spec (unfused norms and RoPE too): for them `PROBE_CALIBRATION` (12h + 8q + 4kv + 8f,
+    fitted, and their own allocator slack) replaces these widths.
     """
 
     act_h: float = 8.0  # norm inputs and residual stream (bytes per element of h)
     act_q: float = 6.0  # query-sized tensors: q, attention output, the projection's input
     act_kv: float = 4.0
-    act_f: float = 6.0  # SwiGLU: fc1 output (2f) and activation output (f), bf16
+    # SwiGLU as megatron's mlp.py `glu` runs it (bias_activation_fusion off, verl's default), bf16: fc1's output
+    # (2f, kept by silu through x_glu), silu's output (f), `x_linear + glu_linear_offset` (f: the add makes a new
+    # tensor) and their product, fc2's saved input (f). MEMORY.md's 6f assumed the fused bias_swiglu kernel.
+    # Checked: the 7B OOM (134.06 GiB allocated in glu, layer ~27 of 28) and verl's max_memory_allocated_gb of
+    # the 1.5B and 3B trials, which 6f missed by 11-14 GiB.
+    act_f: float = 10.0
     logits_bytes: float = 6.0  # unfused logits per [token, vocab/TP] element: bf16 logits + saved fp32 softmax
-    logprob_logits_bytes: float = 10.0  # forward-only logits: bf16 + fp32 + log-softmax (not measured yet)
+    # Forward-only logits (no fused kernels): the bf16 logits and the fp32 tensors verl's log-prob and entropy hold
+    # with them. Measured, not derived: 51.6 GiB allocated beyond the states and one layer's activations at a
+    # ~31k-token log-prob micro-batch of Qwen2.5-0.5B (c-0.5b #1 and #2 alike), 11.6-11.9 B per element.
+    logprob_logits_bytes: float = 12.0
     fused_logits_bytes_per_h: float = 8.0  # fused kernels: O(T*h)
     fused_logits: bool = True  # verl's use_fused_kernels avoids full logits; the probes never fuse them
     cuda_context: float = 1.5 * GIB  # per process (the actor and the vLLM server each hold one), cuBLAS workspace
     nccl: float = 1.2 * GIB  # communicator buffers of the actor's process groups
     cudagraph_pool: float = 1.0 * GIB  # vLLM CUDA graphs (outside its memory budget; none with enforce_eager)
-    fragmentation: float = 0.08  # allocator reserve over what tensors hold, share of torch-managed memory
+    # Allocator reserve over what tensors hold, share of torch-managed memory. Under verl it is small: its peak
+    # reserved - peak allocated was 0.05-0.44 GiB (at most 0.6%) in every trial with fused kernels; the probes'
+    # 8% (PROBE_CALIBRATION) came from the local spec's many unfused temporaries.
+    fragmentation: float = 0.0
+    # Materialized logits (no fused kernels) are the blocks that stay reserved once freed and re-split: peak
+    # reserved - allocated was 1.6-16 GiB in those trials, 10-29% of the log-prob logits.
+    logits_slack: float = 0.1
     # With full recompute the freed logits blocks are split by the recomputed layers' tensors and stay reserved.
     recompute_logits_slack: float = 0.2
     vllm_nontorch: float = 0.3 * GIB
@@ -56,9 +72,13 @@ class Calibration:
 
 
 DEFAULT_CALIBRATION = Calibration()
+# verl 0.4-era runs on Megatron-core 0.13 (the verl_megatron_practice tables): its mlp.py `glu` was
+# `silu(x[0]) * x[1]`, without today's `x_linear + glu_linear_offset` copy, so SwiGLU kept 8f, not 10f.
+MCORE_013_CALIBRATION = Calibration(act_f=8.0)
 DEFAULT_BUCKET_MB = 2048  # verl's update_weights_bucket_megabytes default
 # Megatron-core's local layer spec (unfused norm, SwiGLU, RoPE), as the mcore probes run it; fitted on them.
-PROBE_CALIBRATION = Calibration(act_h=12.0, act_q=8.0, act_kv=4.0, act_f=8.0, fused_logits=False)
+PROBE_CALIBRATION = Calibration(act_h=12.0, act_q=8.0, act_kv=4.0, act_f=8.0, fused_logits=False,
+                                logprob_logits_bytes=10.0, fragmentation=0.08, logits_slack=0.0)
 
 
 @dataclass(frozen=True)
@@ -382,7 +402,8 @@ def estimate_memory(
     def forward_pass(name: str, states_terms: tuple[tuple[str, float], ...], what: str) -> Moment:
         torch_managed = sum(v for _, v in states_terms) + lp_acts + lp_logits
         return Moment(name, (*states_terms, ("activations", lp_acts), ("logits", lp_logits),
-                             ("fragmentation", cal.fragmentation * torch_managed), *fixed, asleep), total, what)
+                             ("fragmentation", cal.fragmentation * torch_managed + cal.logits_slack * lp_logits),
+                             *fixed, asleep), total, what)
 
     # eval mode loads the actor's params, not its grads or optimizer (engine/base.py BaseEngineCtx).
     old_lp = forward_pass("old_log_prob", (("params", states["params"]), ("grads", kept_grads),
@@ -404,7 +425,7 @@ def estimate_memory(
     moments.append(Moment("update", (
         ("params", states["params"]), ("grads", states["grads"]), ("optimizer", optimizer),
         *refs(ref_resident), ("activations", acts), ("logits", logit),
-        ("fragmentation", cal.fragmentation * torch_managed
+        ("fragmentation", cal.fragmentation * torch_managed + cal.logits_slack * logit
          + (cal.recompute_logits_slack * logit if c.recompute == "full" else 0.0)),
         *fixed, asleep,
     ), total, "update_actor: weights, fp32 grads, distributed optimizer, in-flight activations, logits"))

@@ -12,6 +12,11 @@ from typing import Any, TypeVar
 
 # Predicted throughputs this close are equals: the model cannot tell them apart (its step-time error is larger).
 SAFE_TOLERANCE = 0.02
+# Until a study has measured a trial (ok or out of memory) nothing has checked the memory model on this model, GPU
+# and job: its first launch is a safe setting whenever one exists, however much slower the model thinks it is. A
+# first launch that runs out of memory costs the user a trial and the study its first measurement (the 7B study of
+# 2026-11-25 launched an at-limit pick first and it ran out of memory in update_actor).
+FIRST_LAUNCH_TOLERANCE = 1.0
 
 T = TypeVar("T")
 

@@ -1,7 +1,8 @@
 """A study's plan: what the model proposes next, worked out from what the database holds, so that it survives
 restarts and budget changes.
 
-Its agenda, in order: the model's best setting (seed 1), the references (the user's configuration, verl's stock
+Its agenda, in order: the model's best setting (seed 1; before anything is measured, the best safe one: see
+`first_launch`), the references (the user's configuration, verl's stock
 one), the best settings of the next-best parallel layouts (the other model seeds). A seed the budget left
 unlaunched stays on the agenda: it is launched first when the study resumes with a larger --n-trials. After the
 agenda: once a new measurement has corrected the model, the corrected model's best candidate not launched yet,
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.candidate import Candidate
+from autotune.estimate.safer import FIRST_LAUNCH_TOLERANCE
 from autotune.search.domain import DomainRanking
 from autotune.search.ranking import ModelRanking
 from autotune.search.setup import Setup
@@ -35,6 +37,17 @@ class Proposal:
     params: dict[str, Any]  # in the space (answered by the ModelSampler), or a reference's full parameters
     origin: str  # model-seed | baseline | stock | model | plan
     predicted: float | None = None
+
+
+def first_launch(ranking: ModelRanking | DomainRanking, corr: Any, exclude: list[Candidate]
+                 ) -> tuple[Pick | None, Pick | None]:
+    """(a study's first launch, the faster setting it passed over or None). Before any measurement the first launch
+    is the best safe setting whenever one exists (safer.FIRST_LAUNCH_TOLERANCE), not the 2% rule's."""
+    first = ranking.best(corr, exclude, tolerance=FIRST_LAUNCH_TOLERANCE)
+    top = ranking.best(corr, exclude)
+    if first is None or top is None or top.candidate.key() == first.candidate.key():
+        return first, None
+    return first, top
 
 
 def _resolved(status: str, reason: str) -> bool:
@@ -103,7 +116,8 @@ class Plan:
         ranking = self._ranking()
         exclude = list(self.launched.values())
         if not self.done.get("model-seed") and self.n_model_seeds > 0:
-            return self._seed(ranking.best(corr, exclude))
+            return self._seed(first_launch(ranking, corr, exclude)[0] if not self.measured
+                              else ranking.best(corr, exclude))
         for origin, params in self.references:
             if not self.done.get(origin):
                 return Proposal(params, origin)
@@ -124,6 +138,14 @@ class Plan:
                 return None
             return Proposal(pick.params, "plan", pick.throughput)
         return None
+
+    def passed_over(self) -> tuple[Pick, Pick] | None:
+        """(the study's first launch, the faster setting it passes over) while that launch is still to be made."""
+        self.refresh()
+        if self.done.get("model-seed") or self.n_model_seeds <= 0 or self.measured:
+            return None
+        first, top = first_launch(self._ranking(), self._setup().correction, list(self.launched.values()))
+        return None if first is None or top is None else (first, top)
 
     def _seed(self, pick: Pick | None) -> Proposal | None:
         return None if pick is None else Proposal(pick.params, "model-seed", pick.throughput)

@@ -22,8 +22,10 @@ from sqlalchemy.exc import IntegrityError
 
 from autotune import faults
 from autotune.candidate import Candidate
+from autotune.estimate.safer import SAFE_TOLERANCE
 from autotune.executors.base import Executor, Placement
 from autotune.executors.local import LocalExecutor
+from autotune.results.labels import Labeller
 from autotune.results.report import prune_kind
 from autotune.runners import stopping
 from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
@@ -33,7 +35,7 @@ from autotune.search.plan import REFERENCES, Plan
 from autotune.search.ranking import infeasible_message, make_ranking
 from autotune.search.samplers import ModelSampler
 from autotune.search.setup import Setup, StudyMismatchError
-from autotune.search.split import InfeasibleSpaceError
+from autotune.search.split import InfeasibleSpaceError, Pick
 from autotune.store.access import check_writable, open_storage
 from autotune.store.store import (
     REQUESTED,
@@ -141,6 +143,9 @@ class Tuner:
                                  setup.base, self._enqueue, self.registry)
         self.plan = Plan(self.store, self.study_name, lambda: self.setup, self.ranking, n_model_seeds,
                          self._references(), learn, NOT_COUNTED)
+        over = self.plan.passed_over()
+        if over:
+            self.notes.append(first_launch_words(self.setup, *over))
 
     def ranking(self) -> Any:
         """The model's exact ranking of the space for the current setup (rebuilt when the known lengths change)."""
@@ -575,3 +580,13 @@ def _reason_kind(reason: str) -> str:
     return reason.split(":", 1)[0][:40] if kind == "other" else kind
 
 
+def first_launch_words(setup: Setup, first: Pick, top: Pick) -> str:
+    """Why the first launch is not the model's fastest setting, in the words `autotune best` uses for a passed-over
+    trial."""
+    label = Labeller(setup.stock)
+    verdict = (setup.memory_record(setup.evaluate(top.candidate)) or {}).get("verdict") or "not safe"
+    return (f"first launch: {label(first.candidate.applied_params())}, not the model's fastest "
+            f"{label(top.candidate.applied_params())}, predicted {(top.throughput / first.throughput - 1) * 100:.1f}% "
+            f"faster: its memory is not safe ({verdict}), and until this study has measured a trial it launches a "
+            f"safe setting first (after that, a faster one that is not safe goes behind a safe one only within the "
+            f"model's error of it, {SAFE_TOLERANCE:.0%})")
