@@ -303,9 +303,10 @@ def report(groups: list[Group], rules: dict[str, Callable]) -> str:
              "trial). *Corrected better*: its |log(predicted / measured)| is smaller than the uncorrected model's. "
              "*Further off by*: exp(|log corrected error| - |log uncorrected error|) - 1, the worst over the cases. "
              "Median error: exp(median |log(predicted / measured)|) - 1. *Holds*: better in at least "
-             f"{BETTER_SHARE:.0%} of the cases and never more than {WORSE_LIMIT:.0%} further off; *ties*: not better in "
-             f"{BETTER_SHARE:.0%}, but better or moved by under {TIE:.0%} (a tie: below what a measured step can tell, "
-             "its step-to-step spread being 11-18% on the real trials) in as many, and never further off than that.",
+             f"{BETTER_SHARE:.0%} of the cases and never more than {WORSE_LIMIT:.0%} further off; *ties*: not better "
+             f"in {BETTER_SHARE:.0%}, but better or moved by under {TIE:.0%} (a tie: below what a measured step can "
+             "tell, its step-to-step spread being 11-18% on the real trials) in as many, and never more than "
+             f"{WORSE_LIMIT:.0%} further off.",
              "",
              "Groups: " + "; ".join(f"{g.source}: {g.name} ({len(g.points)} trials)" for g in groups), ""]
     for rule, fitter in rules.items():

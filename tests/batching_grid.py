@@ -9,7 +9,8 @@ run (benchmarks/results/real_verl_throughput.md); only the gen and adv phase val
 knob (new space dimensions, so 24 samples a combination keep every batching case covered), and gen's decode overhead
 and the fixed step cost fitted on the real verl 0.9.1 campaign (benchmarks/results/calibration.md). Regenerated on
 2026-11-25 once more for the memory model, not the batching: SwiGLU's 10f, the log-prob logits' 12 B and verl's
-allocator slack, from the real trials (issue 23); only memory terms moved.
+allocator slack, and for the time model's fixed cost per Megatron pass, the CPU optimizer's step per
+mini-batch and the local weight sync, all from the real trials (issue 23); no batching value moved.
 """
 
 from __future__ import annotations

@@ -540,8 +540,8 @@ def test_stopping_the_dashboard_ends_its_worker_processes(study, how):
 
 
 def test_a_trial_predicted_at_guessed_lengths_says_so_on_its_page(tmp_path):
-    """The real 3B study (2026-11-25): its first pick was predicted before any length was measured (44k tokens a step
-    against the 152k it measured); its page says so, as `status` does; a trial predicted at measured lengths does not."""
+    """The real 3B study (2026-11-25): its first pick was predicted before any length was measured (44k tokens a
+    step against the 152k it measured); its page says so, as `status` does; one predicted at measured lengths not."""
     import shutil
 
     db = tmp_path / "c-3b.db"
