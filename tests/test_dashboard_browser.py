@@ -142,7 +142,7 @@ def test_trials_table_sorts_and_filters(page, server):
     base, tuner = server
     open_study(page, base)
     rows = tuner.store.trials(STUDY)
-    best = tuner.store.best(STUDY)
+    best = tuner.store.fastest(STUDY)  # the table sorts by measured throughput, safe or not
     page.click("#trials thead th[data-key='throughput']")
     settled(page)
     first = page.get_attribute("#trials tbody tr:first-child", "data-number")

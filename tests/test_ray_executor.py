@@ -233,7 +233,8 @@ def test_finished_trials_are_recorded_while_proposals_go_on(cluster, sqlite_url,
     """--parallel K on a space with fewer configurations than K: the tuner keeps proposing (duplicates, pruned) with
     a slot free; a trial that ends meanwhile is recorded before the next proposal, never left `running`."""
     space = tmp_path / "two.yaml"
-    space.write_text("name: two\ndimensions:\n  use_dynamic_bsz: {choices: [true]}\n  rollout_tp: {choices: [1, 2]}\n")
+    space.write_text("name: two\ndimensions:\n  use_dynamic_bsz: {choices: [true]}\n  rollout_tp: {choices: [1, 2]}\n"
+                     "  tp: {choices: [2]}\n")  # TP 1 at verl's 16k budget: the update does not fit (issue 23)
     monkeypatch.setattr(study, "MAX_IDLE_ASKS", 12)  # then the space is spent and the run ends
     ex = RayExecutor(parallel=4, address=cluster.address)
     try:

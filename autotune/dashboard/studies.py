@@ -19,7 +19,8 @@ from autotune.store.tuners import unrecorded
 
 
 def studies_overview(store: Store) -> list[dict[str, Any]]:
-    """Every study with its counts, best throughput and last update: one grouped query for all of them."""
+    """Every study with its counts, best throughput (the winner `best` names) and last update: one grouped query for
+    all of them, then the winner of each study that has an ok trial."""
     t = TrialRow
     q = select(
         t.study,
@@ -41,6 +42,9 @@ def studies_overview(store: Store) -> list[dict[str, Any]]:
         n, launched, ok, running, failed, pruned, best, last_start, last_finish = agg.get(
             st.name, (0, 0, 0, 0, 0, 0, None, None, None))
         last = max([x for x in (st.updated_at, last_start, last_finish) if x is not None], default=None)
+        if best is not None:  # the fastest, unless a safe one within the model's error wins (Store.best)
+            winner = store.best(st.name)
+            best = winner.throughput if winner is not None else best
         out.append({
             "name": st.name, "model": st.model_name, "cluster": cluster_text(st.cluster),
             "job": st.job_source or "default job", "backend": st.backend, "simulated": bool(st.simulated),
