@@ -35,9 +35,11 @@ class HostCopy:
     # used before it priced each move.
     gpus_per_uplink: int = 2
     # torch.optim.AdamW(fused=True) on fp32 CPU tensors (Megatron's hybrid optimizer's CPU class), one thread (Ray
-    # starts workers with OMP_NUM_THREADS=1): 6.5e8 parameters/s measured on a GPU lease's host (Intel Xeon, torch
-    # 2.11, 770M parameters in 40 tensors; 6.7e8 at 100M), the kind of host the real verl trials ran on. The build
-    # host (AMD EPYC) did 1.35e9. One rank per GPU steps its own shard, each on its own core.
+    # starts workers with OMP_NUM_THREADS=1): 6.5e8 parameters/s measured on the H200 lease's host (Intel Xeon, torch
+    # 2.11, 770M parameters in 40 tensors; 6.7e8 at 100M), 7.6e8 on the H100 lease's (`python -m
+    # benchmarks.cpu_adam_rate`, benchmarks/results/cpu_adam_rate_h100_host.json): the hosts the real verl trials ran
+    # on; the slower is kept. The build host (AMD EPYC) did 1.35e9-1.75e9. One rank per GPU steps its own shard, each
+    # on its own core.
     cpu_adam_params_per_s: float = 6.5e8
 
 
