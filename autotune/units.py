@@ -57,27 +57,29 @@ def rounded(x: Any, decimals: int = THROUGHPUT_DECIMALS) -> float | None:
     return None if math.isnan(f) or math.isinf(f) else round(f, decimals)
 
 
-def clip(text: str, width: int) -> str:
-    """`text` cut to at most `width` characters at a word boundary, with an ellipsis when cut (never mid-word)."""
-    text = " ".join(str(text).split())
+def _cut_at_space(text: str, width: int, trailing: str | None) -> str:
+    """`text` cut to at most `width` characters at its last whitespace past the half (else where it must), with an
+    ellipsis when cut; `trailing` the characters stripped before the ellipsis (None: whitespace)."""
     if len(text) <= width:
         return text
-    cut = text[: width - 1]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > width // 2 else cut).rstrip(" ,;:") + "\u2026"
+    head = text[: width - 1]
+    space = max(head.rfind(" "), head.rfind("\n"))
+    return (head[:space] if space > width // 2 else head).rstrip(trailing) + "\u2026"
+
+
+def clip(text: str, width: int) -> str:
+    """`text` on one line, cut to at most `width` characters at a word boundary, with an ellipsis when cut (never
+    mid-word)."""
+    return _cut_at_space(" ".join(str(text).split()), width, " ,;:")
 
 
 def cut(text: str, width: int) -> str:
     """`text` cut to at most `width` characters at whitespace, its lines kept, with an ellipsis when cut: stored
     reasons (Optuna's user attributes) hold tracebacks whose layout matters and a bounded size."""
-    if len(text) <= width:
-        return text
-    head = text[: width - 1]
-    space = max(head.rfind(" "), head.rfind("\n"))
-    return (head[:space] if space > width // 2 else head).rstrip() + "\u2026"
+    return _cut_at_space(text, width, None)
 
 
-REASON_CHARS = 2000  # a reason kept as an Optuna user attribute (the database's reason column keeps it whole)
+OPTUNA_REASON_CHARS = 2000  # a reason kept as an Optuna user attribute (the database's reason column keeps it whole)
 
 
 def yaml_value(v: Any) -> str:

@@ -290,8 +290,8 @@ def _record(store: Store, storage: optuna.storages.RDBStorage, study: optuna.Stu
     alloc = [m[verl.M_MAX_MEM_ALLOCATED] for m in run.steps.values() if verl.M_MAX_MEM_ALLOCATED in m]
     reserved = [m[verl.M_MAX_MEM_RESERVED] for m in run.steps.values() if verl.M_MAX_MEM_RESERVED in m]
     params, dists, outside = _distributions(setup, cand)
-    attrs = {"origin": "import", "candidate": outside, "status": status.value, "reason": units.clip(res.reason, 2000),
-             "simulated": False, "layout": cand.layout()}
+    attrs = {"origin": "import", "candidate": outside, "status": status.value,
+             "reason": units.cut(res.reason, units.OPTUNA_REASON_CHARS), "simulated": False, "layout": cand.layout()}
     frozen = optuna.trial.create_trial(state=TrialState.RUNNING, params=params, distributions=dists)
     trial_id = storage.create_new_trial(study._study_id, template_trial=frozen)
     number = storage.get_trial_number_from_id(trial_id)

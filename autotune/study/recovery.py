@@ -22,7 +22,7 @@ from autotune.executors.base import Executor
 from autotune.runners.base import Runner, TrialStatus
 from autotune.store.store import REQUESTED, Store, TrialRow, TrialTaken, utcnow, worker_id
 from autotune.store.tuners import GRACE_PERIOD_S, OWNER, Liveness, Registry
-from autotune.units import REASON_CHARS, cut
+from autotune.units import OPTUNA_REASON_CHARS, cut
 
 STALE_AFTER_S = 300.0  # a worker the registry never saw (an older autotune): judged from its rows' heartbeat
 RECOVER_EVERY_S = 5.0  # how often a running tuner looks for dead ones
@@ -180,7 +180,8 @@ class Recovery:
         if state == TrialState.COMPLETE and value is None:
             state = TrialState.FAIL
         try:
-            attrs = (("status", status.value), ("reason", cut(row.reason, REASON_CHARS)), ("simulated", row.simulated))
+            reason = cut(row.reason, OPTUNA_REASON_CHARS)
+            attrs = (("status", status.value), ("reason", reason), ("simulated", row.simulated))
             for k, v in attrs:
                 self.storage.set_trial_user_attr(t._trial_id, k, v)
             self.storage.set_trial_state_values(t._trial_id, state=state, values=None if value is None else [value])

@@ -51,7 +51,7 @@ from autotune.store.store import (
 from autotune.store.tuners import OWNER, Registry
 from autotune.study.inflight import Heartbeat, Inflight
 from autotune.study.recovery import OPTUNA_STATE, RECOVER_EVERY_S, Recovery
-from autotune.units import REASON_CHARS, cut
+from autotune.units import OPTUNA_REASON_CHARS, cut
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -559,7 +559,7 @@ class Tuner:
     def _tell(self, trial: optuna.Trial, status: TrialStatus, value: float | None, reason: str,
               cand: Candidate) -> None:
         trial.set_user_attr("status", status.value)
-        trial.set_user_attr("reason", cut(reason, REASON_CHARS))
+        trial.set_user_attr("reason", cut(reason, OPTUNA_REASON_CHARS))
         trial.set_user_attr("simulated", self.runner.simulated)
         trial.set_user_attr("layout", cand.layout())
         faults.point("telling")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import verl
-from autotune.units import REASON_CHARS, cut
+from autotune.units import OPTUNA_REASON_CHARS, cut
 
 
 def verl_importable() -> bool:
@@ -165,7 +165,7 @@ def _first(e: BaseException) -> str:
     cause = e.__cause__ or e.__context__
     if cause is not None and str(cause) and str(cause) not in text:
         text += f" (caused by {type(cause).__name__}: {cause})"
-    return cut(text, REASON_CHARS)
+    return cut(text, OPTUNA_REASON_CHARS)
 
 
 # Data ------------------------------------------------------------------------------------------------------------
