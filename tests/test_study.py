@@ -163,7 +163,7 @@ def test_study_in_postgresql(postgres_url):
     again = Tuner(setup, SimulateRunner(), postgres_url, "pg-study")
     assert again.launched_count() == 4
     assert optuna.load_study(study_name="pg-study", storage=postgres_url).best_value == pytest.approx(
-        again.store.best("pg-study").throughput)
+        again.store.fastest("pg-study").throughput)  # Optuna's best is the fastest; `best` may prefer a safe one
 
 
 def test_moe_study_runs(sqlite_url):
