@@ -92,6 +92,18 @@ assert ModelType.encoder_and_decoder is None' 2>/dev/null); then log "mbridge sh
     # the plans find every size as /root/work-<model> (campaign.sh), the setup's own model too
     ln -sfn /root/work "/root/work-${AT_MODEL:-qwen2.5-0.5b}"
     cat /root/smoke/doctor.txt
+    # Where a trial's start-up goes (issue 24): each new process of a trial (TaskRunner, Megatron worker, vLLM's
+    # server and engine, agent-loop workers) took 20-37 s before its first line in lease 4; one timed import of what
+    # they import says which packages cost that (importtime.txt, brought home by collect). ~30 s, once a machine.
+    if [ ! -f /root/smoke/importtime.txt ]; then
+        local t0=$SECONDS
+        (cd /root/smoke && LD_LIBRARY_PATH=$cudnn:${LD_LIBRARY_PATH:-} timeout 180 python3 -X importtime -c \
+            'import verl.trainer.main_ppo, verl.workers.engine_workers, megatron.core, transformer_engine.pytorch, vllm' \
+            2> importtime.raw)
+        log "imports of one worker's stack: $((SECONDS - t0)) s"
+        python3 "$REPO"/benchmarks/gpu_verl/importtime.py /root/smoke/importtime.raw > /root/smoke/importtime.txt \
+            && head -12 /root/smoke/importtime.txt
+    fi
     # Other sizes (AT_MORE_MODELS="qwen2.5-1.5b qwen2.5-3b"), written on the CPU in the background while the first
     # study runs (the GPU stays the trials'): /root/work-<model>/ appears whole (renamed) when it is ready.
     for m in ${AT_MORE_MODELS:-}; do
