@@ -13,11 +13,38 @@ workload() {
     echo "$d"
 }
 
-# at MODEL STUDY N_TRIALS NEED_S [autotune run options...]: run STUDY of MODEL up to N_TRIALS launched trials,
-# launching none that the lease cannot finish (NEED_S: the wall time one trial of it is expected to take).
+# launched STUDY: how many trials STUDY's database (/root/smoke/STUDY.db) holds launched (0 where there is none).
+launched() {
+    local db=${SMOKE:-/root/smoke}/$1.db
+    [ -f "$db" ] || { echo 0; return; }
+    python3 -c 'import sys
+from autotune.store.store import Store
+store = Store(sys.argv[1])
+names = {s.name for s in store.list_studies()}
+print(sum(1 for r in store.trials(sys.argv[2]) if r.launched) if sys.argv[2] in names else 0)' "sqlite:///$db" "$1"
+}
+
+# target STUDY N: the --n-trials that launches N more trials ("+N": autotune run's --n-trials counts the study's
+# launched trials, a resumed study's too; lease 9 and 10 as first written asked for 1 of a study that held 1 and 3,
+# which launches nothing), or N itself.
+target() {
+    case $2 in
+        +*) local have
+            have=$(launched "$1") && [[ $have =~ ^[0-9]+$ ]] \
+                || { stamp "$1: could not count its launched trials ($have)" >&2; return 1; }
+            echo $(( have + ${2#+} )) ;;
+        *) echo "$2" ;;
+    esac
+}
+
+# at MODEL STUDY N_TRIALS NEED_S [autotune run options...]: run STUDY of MODEL up to N_TRIALS launched trials (+N:
+# N more than it holds), launching none that the lease cannot finish (NEED_S: the wall time one trial is expected to
+# take).
 at() {
-    local m=$1 study=$2 n=$3 need=$4; shift 4
+    local m=$1 study=$2 n need=$4
     local d left
+    n=$(target "$study" "$3") || return 1
+    shift 4
     d=$(workload "$m") || return 1
     left=$(( DEADLINE - $(date +%s) ))
     if [ "$left" -lt "$need" ]; then stamp "$study: not started, ${left}s left in the lease < ${need}s a trial"; return 1; fi
@@ -36,4 +63,8 @@ OFFLOAD_OFF=$DYN16,gpu_memory_utilization=0.5
 OFFLOAD_ON=$DYN16,gpu_memory_utilization=0.5,param_offload=true,optimizer_offload=true
 MICRO=$R1,use_dynamic_bsz=false,ppo_micro_batch_size_per_gpu=4,log_prob_micro_batch_size_per_gpu=8,gpu_memory_utilization=0.6
 FULL_RC=$R1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=8192,log_prob_max_token_len_per_gpu=16384,recompute=full,gpu_memory_utilization=0.7
+# Lease 7's best 3B trial (c-3b #3) with the actor's parameters offloaded: the other half of an offload pair.
+OFFLOAD_PAIR_3B=$R1,recompute=selective,recompute_modules=core_attn,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=8192
+OFFLOAD_PAIR_3B=$OFFLOAD_PAIR_3B,log_prob_max_token_len_per_gpu=98304,gpu_memory_utilization=0.4,use_fused_kernels=true
+OFFLOAD_PAIR_3B=$OFFLOAD_PAIR_3B,optimizer_cpu_offload=true,optimizer_offload_fraction=0.5,param_offload=true
 MICRO_OOM=$R1,use_dynamic_bsz=false,ppo_micro_batch_size_per_gpu=64,log_prob_micro_batch_size_per_gpu=64,gpu_memory_utilization=0.5

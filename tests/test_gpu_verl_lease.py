@@ -1,0 +1,79 @@
+"""The GPU lease's tools that run on the CPU too: the import-time summary (benchmarks/gpu_verl/importtime.py) and the
+campaign plans' trial counts (plans/campaign.sh)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu_verl import importtime
+
+RAW = """import time: self [us] | cumulative | imported package
+import time:       100 |        100 |   _io
+import time:      2000 |       2000 |     vllm.config
+import time:      1000 |       3000 |   vllm
+import time:      7000 |       7000 | torch
+not a line of importtime
+"""
+
+
+def test_parse_and_summary_rank_packages_by_their_own_time() -> None:
+    rows = importtime.parse(RAW)
+    assert [r[0] for r in rows] == ["_io", "vllm.config", "vllm", "torch"]
+    assert rows[1] == ("vllm.config", 2000, 2000, 2)
+    text = importtime.summary(rows)
+    assert text.startswith("imports: 0.0 s in 4 modules")
+    pkgs = text.split("by top-level package")[1].split("slowest")[0]
+    assert pkgs.index("torch") < pkgs.index("vllm") < pkgs.index("_io") and "29.7%  vllm" in pkgs
+
+
+def test_a_real_python_importtime_is_read_and_a_wrong_file_refused(tmp_path: Path) -> None:
+    raw = tmp_path / "it.raw"
+    raw.write_text(subprocess.run([sys.executable, "-X", "importtime", "-c", "import json"],
+                                  capture_output=True, text=True).stderr)
+    assert "json" in {r[0] for r in importtime.parse(raw.read_text())}
+    assert importtime.main([str(raw)]) == 0
+    bad = tmp_path / "bad.txt"
+    bad.write_text("nothing here\n")
+    assert importtime.main([str(bad)]) == 1 and importtime.main([]) == 2
+
+
+PLANS = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_verl" / "plans"
+L7 = Path(__file__).resolve().parent / "data" / "real_verl_gpu" / "h100_2026-11-25_l7" / "c-3b.db"
+
+
+def _campaign(tmp_path: Path, call: str) -> str:
+    env = {**os.environ, "SMOKE": str(tmp_path), "PYTHONPATH": str(PLANS.parents[2]),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    out = subprocess.run(["bash", "-c", f". {PLANS / 'campaign.sh'} 2>/dev/null; {call}"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_plus_n_counts_from_what_a_resumed_study_launched(tmp_path: Path) -> None:
+    """--n-trials counts a study's launched trials: the 3B study of lease 7 holds 3, so one more is 4."""
+    shutil.copy(L7, tmp_path / "c-3b.db")
+    assert _campaign(tmp_path, "launched c-3b; target c-3b +1; target c-3b 2; target c-new +2").split() == \
+        ["3", "4", "2", "2"]
+
+
+def test_every_plan_that_resumes_a_study_asks_for_more_trials_than_it_holds() -> None:
+    """A plan started with AT_RESUME=.../STUDY.db runs STUDY with `+N` (an absolute count at or under what the study
+    held launched nothing: leases 9 and 10 as first written)."""
+    resumed = 0
+    for plan in PLANS.glob("lease*.sh"):
+        text = plan.read_text()
+        header = "".join(line for line in text.splitlines() if line.startswith("#"))
+        for db in re.findall(r"AT_RESUME=\S*?([\w.-]+)\.db", header):
+            calls = re.findall(rf"^at \S+ {re.escape(db)} (\S+)", text, re.M)
+            resumed += 1
+            assert calls and all(c.startswith("+") for c in calls), (plan.name, db, calls)
+    assert resumed >= 2
