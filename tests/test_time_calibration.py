@@ -57,6 +57,17 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
 def test_the_report_has_the_summary_with_a_verdict_per_size(zeroed: list[cal.Case]) -> None:
     text = cal.report(cal.cases(list(cal.DATA.glob("*/*.db"))), zeroed)
     assert "## Summary: per model size, leave one size out" in text
-    summary = text.split("## Summary")[1].split("\n## ")[0]
-    assert all(f"| {s} |" in summary for s in SIZES) and "| **all** |" in summary
-    assert summary.count("| met |") + summary.count("| **not met** |") == len(SIZES) + 1
+    summary, steady = text.split("## Summary")[1].split("\n## ")[0].split("measured by its steady steps")
+    for table in (summary, steady):
+        assert all(f"| {s} |" in table for s in SIZES) and "| **all** |" in table
+        assert table.count("| met |") + table.count("| **not met** |") == len(SIZES) + 1
+
+
+def test_the_steady_view_takes_a_trials_steps_from_2_on() -> None:
+    """The 3B's first trial measured gen 18.1 s at step 3 and 8.1-12 s at its other steps: its steady gen is their
+    median, and the case keeps step 3 as the study measured it."""
+    three = next(c for c in cal.cases(list(cal.DATA.glob("*/*.db"))) if c.source.endswith("c-3b#0"))
+    assert three.measured_phases["gen"] == pytest.approx(18.1, abs=0.05)
+    assert three.steady_phases["gen"] < 0.75 * three.measured_phases["gen"]
+    assert cal.steady(three).measured_phases == three.steady_phases
+    assert cal.steady(three).measured_step_s == three.steady_step_s != three.measured_step_s
