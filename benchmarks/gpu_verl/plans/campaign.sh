@@ -67,4 +67,9 @@ FULL_RC=$R1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=8192,log_prob_max_tok
 OFFLOAD_PAIR_3B=$R1,recompute=selective,recompute_modules=core_attn,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=8192
 OFFLOAD_PAIR_3B=$OFFLOAD_PAIR_3B,log_prob_max_token_len_per_gpu=98304,gpu_memory_utilization=0.4,use_fused_kernels=true
 OFFLOAD_PAIR_3B=$OFFLOAD_PAIR_3B,optimizer_cpu_offload=true,optimizer_offload_fraction=0.5,param_offload=true
+# The 1.5B's spread at gpu_memory_utilization 0.5 (at 0.6-0.7 the model puts their rollout at or over the H100).
+FULL_RC_05=$R1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=8192,log_prob_max_token_len_per_gpu=16384,recompute=full
+FULL_RC_05=$FULL_RC_05,gpu_memory_utilization=0.5
+MICRO_05=$R1,use_dynamic_bsz=false,ppo_micro_batch_size_per_gpu=4,log_prob_micro_batch_size_per_gpu=8
+MICRO_05=$MICRO_05,gpu_memory_utilization=0.5
 MICRO_OOM=$R1,use_dynamic_bsz=false,ppo_micro_batch_size_per_gpu=64,log_prob_micro_batch_size_per_gpu=64,gpu_memory_utilization=0.5
