@@ -23,8 +23,9 @@ from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import GIB
 from autotune.estimate import evaluate
-from autotune.estimate.lengths import at_step
+from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.offload import cpu_fraction
+from autotune.job import Job
 from autotune.model import CATALOG, ModelArch
 from autotune.results.labels import Labeller
 from autotune.search.setup import Setup, setup_from_row
@@ -91,10 +92,17 @@ def cases(dbs: Iterable[Path], efficiency: dict[str, float] | None = None) -> li
     return [_case(db, setup, row, store, efficiency or {}) for db, store, setup, row in measured_trials(dbs)]
 
 
-def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, float]) -> Case:
+def as_measured(setup: Setup, row: Any, store: Store) -> tuple[Job, dict[str, Any], Lengths | None]:
+    """A real trial as its measured step saw it: the job with the node's defaults it ran with (the doctor's attention
+    backend), verl's metrics at the measured step, and the sequence lengths that step logged (None: not logged)."""
     job = setup.job.with_node_defaults((row.extra or {}).get("job_defaults") or {})
     at = next((dict(s.metrics) for s in store.steps(row.id) if s.step == setup.measure_step), {})
     lengths = at_step(job, measured=[at]) if at.get(verl.M_RESPONSE_LENGTH_MEAN) is not None else None
+    return job, at, lengths
+
+
+def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, float]) -> Case:
+    job, at, lengths = as_measured(setup, row, store)
     cand = Candidate(**row.params)
     constants = dataclasses.replace(
         setup.constants, efficiency=dataclasses.replace(setup.constants.efficiency, **efficiency))
@@ -110,7 +118,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
                                 if m.get(verl.PHASE_TIMINGS[p]) is not None])}
     return Case(
         source=f"{db.parent.name}/{db.name}/{row.study}#{row.number}",
-        model=f"{_size(setup.model)}, attention {job.get(verl.ATTENTION_BACKEND) or 'as verl chooses'}",
+        model=f"{catalog_size(setup.model)}, attention {job.get(verl.ATTENTION_BACKEND) or 'as verl chooses'}",
         label=Labeller(setup.stock)(row.params), status=row.status,
         measured_step_s=step_s, measured_phases=measured,
         predicted_step_s=thr.step_time if thr else None,
@@ -119,13 +127,13 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         predicted_peak_gib=mem.peak / GIB if mem else None,
         predicted_fits=bool(mem and mem.fits and not ev.violations),
         binding=mem.binding.name if mem else "",
-        size=_size(setup.model), cpu_optimizer=bool(cpu_fraction(cand)),
+        size=catalog_size(setup.model), cpu_optimizer=bool(cpu_fraction(cand)),
         steady_phases={p: v for p, v in steady_phases.items() if p != "step"},
         steady_step_s=steady_phases.get("step"),
     )
 
 
-def _size(arch: ModelArch) -> str:
+def catalog_size(arch: ModelArch) -> str:
     """The catalog model of the same shape (the trials' random-weight checkpoints are named after their folder)."""
     shape = (arch.num_layers, arch.hidden_size, arch.num_attention_heads, arch.ffn_hidden_size)
     for name, m in CATALOG.items():

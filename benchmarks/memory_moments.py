@@ -32,10 +32,10 @@ from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster
 from autotune.estimate import evaluate
 from autotune.estimate.batching import data_parallel
-from autotune.estimate.lengths import Lengths, at_step
+from autotune.estimate.lengths import Lengths
 from autotune.job import Job
 from autotune.results.labels import Labeller
-from benchmarks.calibration import DATA, HERE, _size, measured_trials
+from benchmarks.calibration import DATA, HERE, as_measured, catalog_size, measured_trials
 
 MOMENTS = ("vllm_start", "rollout", "old_log_prob", "update", "reshard")
 PHASE_OF = {"rollout": "gen", "old_log_prob": "old_log_prob", "update": "update_actor", "reshard": "update_weights"}
@@ -151,8 +151,7 @@ def cases(dbs: Iterable[Path]) -> list[MomentCase]:
         folder = trial_dir(db, row)
         if row.status != "ok" or folder is None:
             continue
-        steps = {s.step: dict(s.metrics) for s in store.steps(row.id)}
-        at = steps.get(setup.measure_step) or {}
+        job, at, lengths = as_measured(setup, row, store)
         extra = row.extra or {}
         timings = extra.get("timings") or {}
         span = (extra.get("step_spans_s") or {}).get(str(setup.measure_step))
@@ -164,8 +163,6 @@ def cases(dbs: Iterable[Path]) -> list[MomentCase]:
         windows = step_windows(end - float(took), float(end), phases)
         if timings.get("weights_loaded_s") is not None and timings.get("vllm_ready_s") is not None:
             windows["vllm_start"] = (float(timings["weights_loaded_s"]), float(timings["vllm_ready_s"]))
-        job = setup.job.with_node_defaults(extra.get("job_defaults") or {})
-        lengths = at_step(job, measured=[at]) if at.get(verl.M_RESPONSE_LENGTH_MEAN) is not None else None
         cand = Candidate(**row.params)
         ev = evaluate(setup.model, setup.cluster, job, cand, setup.objective, lengths, setup.constants)
         if ev.memory is None or ev.memory.lengths is None:
@@ -181,10 +178,17 @@ def cases(dbs: Iterable[Path]) -> list[MomentCase]:
                 continue
             window = windows.get(PHASE_OF.get(moment, moment))
             measured = window_max(trace, window) if window else None
-            out.append(MomentCase(f"{db.parent.name}/{row.study}#{row.number}", _size(setup.model), label, moment,
-                                  predicted[moment], measured, window, job.attention_backend or "as verl chooses",
-                                  lead.get(moment)))
+            out.append(MomentCase(f"{db.parent.name}/{row.study}#{row.number}", catalog_size(setup.model), label,
+                                  moment, predicted[moment], measured, window,
+                                  job.attention_backend or "as verl chooses", lead.get(moment)))
     return out
+
+
+def _cells(errs: list[float]) -> str:
+    """'judged | median |error| | largest error (signed) | within the target | under-predicted past it' of errors."""
+    worst = max(errs, key=abs)
+    return (f"{len(errs)} | {100 * statistics.median(abs(e) for e in errs):.0f}% | {100 * worst:+.0f}% | "
+            f"{sum(abs(e) <= TARGET for e in errs)} of {len(errs)} | {sum(e < -TARGET for e in errs)}")
 
 
 def report(cs: list[MomentCase]) -> str:
@@ -196,45 +200,35 @@ def report(cs: list[MomentCase]) -> str:
              "than the trace's 1.5 s margin, start-ups whose milestones an older runner did not record). The "
              f"target (issue 23.3): every moment within {TARGET:.0%}.", ""]
     judged = [c for c in cs if c.error is not None]
-    lines += ["## Summary", "", "| size | moments judged | median error | largest error | within "
-              f"{TARGET:.0%} | under-predicted by more than {TARGET:.0%} |", "|---|---|---|---|---|---|"]
-    for size in sorted({c.size for c in cs}) + ["all"]:
-        sel = [c for c in judged if size in ("all", c.size)]
-        if not sel:
-            continue
-        errs = [abs(c.error) for c in sel]  # type: ignore[arg-type]
-        under = [c for c in sel if c.error < -TARGET]  # type: ignore[operator]
-        within = sum(e <= TARGET for e in errs)
-        lines.append(f"| {'**all**' if size == 'all' else size} | {len(sel)} | {100 * statistics.median(errs):.0f}% "
-                     f"| {100 * max(errs):.0f}% | {within} of {len(sel)} | {len(under)} |")
-    lines += ["", "By moment, every size:", "", "| moment | judged | median error | largest error | within "
-              f"{TARGET:.0%} |", "|---|---|---|---|---|"]
+    header = (f"moments judged | median error | largest error | within {TARGET:.0%} | under-predicted by more than "
+              f"{TARGET:.0%} |")
+    lines += ["## Summary", "", "| size | " + header, "|---|---|---|---|---|---|"]
+    for size in sorted({c.size for c in judged}):
+        errs = [c.error for c in judged if c.size == size and c.error is not None]
+        lines.append(f"| {size} | " + _cells(errs) + " |")
+    lines.append("| **all** | " + _cells([c.error for c in judged if c.error is not None]) + " |")
+    lines += ["", "By moment, every size:", "", "| moment | " + header, "|---|---|---|---|---|---|"]
     for moment in MOMENTS:
-        sel = [c for c in judged if c.moment == moment]
-        if sel:
-            errs = [c.error for c in sel]
-            worst = max(errs, key=abs)  # type: ignore[arg-type]
-            lines.append(f"| {moment} | {len(sel)} | {100 * statistics.median(abs(e) for e in errs):.0f}% "  # type: ignore[arg-type]
-                         f"| {100 * worst:+.0f}% | {sum(abs(e) <= TARGET for e in errs)} of {len(sel)} |")  # type: ignore[arg-type]
+        errs = [c.error for c in judged if c.moment == moment and c.error is not None]
+        if errs:
+            lines.append(f"| {moment} | " + _cells(errs) + " |")
     lines += ["", "## A lead: micro-batches as verl forms them", "",
               "With dynamic batching the model sizes a micro-batch at its token budget. At a step's lengths verl forms "
               "fewer tokens: ceil(tokens / budget) balanced partitions of a pass (`partitioned`; the smoke job's "
               "~153k log-prob tokens make two micro-batches of ~76k under a 96k budget). Predicted with those "
-              "(everything else the same), by attention backend:", "",
-              "| attention | moments judged | median error | largest error | within "
-              f"{TARGET:.0%} | under-predicted by more than {TARGET:.0%} |", "|---|---|---|---|---|---|"]
+              "(everything else the same), by attention backend:", "", "| attention | " + header,
+              "|---|---|---|---|---|---|"]
     sides = []
     for attn in sorted({c.attention for c in judged}):
-        within = {}
-        for rule, err in (("budget (the model)", lambda c: c.error), ("partitions", lambda c: c.partitioned_error)):
-            errs = [err(c) for c in judged if c.attention == attn and err(c) is not None]
-            if errs:
-                within[rule] = sum(abs(e) <= TARGET for e in errs)
-                lines.append(f"| {attn}, {rule} | {len(errs)} | {100 * statistics.median(abs(e) for e in errs):.0f}% "
-                             f"| {100 * max(errs, key=abs):+.0f}% | {within[rule]} of "
-                             f"{len(errs)} | {sum(e < -TARGET for e in errs)} |")
+        within: dict[str, int] = {}
+        for rule, errs in (("budget (the model)", [c.error for c in judged if c.attention == attn]),
+                           ("partitions", [c.partitioned_error for c in judged if c.attention == attn])):
+            got = [e for e in errs if e is not None]
+            if got:
+                within[rule] = sum(abs(e) <= TARGET for e in got)
+                lines.append(f"| {attn}, {rule} | " + _cells(got) + " |")
         if within:
-            sides.append(f"{attn} attention: {max(within, key=within.get)}")  # type: ignore[arg-type]
+            sides.append(f"{attn} attention: {max(within, key=lambda r: within[r])}")
     lines += ["", "More moments within the target, by backend: " + "; ".join(sides) + ". The model keeps the budget "
               "(the bound at the worst case, where a pass's tokens sit just under a multiple of it) until trials with "
               "budgets well above their partitions tell the rules apart on the attention users run."]

@@ -39,7 +39,7 @@ from autotune.search.ranking import make_ranking
 from autotune.search.setup import setup_from_row
 from autotune.search.split import InfeasibleSpaceError
 from autotune.store.store import Store
-from benchmarks.calibration import DATA, PHASES, _size, measured_trials
+from benchmarks.calibration import DATA, PHASES, catalog_size, measured_trials
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "landscapes" / "verl"  # beside, not among, the training-phase landscapes (their own benchmarks)
@@ -74,7 +74,8 @@ def _job(setup: Any, row: Any) -> dict[str, Any]:
 
 
 def _key(setup: Any, job: dict[str, Any]) -> tuple[str, str, int, str]:
-    return _size(setup.model), setup.cluster.gpu.name, setup.cluster.world_size, yaml.safe_dump(job, sort_keys=True)
+    return (catalog_size(setup.model), setup.cluster.gpu.name, setup.cluster.world_size,
+            yaml.safe_dump(job, sort_keys=True))
 
 
 def collect(dbs: list[Path]) -> dict[tuple[str, str, int, str], tuple[dict[str, Any], list[Measured]]]:
