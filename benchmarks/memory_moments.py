@@ -1,16 +1,11 @@
 """The memory model per moment against NVML, on every real verl 0.9.1 trial that measured a step (issue 23.3).
 
 A trial's peak says only which moment binds; the model predicts each moment of a step (vLLM's start, the rollout,
-the log-prob pass, the update, the weight sync: autotune/estimate/memory.py). NVML's trace of the trial (`gpu.csv`,
-every 0.5 s from launch, every process on the GPU) gives each moment's measured memory: the largest sample inside
-the window verl's own timings place it in. Inside the measured step a phase's window follows verl 0.9.1's order
-(ray_trainer.py fit: gen, reward, old_log_prob, ref, adv, update_actor, update_weights): gen and old_log_prob are
-placed from the step's start, update_weights and update_actor back from its end (the line's arrival). vLLM's start
-is the start-up from "weights loaded" to "ready to fit". Each window is narrowed by a sample and a half at each end,
-so that a neighbour's memory is not read into it; a window with no sample left is not judged.
-
-NVML counts what PyTorch's caching allocator keeps reserved, so a moment that follows a larger one may read what the
-earlier one left cached: that is memory the GPU really holds then, and the model must carry it to be right.
+the log-prob pass, the update, the weight sync: autotune/estimate/memory.py). What NVML saw at each moment is what the
+verl runner stores for a trial (autotune/results/memory_trace.py: the largest sample of the trial's trace inside the
+window verl's own phase timings place the moment in); for trials of runners older than that, the same function reads
+the committed trace (`gpu.csv`). The prediction: the uncorrected model at the lengths the measured step logged, read
+as NVML sees it (the update over the log-prob pass's cache: estimate/memory.py `as_nvml_sees`).
 
     python -m benchmarks.memory_moments     # writes benchmarks/results/memory_moments.md
 """
@@ -18,29 +13,26 @@ earlier one left cached: that is memory the GPU really holds then, and the model
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster
 from autotune.estimate import evaluate
 from autotune.estimate.batching import data_parallel
 from autotune.estimate.lengths import Lengths
+from autotune.estimate.memory import as_nvml_sees
 from autotune.job import Job
+from autotune.results import memory_trace, timeline
 from autotune.results.labels import Labeller
 from benchmarks.calibration import DATA, HERE, as_measured, catalog_size, measured_trials
 
-MOMENTS = ("vllm_start", "rollout", "old_log_prob", "update", "reshard")
-PHASE_OF = {"rollout": "gen", "old_log_prob": "old_log_prob", "update": "update_actor", "reshard": "update_weights"}
 TARGET = 0.08  # issue 23.3: memory per moment within 8% of NVML
-MARGIN_S = 0.75  # a sample and a half (the trace samples every 0.5 s)
 
 
 @dataclass(frozen=True)
@@ -53,7 +45,6 @@ class MomentCase:
     moment: str
     predicted_gib: float
     measured_gib: float | None
-    window: tuple[float, float] | None  # seconds after launch
     attention: str = ""
     partitioned_gib: float | None = None  # the lead below: micro-batches of verl's balanced partitions
 
@@ -64,36 +55,6 @@ class MomentCase:
     @property
     def error(self) -> float | None:
         return self.predicted_gib / self.measured_gib - 1 if self.measured_gib else None
-
-
-def step_windows(start: float, end: float, timings: Mapping[str, float]) -> dict[str, tuple[float, float]]:
-    """Each phase's window (seconds after launch) inside one step from `start` to `end`, by verl 0.9.1's order:
-    gen and old_log_prob from the start, update_weights and update_actor back from the end."""
-    out: dict[str, tuple[float, float]] = {}
-    t = start
-    for phase in ("gen", "reward", "old_log_prob"):
-        took = timings.get(phase)
-        if took is None:
-            continue
-        if phase != "reward":
-            out[phase] = (t, t + took)
-        t += took
-    t = end
-    for phase in ("update_weights", "update_actor"):
-        took = timings.get(phase)
-        if took is None:
-            continue
-        out[phase] = (t - took, t)
-        t -= took
-    return out
-
-
-def window_max(trace: Sequence[tuple[float, float]], window: tuple[float, float],
-               margin: float = MARGIN_S) -> float | None:
-    """The largest sample strictly inside the window narrowed by `margin` at each end (None: no sample there)."""
-    a, b = window[0] + margin, window[1] - margin
-    inside = [used for t, used in trace if a <= t <= b]
-    return max(inside) if inside else None
 
 
 def partitioned(job: Job, cl: Cluster, c: Candidate, ln: Lengths) -> Candidate:
@@ -113,25 +74,6 @@ def partitioned(job: Job, cl: Cluster, c: Candidate, ln: Lengths) -> Candidate:
                                log_prob_max_token_len_per_gpu=part(c.log_prob_max_token_len_per_gpu, log_prob))
 
 
-def seen_by_nvml(moments: Mapping[str, float], cand: Candidate) -> dict[str, float]:
-    """What NVML shows at each moment, from the model's per-moment peaks: the update runs on what the log-prob
-    passes left in PyTorch's cache, since verl 0.9.1 empties the cache only around the weight sync and when it moves
-    an offloaded actor (workers/engine_workers.py, utils/megatron_utils.py: `empty_cache`), never between the
-    log-prob pass and the update. The cache does not make the update run out of memory (the allocator frees it and
-    retries first), so the model's verdicts need none of this: it is what a trace of NVML reads."""
-    out = dict(moments)
-    if "update" in out and not cand.param_offload:
-        out["update"] = max([out["update"]] + [out[m] for m in ("old_log_prob", "ref_log_prob") if m in out])
-    return out
-
-
-def read_trace(path: Path) -> list[tuple[float, float]]:
-    """(seconds after launch, GiB used on the busiest GPU) of every sample of a trial's gpu.csv."""
-    with path.open() as f:
-        rows = list(csv.reader(f))
-    return [(float(r[0]), max(float(v) for v in r[1:])) for r in rows[1:] if len(r) > 1]
-
-
 def trial_dir(db: Path, row: Any) -> Path | None:
     """The committed folder of a trial's logs beside its database (`trial_NNNN`, or `<db stem's lease>_trial_NNNN`
     where one lease folder holds two studies)."""
@@ -148,39 +90,33 @@ def trial_dir(db: Path, row: Any) -> Path | None:
 def cases(dbs: Iterable[Path]) -> list[MomentCase]:
     out: list[MomentCase] = []
     for db, store, setup, row in measured_trials(dbs):
-        folder = trial_dir(db, row)
-        if row.status != "ok" or folder is None:
+        if row.status != "ok":
             continue
         job, at, lengths = as_measured(setup, row, store)
         extra = row.extra or {}
-        timings = extra.get("timings") or {}
-        span = (extra.get("step_spans_s") or {}).get(str(setup.measure_step))
-        end = span[1] if span else timings.get("measured_s")
-        took = at.get(verl.PHASE_TIMINGS["step"])
-        if end is None or took is None:
+        seen = extra.get(memory_trace.EXTRA)
+        folder = trial_dir(db, row)
+        if seen is None and folder is not None:  # a runner older than the stored moments: read its trace
+            span = (extra.get(timeline.SPANS) or {}).get(str(setup.measure_step))
+            end = span[1] if span else (extra.get("timings") or {}).get("measured_s")  # older still: the line's
+            seen = memory_trace.measured_moments(memory_trace.read_trace(folder / "gpu.csv"), end, at,
+                                                 extra.get("timings") or {})
+        if not seen:
             continue
-        phases = {p: float(at[k]) for p, k in verl.PHASE_TIMINGS.items() if at.get(k) is not None}
-        windows = step_windows(end - float(took), float(end), phases)
-        if timings.get("weights_loaded_s") is not None and timings.get("vllm_ready_s") is not None:
-            windows["vllm_start"] = (float(timings["weights_loaded_s"]), float(timings["vllm_ready_s"]))
         cand = Candidate(**row.params)
         ev = evaluate(setup.model, setup.cluster, job, cand, setup.objective, lengths, setup.constants)
         if ev.memory is None or ev.memory.lengths is None:
             continue
-        trace = read_trace(folder / "gpu.csv")
-        predicted = seen_by_nvml({m.name: m.peak / GIB for m in ev.memory.moments}, cand)
+        predicted = as_nvml_sees({m.name: m.peak / GIB for m in ev.memory.moments}, cand.param_offload)
         alt = evaluate(setup.model, setup.cluster, job, partitioned(job, setup.cluster, cand, ev.memory.lengths),
                        setup.objective, lengths, setup.constants).memory
-        lead = seen_by_nvml({m.name: m.peak / GIB for m in alt.moments}, cand) if alt else {}
+        lead = as_nvml_sees({m.name: m.peak / GIB for m in alt.moments}, cand.param_offload) if alt else {}
         label = Labeller(setup.stock)(row.params)
-        for moment in MOMENTS:
-            if moment not in predicted:
-                continue
-            window = windows.get(PHASE_OF.get(moment, moment))
-            measured = window_max(trace, window) if window else None
-            out.append(MomentCase(f"{db.parent.name}/{row.study}#{row.number}", catalog_size(setup.model), label,
-                                  moment, predicted[moment], measured, window,
-                                  job.attention_backend or "as verl chooses", lead.get(moment)))
+        for moment in memory_trace.MOMENTS:
+            if moment in predicted:
+                out.append(MomentCase(f"{db.parent.name}/{row.study}#{row.number}", catalog_size(setup.model), label,
+                                      moment, predicted[moment], seen.get(moment),
+                                      job.attention_backend or "as verl chooses", lead.get(moment)))
     return out
 
 
@@ -208,7 +144,7 @@ def report(cs: list[MomentCase]) -> str:
         lines.append(f"| {size} | " + _cells(errs) + " |")
     lines.append("| **all** | " + _cells([c.error for c in judged if c.error is not None]) + " |")
     lines += ["", "By moment, every size:", "", "| moment | " + header, "|---|---|---|---|---|---|"]
-    for moment in MOMENTS:
+    for moment in memory_trace.MOMENTS:
         errs = [c.error for c in judged if c.moment == moment and c.error is not None]
         if errs:
             lines.append(f"| {moment} | " + _cells(errs) + " |")
@@ -233,8 +169,8 @@ def report(cs: list[MomentCase]) -> str:
               "(the bound at the worst case, where a pass's tokens sit just under a multiple of it) until trials with "
               "budgets well above their partitions tell the rules apart on the attention users run."]
     for size in sorted({c.size for c in cs}):
-        lines += ["", f"## {size}", "", "| trial | configuration | " + " | ".join(MOMENTS) + " |",
-                  "|---|---|" + "---|" * len(MOMENTS)]
+        lines += ["", f"## {size}", "", "| trial | configuration | " + " | ".join(memory_trace.MOMENTS) + " |",
+                  "|---|---|" + "---|" * len(memory_trace.MOMENTS)]
         trials: dict[str, dict[str, MomentCase]] = {}
         labels: dict[str, str] = {}
         for c in cs:
@@ -243,7 +179,7 @@ def report(cs: list[MomentCase]) -> str:
                 labels[c.source] = c.label
         for source, by in trials.items():
             cells = []
-            for moment in MOMENTS:
+            for moment in memory_trace.MOMENTS:
                 c = by.get(moment)
                 if c is None:
                     cells.append("")

@@ -21,6 +21,7 @@ from autotune.estimate import MEMORY_MARGIN
 from autotune.estimate.safer import SAFE_TOLERANCE
 from autotune.executors import placement_text
 from autotune.job import Job
+from autotune.results import memory_trace
 from autotune.results.export import ExportInfo, export_text, export_warning, missing_keys, tuned_values
 from autotune.results.guessed import guessed_predictions
 from autotune.results.labels import Labeller, provenance, study_reference
@@ -155,12 +156,15 @@ def _trial_status(store: Store, name: str, number: int, as_json: bool) -> int:
     if row is None:
         raise CLIError(f"study {name!r}: no trial {number}")
     tl = Timeline.from_extra(row.extra)
-    label = Labeller(study_reference(store.get_study(name)))(row.params, row.candidate_key) if row.params else "-"
+    meta = store.get_study(name)
+    label = Labeller(study_reference(meta))(row.params, row.candidate_key) if row.params else "-"
     if as_json:
         print(json.dumps({"study": name, "trial": row.number, "status": row.status, "reason": row.reason,
                           "throughput": row.throughput, "simulated": row.simulated, "label": label,
                           "noise": (row.extra or {}).get("noise"), "noise_words": noise_words(row),
-                          "timeline": tl.as_dict() if tl else None}, indent=2, default=str))
+                          "timeline": tl.as_dict() if tl else None,
+                          "memory_moments": [dataclasses.asdict(m) for m in memory_trace.per_moment(row)]},
+                         indent=2, default=str))
         return 0
     say = lambda text: out.print(text, markup=False)  # noqa: E731
     say(f"study {name}: trial {row.number}, {row.status}, {_speed(row)} ({label})")
@@ -169,6 +173,8 @@ def _trial_status(store: Store, name: str, number: int, as_json: bool) -> int:
     per_step = (Noise.from_extra(row.extra) or Noise(None, (0, 0), {})).per_step
     if per_step:
         say("  tokens/s/GPU by step: " + ", ".join(f"{s}: {units.throughput(v)}" for s, v in per_step.items()))
+    if moments := memory_trace.per_moment_words(row, meta.measure_step):
+        say(moments)
     if tl is None:
         why = ("nothing ran now: the result is " + provenance(row.simulated, row.backend).upper()
                if row.simulated or row.backend == "replay" else "none recorded (not launched, or launched by an "

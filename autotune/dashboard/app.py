@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from autotune import units, verl
 from autotune.dashboard import data, failures, history, importance, plots, profiles, studies, table
 from autotune.estimate.throughput import step_error_percent
+from autotune.results import memory_trace
 from autotune.results.export import FORMATS
 from autotune.results.guessed import guessed_predictions
 from autotune.results.labels import provenance
@@ -272,6 +273,7 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
                     lengths_guessed=guessed_words if guessed else "",
                     profile=profiles.trial_profile(store, name, number),
                     timeline=Timeline.from_extra(row.extra), noise=noise_words(row),
+                    moments=memory_trace.per_moment(row),
                     layout=data.layout(row.params, data.reference(store, st)),
                     cls=data.failure_class(row.status, row.reason or ""), steps=steps,
                     step_metrics=list(dict.fromkeys(k for s in steps for k in s.metrics)),

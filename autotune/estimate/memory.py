@@ -7,6 +7,7 @@ Formulas and sources: ../shared/reference/MEMORY.md. All sizes in bytes; pure fu
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autotune import units, verl
@@ -335,6 +336,18 @@ def reshard_buffer_bytes(m: ModelArch, job: Job) -> float:
 def ref_param_bytes(m: ModelArch, c: Candidate) -> float:
     """The reference model: a bf16 copy of the weights sharded like the actor, forward only (no grads, no optimizer)."""
     return 2 * params_per_gpu(m, c).total
+
+
+def as_nvml_sees(peaks: Mapping[str, float], param_offload: bool) -> dict[str, float]:
+    """Each moment's peak as NVML reads it (any unit): the update runs on what the log-prob passes left in PyTorch's
+    cache, since verl 0.9.1 empties the cache only around the weight sync and when it moves an offloaded actor
+    (workers/engine_workers.py, utils/megatron_utils.py `empty_cache`), never between the log-prob pass and the
+    update. The verdicts need none of this (the allocator frees its cache and retries before it runs out of
+    memory): it is what a trial's trace shows (autotune/results/memory_trace.py)."""
+    out = dict(peaks)
+    if "update" in out and not param_offload:
+        out["update"] = max([out["update"]] + [out[m] for m in ("old_log_prob", "ref_log_prob") if m in out])
+    return out
 
 
 def estimate_memory(

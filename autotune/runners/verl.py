@@ -24,7 +24,7 @@ from typing import Any
 
 from autotune import units, verl
 from autotune.model import ModelArch
-from autotune.results import noise, timeline
+from autotune.results import memory_trace, noise, timeline
 from autotune.results.export import launch_argv
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
@@ -90,6 +90,7 @@ class _Attempt:
     ray_tmp: str = ""
     caches: str = ""  # the shared caches at launch: "warm", "cold", "" (off)
     missed: str = ""  # why the extra steps after the measured one are missing (the run ended first)
+    trace: Path | None = None  # NVML's samples of the attempt (memory per moment)
 
 
 class VerlRunner(Runner):
@@ -388,7 +389,7 @@ class VerlRunner(Runner):
             shutil.rmtree(ray_tmp, ignore_errors=True)
             kept = ""
         return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, caches,
-                        missed)
+                        missed, monitor.trace if gpu.available else None)
 
     @staticmethod
     def _show(spec: TrialSpec, log: RunLog, seen_at: dict[int, float], elapsed: float, monitor: GpuMonitor,
@@ -528,6 +529,9 @@ class VerlRunner(Runner):
             "timings": att.timings,
             timeline.SPANS: timeline.step_spans(att.log.step_at, att.log.steps),
         })
+        if att.status == TrialStatus.OK and att.trace is not None:
+            extra[memory_trace.EXTRA] = memory_trace.from_trial(att.trace, att.log.steps, att.log.step_at,
+                                                                spec.measure_step, att.timings)
         if att.caches:
             extra["caches"] = att.caches
         if att.ray_tmp:

@@ -1,0 +1,135 @@
+"""A real trial's memory per moment (autotune/results/memory_trace.py): placed in NVML's trace by verl's phase
+timings, stored by the verl runner, shown by `status --trial` and the dashboard; and the benchmark that sets the
+memory model against every committed real trial's trace (benchmarks/memory_moments.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from autotune.candidate import Candidate
+from autotune.cluster import make_cluster
+from autotune.estimate.lengths import Lengths
+from autotune.estimate.memory import as_nvml_sees
+from autotune.job import Job
+from autotune.results import memory_trace as mt
+from benchmarks import memory_moments as mm
+
+L4 = Path(__file__).resolve().parent / "data" / "real_verl_gpu" / "h100_2026-11-25_l4"
+
+
+def test_windows_follow_verls_order_inside_a_step() -> None:
+    """gen and old_log_prob from the step's start, update_weights and update_actor back from its end."""
+    w = mt.step_windows(100.0, 130.0, {"gen": 10.0, "old_log_prob": 5.0, "update_actor": 8.0, "update_weights": 1.0})
+    assert w == {"gen": (100.0, 110.0), "old_log_prob": (110.0, 115.0), "update_weights": (129.0, 130.0),
+                 "update_actor": (121.0, 129.0)}
+    trace = [(100.0 + 0.5 * i, 10.0 + i) for i in range(61)]
+    assert mt.window_max(trace, w["gen"]) == 10.0 + 18  # 109.0 s, the last sample 0.75 s before its end
+    assert mt.window_max(trace, (129.0, 130.0)) is None  # shorter than the two margins: not measured
+
+
+def test_a_committed_trial_reads_as_its_trace_shows() -> None:
+    """Lease 4's trial 1 (dyn16k/32k, no fused kernels): vLLM awake 52 GiB, the log-prob pass 74.5, the update
+    74.7 on the log-prob pass's cache; the weight sync is shorter than the margins."""
+    import json
+
+    steps = {int(json.loads(line)["step"]): json.loads(line)["data"]
+             for line in (L4 / "trial_0001" / "metrics.jsonl").read_text().splitlines() if line.strip()}
+    timings = {"weights_loaded_s": 101.15, "vllm_ready_s": 194.46}
+    got = mt.from_trial(L4 / "trial_0001" / "gpu.csv", steps, {3: 297.09}, 3, timings)
+    assert got == {"rollout": 52.104, "old_log_prob": 74.45, "update": 74.749, "vllm_start": 46.901}
+    assert mt.from_trial(L4 / "nope.csv", steps, {3: 297.09}, 3, timings) == {}
+    assert mt.from_trial(L4 / "trial_0001" / "gpu.csv", steps, {3: 297.09}, 9, timings) == {}
+
+
+def test_nvml_reads_the_update_over_the_log_prob_pass_cache_unless_the_actor_is_offloaded() -> None:
+    peaks = {"old_log_prob": 77.0, "update": 51.7, "rollout": 52.3}
+    assert as_nvml_sees(peaks, False) == {"old_log_prob": 77.0, "update": 77.0, "rollout": 52.3}
+    assert as_nvml_sees(peaks, True)["update"] == 51.7
+
+
+def test_status_words_and_rows_set_the_launch_prediction_beside_nvml() -> None:
+    row = SimpleNamespace(extra={mt.EXTRA: {"rollout": 52.1, "old_log_prob": 74.5, "update": 74.7}},
+                          params={"param_offload": False},
+                          predicted_memory={"moment_peaks_gib": {"vllm_start": 48.6, "rollout": 52.3,
+                                                                 "old_log_prob": 72.9, "update": 51.7,
+                                                                 "reshard": 17.0}})
+    rows = {r.moment: r for r in mt.per_moment(row)}
+    assert rows["update"].predicted_gib == 72.9 and rows["update"].nvml_gib == 74.7  # read as NVML sees it
+    assert rows["reshard"].nvml_gib is None and rows["reshard"].error is None
+    words = mt.per_moment_words(row, 3)
+    assert words.startswith("memory per moment, GiB predicted at launch / NVML at step 3: vllm_start 48.6 / -")
+    assert "old_log_prob 72.9 / 74.5 (-2%)" in words
+    assert mt.per_moment(SimpleNamespace(extra={}, params={}, predicted_memory={})) == []
+
+
+def test_partitions_are_verls_balanced_micro_batches() -> None:
+    job = Job.from_file(mm.HERE / "gpu_verl" / "job_smoke.yaml")  # 16 prompts x 8, mini-batch 8 prompts
+    cand = Candidate(tp=1, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=32768,
+                     log_prob_max_token_len_per_gpu=98304).normalized()
+    ln = Lengths(prompt_mean=196.0, prompt_max=512.0, response_mean=1000.0, response_max=1024.0)
+    part = mm.partitioned(job, make_cluster(1, 1, "h100"), cand, ln)
+    # the update's mini-batch: 64 sequences of 1196 tokens = 76,544 -> 3 micro-batches; the log-prob pass: 153,088 -> 2
+    assert part.ppo_max_token_len_per_gpu == 76544 // 3 and part.log_prob_max_token_len_per_gpu == 153088 // 2
+    assert mm.partitioned(job, make_cluster(1, 1, "h100"), Candidate(tp=1).normalized(), ln) == \
+        Candidate(tp=1).normalized()
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[mm.MomentCase]:
+    return mm.cases(mm.DATA.glob("*/*.db"))
+
+
+def test_every_ok_trial_with_a_trace_is_judged_and_no_moment_is_far_under(cases: list[mm.MomentCase]) -> None:
+    """11 trials that measured a step; rollout and vLLM's start within the target wherever a window holds a sample;
+    nothing predicted more than 15% under what NVML saw (an under-prediction is the side that runs out of memory)."""
+    assert len({c.source for c in cases}) == 11
+    judged = [c for c in cases if c.error is not None]
+    assert {c.moment for c in judged} == {"vllm_start", "rollout", "old_log_prob", "update"}
+    assert all(abs(c.error) <= mm.TARGET for c in judged if c.moment in ("vllm_start", "rollout"))
+    assert min(c.error for c in judged) > -0.15, min(judged, key=lambda c: c.error)
+
+
+def test_the_committed_table_is_what_the_data_give(cases: list[mm.MomentCase]) -> None:
+    committed = (mm.HERE / "results" / "memory_moments.md").read_text()
+    assert committed == mm.report(cases)
+
+
+def test_the_runner_stores_each_moment_and_status_and_the_dashboard_show_it(
+        tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the test double of verl (its phases last a fraction of a second, so the margins are off here) and a
+    stand-in for NVML that reads 30 GiB throughout."""
+    from autotune.runners.gpu_monitor import GpuMonitor
+    from autotune.runners.verl import VerlRunner
+    from autotune.study.study import Tuner
+    from tests.conftest import cli_run, make_setup
+    from tests.fake_verl import ENTRY, env_for, fast_options
+    from tests.test_verl_runner import FakeNVML
+
+    class Traced(GpuMonitor):
+        def __init__(self, interval_s: float):
+            super().__init__(interval_s=0.02, nvml=FakeNVML([30.0]))
+
+    monkeypatch.setattr(mt, "MARGIN_S", 0.0)
+    runner = VerlRunner(fast_options(), entry=ENTRY, env=env_for(tmp_path / "rec.jsonl", FAKE_VERL_STEP_S="0.3"),
+                        gpu_monitor=Traced)
+    tuner = Tuner(make_setup(), runner, sqlite_url, "traced", workdir=tmp_path / "trials", seed=0, learn=False)
+    tuner.run(1)
+    row = tuner.store.trials("traced", "ok")[0]
+    seen = row.extra[mt.EXTRA]
+    assert seen and set(seen) <= set(mt.MOMENTS) and set(seen.values()) == {30.0}
+    code, out, _ = cli_run(capsys, "status", "--storage", sqlite_url, "--trial", str(row.number))
+    assert code == 0 and "memory per moment, GiB predicted at launch" in out and " / 30.0 (" in out
+    doc = __import__("json").loads(cli_run(capsys, "status", "--storage", sqlite_url, "--trial", str(row.number),
+                                           "--json")[1])
+    assert {m["moment"] for m in doc["memory_moments"] if m["nvml_gib"] == 30.0} == set(seen)
+
+    pytest.importorskip("fastapi", reason="the dashboard's dependencies are not installed")
+    from fastapi.testclient import TestClient
+
+    from autotune.dashboard.app import create_app
+
+    page = TestClient(create_app(sqlite_url)).get(f"/study/traced/trial/{row.number}").text
+    assert 'id="memory-moments"' in page and "NVML GiB (step 3)" in page and "30.0" in page
