@@ -97,6 +97,7 @@ def test_the_committed_table_is_what_the_data_give(cases: list[mm.MomentCase]) -
     assert committed == mm.report(cases)
 
 
+@pytest.mark.slow
 def test_the_runner_stores_each_moment_and_status_and_the_dashboard_show_it(
         tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Through the test double of verl (its phases last a fraction of a second, so the margins are off here) and a
