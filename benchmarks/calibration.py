@@ -217,14 +217,16 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
              "| size | trials | refit without it | " + " | ".join(PHASES) + " | step | Spearman | target |",
              "|---" * (6 + len(PHASES)) + "|"]
 
-    def row(name: str, glob: Fit, out: Fit, refit: str) -> str:
+    def row(name: str, glob: Fit, out: Fit, refit: str | None) -> str:
+        """One size's cells; `refit` None: a table without the refit column."""
         cells = [f"{100 * glob.phases[p]:.0f}% / {100 * out.phases[p]:.0f}%" if p in glob.phases else "-"
                  for p in PHASES]
         step = f"{100 * glob.step:.0f}% / {100 * out.step:.0f}%" if glob.step is not None else "-"
         rho = f"{out.rho:.2f}" if out.rho is not None else "n/a"
         met = (all(v <= PHASE_TARGET for v in out.phases.values()) and out.step is not None
                and out.step <= STEP_TARGET and (out.rho is None or out.rho >= SPEARMAN_TARGET))
-        return (f"| {name} | {glob.trials} | {refit} | " + " | ".join(cells) + f" | {step} | {rho} | "
+        refit_cell = "" if refit is None else f"{refit} | "
+        return (f"| {name} | {glob.trials} | {refit_cell}" + " | ".join(cells) + f" | {step} | {rho} | "
                 + ("met" if met else "**not met**") + " |")
 
     for size in sizes:
@@ -243,9 +245,8 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     steady_held = [steady(c) for c in held]
     for size in sizes:
         lines.append(row(size, errors(steady(c) for c in all_cases if c.size == size),
-                         errors(c for c in steady_held if c.size == size), "").replace(" |  | ", " | ", 1))
-    lines.append(row("**all**", errors(steady(c) for c in all_cases), errors(steady_held), "")
-                 .replace(" |  | ", " | ", 1))
+                         errors(c for c in steady_held if c.size == size), None))
+    lines.append(row("**all**", errors(steady(c) for c in all_cases), errors(steady_held), None))
     lines.append("")
     return lines
 
