@@ -179,6 +179,7 @@ def _pipeline_rank(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)  # two ranks on a small CPU: no fight over cores that turns compute into waiting
     dist.init_process_group("gloo", rank=rank, world_size=2)
     torch.manual_seed(0)
     lin = torch.nn.Linear(512, 512)
@@ -187,6 +188,7 @@ def _pipeline_rank(rank: int, port: int, out: str) -> None:
     try:
         dist.barrier()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            dist.barrier()  # the profilers start at different times: the phase starts together on both ranks
             with torch.profiler.record_function("actor_update"):
                 for _ in range(3):
                     if rank == 0:
