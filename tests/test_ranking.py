@@ -187,3 +187,21 @@ def test_the_default_space_is_feasible_for_the_issue_example():
     best = r.best()
     assert best is not None and r.count() > 0
     assert np.isfinite(best.throughput)
+
+
+def test_a_measured_trial_that_leaves_the_lengths_as_they_were_keeps_the_ranking() -> None:
+    """The tuner folds each measured trial's lengths into its setup; the ranking is rebuilt (seconds for an 8-GPU
+    space) only when the numbers change, not when only the count of trials in the lengths' sources does."""
+    from autotune import verl
+    from autotune.search.ranking import make_ranking
+
+    def at(*responses: float) -> Any:
+        rows = tuple(((verl.M_RESPONSE_LENGTH_MEAN, r), (verl.M_RESPONSE_LENGTH_MAX, 2 * r),
+                      (verl.M_PROMPT_LENGTH_MEAN, 300.0), (verl.M_PROMPT_LENGTH_MAX, 900.0)) for r in responses)
+        return dataclasses.replace(make_setup("qwen2.5-0.5b", gpus=1), measured_lengths=rows)
+
+    one, two, longer = at(800.0), at(800.0, 700.0), at(800.0, 900.0)
+    assert one.lengths.sources != two.lengths.sources  # "of 1 earlier trial(s)" vs "of 2"
+    assert make_ranking(two) is make_ranking(one)
+    assert make_ranking(longer) is not make_ranking(one)  # longer responses: other verdicts, a new ranking
+    assert make_ranking(longer).setup.lengths.response_mean == 900.0

@@ -1,5 +1,6 @@
 """Whole studies through the verl runner and the test double: mixed outcomes, pruning, confirmation, Ctrl-C,
-a killed tuner, resume. Every trial is a real process tree; only verl is a double."""
+a killed tuner, resume. Every trial is a real process tree; only verl is a double. verl's own config check before a
+launch (preflight: Hydra composes verl's config, ~2 s a trial here) is off: tests/test_verl_validate.py tests it."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def mode_for(overrides: dict) -> str:
 def test_dry_run_study_of_20_trials_with_mixed_outcomes(tmp_path: Path, sqlite_url: str) -> None:
     rec = tmp_path / "rec.jsonl"
     env = env_for(rec, FAKE_VERL_RULES=json.dumps([{"when": w, "mode": m} for w, m in RULES]))
-    runner = fake_runner(env, stall_timeout_s=1.5, grace_s=1.0)
+    runner = fake_runner(env, stall_timeout_s=1.5, grace_s=1.0, preflight=False)
     # learn=False: the corrected model would walk its own best region, and this test needs TPE's spread of outcomes
     # seed 1: with the memory and time models of issue 23 (fewer TP1 settings fit, a fixed cost per Megatron pass),
     # seeds 0 and 3 launched only ok and failed ones; seed 1 meets ok, failed and config errors
@@ -100,7 +101,7 @@ def test_prune_slower_trials_against_the_best_at_the_same_step(tmp_path: Path, s
     # rollout TP 1: fast trials complete before slow ones start)
     rules = [{"when": {"actor_rollout_ref.rollout.tensor_model_parallel_size": str(t)}, "mode": "slow"}
              for t in (2, 4, 8)]
-    runner = fake_runner(env_for(rec, FAKE_VERL_RULES=json.dumps(rules)))
+    runner = fake_runner(env_for(rec, FAKE_VERL_RULES=json.dumps(rules)), preflight=False)
     tuner = Tuner(make_setup(), runner, sqlite_url, "prune", workdir=tmp_path / "t", prune_slower_than=0.6,
                   prune_after=1)
     tuner.run(8)
@@ -119,7 +120,7 @@ def test_prune_slower_trials_against_the_best_at_the_same_step(tmp_path: Path, s
 def test_confirmation_averages_later_steps_and_demotes_a_late_oom(tmp_path: Path, sqlite_url: str) -> None:
     rec = tmp_path / "rec.jsonl"
     rules = [{"when": {"actor_rollout_ref.rollout.tensor_model_parallel_size": "1"}, "mode": "late_oom"}]
-    runner = fake_runner(env_for(rec, FAKE_VERL_RULES=json.dumps(rules)))
+    runner = fake_runner(env_for(rec, FAKE_VERL_RULES=json.dumps(rules)), preflight=False)
     tuner = Tuner(make_setup(), runner, sqlite_url, "conf", workdir=tmp_path / "t")
     tuner.run(5)
     before = {r.number: r for r in tuner.store.trials("conf", "ok")}

@@ -546,7 +546,10 @@ def make_ranking(setup: Any, domain: Sequence[Candidate] | None = None) -> Model
     tuners of the same setup (a resumed study, several workers in one process, tests) share one."""
     import json
 
-    key = (json.dumps(setup.fingerprint(), sort_keys=True), repr(setup.lengths), setup.objective,
+    # the lengths' numbers, not their sources: a measured trial that leaves them as they were (its responses no
+    # longer than an earlier trial's) changes only the words "of N earlier trials", and keeps the ranking
+    lengths = setup.lengths if setup.lengths is None else replace(setup.lengths, sources=())
+    key = (json.dumps(setup.fingerprint(), sort_keys=True), repr(lengths), setup.objective,
            repr(setup.constants), None if domain is None else tuple(c.key() for c in domain))
     if key not in _MEMO:
         if len(_MEMO) >= _MEMO_SIZE:
