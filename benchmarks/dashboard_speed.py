@@ -40,7 +40,7 @@ from autotune.model import get_model
 from autotune.runners.simulate import SimulateRunner
 from autotune.search.setup import Setup
 from autotune.search.space import load_space
-from autotune.store.store import TrialRow, utcnow
+from autotune.store.schema import TrialRow, utcnow
 from autotune.study.study import Tuner
 
 CHROMIUM = "/usr/bin/chromium"

@@ -74,7 +74,8 @@ def prefill(setup, url: str, name: str, n: int, with_rows: bool, seed: int = 1) 
     """n trials in bulk: random points of the space, told with the models' verdict (as the tuner would)."""
     from autotune.candidate import Candidate
     from autotune.runners.base import TrialStatus
-    from autotune.store.store import Store, TrialRow, utcnow
+    from autotune.store.schema import TrialRow, utcnow
+    from autotune.store.store import Store
 
     if n <= 0:
         return

@@ -36,7 +36,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from autotune import cli, faults
-from autotune.store.store import Store, TrialRow
+from autotune.store.schema import TrialRow
+from autotune.store.store import Store
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # A space of 2,880 distinct configurations that all fit: 1000 launches need no exhausted region. It is a user's

@@ -15,7 +15,8 @@ import yaml
 
 from autotune import units
 from autotune.search.space import builtin_spaces
-from autotune.store.store import Store, TrialRow
+from autotune.store.schema import TrialRow
+from autotune.store.store import Store
 from tests.conftest import REPO
 from tests.conftest import cli_run as run
 

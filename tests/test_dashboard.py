@@ -21,7 +21,8 @@ from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.estimate.step_error import STEP_TIME_ERROR  # noqa: E402
 from autotune.results.export import export_text  # noqa: E402
 from autotune.runners.simulate import SimulateRunner  # noqa: E402
-from autotune.store.store import Store, StudyRow, TrialRow, utcnow  # noqa: E402
+from autotune.store.schema import StudyRow, TrialRow, utcnow  # noqa: E402
+from autotune.store.store import Store  # noqa: E402
 from autotune.study.study import Tuner  # noqa: E402
 from tests.conftest import make_setup  # noqa: E402
 

@@ -37,7 +37,7 @@ import uvicorn  # noqa: E402
 from autotune import units  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.results.export import export_text  # noqa: E402
-from autotune.store.store import StudyRow, TrialRow, utcnow  # noqa: E402
+from autotune.store.schema import StudyRow, TrialRow, utcnow  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.test_dashboard import EVIL, STUDY, add_failed, make_study  # noqa: E402
 

@@ -29,7 +29,8 @@ from autotune.dashboard import data  # noqa: E402
 from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.runners.replay import ReplayRunner, ReplayTable  # noqa: E402
 from autotune.runners.simulate import SimulateRunner  # noqa: E402
-from autotune.store.store import Store, StudyRow  # noqa: E402
+from autotune.store.schema import StudyRow  # noqa: E402
+from autotune.store.store import Store  # noqa: E402
 from autotune.store.tuners import Registry  # noqa: E402
 from autotune.study.study import Tuner  # noqa: E402
 from tests.conftest import REPO, make_setup  # noqa: E402

@@ -192,7 +192,8 @@ def test_what_the_node_needed_is_exported_with_the_winner(tmp_path):
 def _study_with(db: str, capsys, *rows: tuple[str, str, Candidate], **kw) -> str:
     """A simulated study of one launched trial, with `rows` (status, reason, candidate) recorded after it (`kw`:
     more TrialRow fields, a list per field, one value per row)."""
-    from autotune.store.store import Store, TrialRow
+    from autotune.store.schema import TrialRow
+    from autotune.store.store import Store
     from tests.conftest import cli_run
 
     assert cli_run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "1", "--confirm", "0",

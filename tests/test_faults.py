@@ -18,7 +18,8 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.runners.simulate import SimulateRunner
-from autotune.store.store import Store, TrialRow, utcnow
+from autotune.store.schema import TrialRow, utcnow
+from autotune.store.store import Store
 from autotune.study.study import Tuner
 from benchmarks import soak as soak_mod
 from tests.conftest import make_setup

@@ -19,7 +19,8 @@ from autotune.runners.replay import ReplayRunner, ReplayTable
 from autotune.runners.simulate import SimulateRunner
 from autotune.search.learning import observation, saved_correction
 from autotune.search.ranking import ModelRanking
-from autotune.store.store import Store, TrialRow, utcnow
+from autotune.store.schema import TrialRow, utcnow
+from autotune.store.store import Store
 from autotune.study.study import Tuner
 from tests.conftest import REPO, cli_run, make_setup
 
@@ -201,7 +202,7 @@ def test_two_tuners_first_refits_at_once_both_land(db, monkeypatch):
     key, seen on PostgreSQL in CI) and updates it instead of failing the run."""
     from sqlalchemy.orm import Session
 
-    from autotune.store.store import CorrectionRow
+    from autotune.store.schema import CorrectionRow
 
     store, other = Store(db), Store(db)  # SQLite keeps no foreign keys by default: no study row needed
 

@@ -139,7 +139,7 @@ def test_a_measured_trials_own_lengths_inform_the_advice(study_db):
     from autotune import verl
     from autotune.cli.profile import _with_measured_lengths
     from autotune.search.setup import setup_from_row
-    from autotune.store.store import StepRow
+    from autotune.store.schema import StepRow
 
     url, study = study_db
     store = Store(url)

@@ -16,7 +16,8 @@ from autotune.candidate import Candidate
 from autotune.profile.runs import analyse_dir, profiler_overrides, store_profile
 from autotune.results.export import launch_argv
 from autotune.runners.simulate import SimulateRunner
-from autotune.store.store import ProfileRow, Store
+from autotune.store.schema import ProfileRow
+from autotune.store.store import Store
 from autotune.study.study import Tuner
 from tests.conftest import free_port, make_setup
 

@@ -17,7 +17,8 @@ from autotune.cluster import GIB, Cluster, make_cluster
 from autotune.estimate.memory import estimate_memory
 from autotune.job import Job
 from autotune.model import ModelArch, get_model
-from autotune.store.store import Store, TrialRow
+from autotune.store.schema import TrialRow
+from autotune.store.store import Store
 from autotune.verl import log as verl_log
 from autotune.verl.log import LineTail, RunLog, classify
 

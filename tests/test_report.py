@@ -14,7 +14,7 @@ from autotune.results.labels import label
 from autotune.results.report import PRUNE_KINDS, prune_kind, report_lines, study_report
 from autotune.runners.probed import ProbedRunner
 from autotune.runners.replay import ReplayRunner
-from autotune.store.store import TrialRow
+from autotune.store.schema import TrialRow
 from tests.conftest import cli_run as run
 from tests.conftest import make_setup
 

@@ -11,7 +11,8 @@ from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.simulate import SimulateRunner
 from autotune.search.setup import StudyMismatchError
 from autotune.store.access import open_storage
-from autotune.store.store import Store, StoreError, TrialRow, utcnow
+from autotune.store.schema import TrialRow, utcnow
+from autotune.store.store import Store, StoreError
 from autotune.study.study import Tuner
 from tests.conftest import make_setup
 

@@ -18,7 +18,7 @@ from sqlalchemy import update
 from autotune import faults
 from autotune.runners import stopping
 from autotune.runners.simulate import SimulateRunner
-from autotune.store.store import utcnow
+from autotune.store.schema import utcnow
 from autotune.store.tuners import GRACE_PERIOD_S, OWNER, TunerRow
 from autotune.study.study import Tuner
 from tests.conftest import make_setup
@@ -112,7 +112,7 @@ def test_a_running_trial_of_a_live_tuner_elsewhere_is_left_and_closed_when_it_di
     t = _asked_by(tuner, "otherhost:4242")
     _register(tuner, "otherhost:4242")
     old = utcnow() - dt.timedelta(hours=1)  # its rows' own heartbeat is old: the registry decides, not the rows
-    from autotune.store.store import TrialRow
+    from autotune.store.schema import TrialRow
 
     tuner.store.add_trial(TrialRow(study="s", number=t.number, status="running", launched=True, candidate_key="k2",
                                    params=row.params, verl_overrides={}, worker="otherhost:4242", started_at=old,

@@ -32,7 +32,8 @@ from autotune.search.learning import Learning, measured_lengths, step_lengths
 from autotune.search.setup import Setup, setup_from_row
 from autotune.search.space import default_space_name, load_space
 from autotune.store.access import check_writable, open_storage
-from autotune.store.store import Store, StudyRow, TrialRow, TrialTaken, safe_url, utcnow, worker_id
+from autotune.store.schema import StudyRow, TrialRow, utcnow
+from autotune.store.store import Store, TrialTaken, safe_url, worker_id
 from autotune.study.recovery import OPTUNA_STATE
 from autotune.verl.runs import RunFileError, VerlRun, outcome, read_run, strategy_error
 

@@ -103,7 +103,8 @@ def existing_store(url: str) -> Any:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
 
-    from autotune.store.store import Store, StudyRow
+    from autotune.store.schema import StudyRow
+    from autotune.store.store import Store
 
     try:
         u = make_url(url)

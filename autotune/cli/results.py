@@ -30,7 +30,8 @@ from autotune.results.timeline import Timeline
 from autotune.search.learning import saved_correction
 from autotune.search.setup import setup_from_row
 from autotune.store.access import open_storage
-from autotune.store.store import Store, TrialRow, safe_url
+from autotune.store.schema import TrialRow
+from autotune.store.store import Store, safe_url
 from autotune.store.tuners import unrecorded
 from autotune.verl.launch_script import read_script
 

@@ -22,7 +22,8 @@ from autotune.results.report import StudyReport, report_lines, study_report
 from autotune.runners import auto_backend, make_runner, stopping
 from autotune.runners.confirm import confirm_top
 from autotune.search.setup import Setup
-from autotune.store.store import TrialRow, safe_url
+from autotune.store.schema import TrialRow
+from autotune.store.store import safe_url
 from autotune.study.live import RunProgress, progress_view
 from autotune.study.study import Tuner
 from autotune.verl.launch_script import is_launch_script, read_script

@@ -35,7 +35,8 @@ from autotune.results.guessed import guessed_predictions
 from autotune.results.labels import provenance
 from autotune.results.noise import noise_words
 from autotune.results.timeline import Timeline
-from autotune.store.store import Store, StoreError, StudyRow, TrialRow
+from autotune.store.schema import StudyRow, TrialRow
+from autotune.store.store import Store, StoreError
 
 HERE = Path(__file__).resolve().parent
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"

@@ -23,7 +23,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from autotune import units
 from autotune.candidate import Candidate
 from autotune.results.labels import label, study_reference
-from autotune.store.store import Store, StoreError, StudyRow, TrialRow
+from autotune.store.schema import StudyRow, TrialRow
+from autotune.store.store import Store, StoreError
 from autotune.store.tuners import GRACE_PERIOD_S, TunerRow
 
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights")

@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import func, select
 
 from autotune.dashboard.data import LAUNCHED_FAILURES, failure_class, layout, reference
-from autotune.store.store import Store, TrialRow
+from autotune.store.schema import TrialRow
+from autotune.store.store import Store
 
 LOG_TAIL_BYTES = 64 * 1024
 FAILURES_LISTED = 200

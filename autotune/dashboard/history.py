@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import select
 
 from autotune.dashboard.data import REASON_CHARS, _r, failure_class, layout, reference, study_cache, version
-from autotune.store.store import Store, StudyRow, TrialRow
+from autotune.store.schema import StudyRow, TrialRow
+from autotune.store.store import Store
 
 HISTORY_POINTS = 2000
 HISTORY_BUCKETS = 150

@@ -15,7 +15,8 @@ from typing import Any
 from sqlalchemy import func, select
 
 from autotune.dashboard.data import _r
-from autotune.store.store import Store, TrialRow
+from autotune.store.schema import TrialRow
+from autotune.store.store import Store
 
 EVALUATORS = ("default", "fanova", "ped_anova", "mdi")
 MIN_COMPLETE = 3

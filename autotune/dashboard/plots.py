@@ -26,7 +26,8 @@ from autotune.dashboard.data import (
     study_cache,
     version,
 )
-from autotune.store.store import Store, StudyRow, TrialRow
+from autotune.store.schema import StudyRow, TrialRow
+from autotune.store.store import Store
 
 
 def _ms(t: Any) -> float | None:

@@ -14,7 +14,8 @@ from autotune.dashboard.data import INTERRUPTED, LAUNCHED_FAILURES, _iso, _r, la
 from autotune.results.labels import provenance
 from autotune.results.noise import leaders_tie, noise_words
 from autotune.results.timeline import study_time
-from autotune.store.store import Store, StudyRow, TrialRow
+from autotune.store.schema import StudyRow, TrialRow
+from autotune.store.store import Store
 from autotune.store.tuners import unrecorded
 
 

@@ -29,7 +29,8 @@ from autotune.dashboard.data import (
     version,
 )
 from autotune.executors import placement_text
-from autotune.store.store import Store, StudyRow, TrialRow
+from autotune.store.schema import StudyRow, TrialRow
+from autotune.store.store import Store
 
 TABLE_PAGE = 50
 OPTIONS_MAX = 15  # a column with at most this many distinct values is filtered with a drop-down

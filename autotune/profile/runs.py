@@ -24,7 +24,8 @@ from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.mcore import McoreRunner
 from autotune.runners.verl import VerlRunner
 from autotune.search.setup import Setup
-from autotune.store.store import ProfileRow, Store
+from autotune.store.schema import ProfileRow
+from autotune.store.store import Store
 
 ROLLOUT_ITERATIONS = 100  # vLLM engine iterations traced per replica: a whole rollout's trace runs to gigabytes
 TRACES = "traces"

@@ -21,7 +21,8 @@ from autotune.estimate import PREDICTED_OOM
 from autotune.job import Job
 from autotune.results.labels import label, provenance
 from autotune.search.setup import setup_from_row
-from autotune.store.store import Store, TrialRow
+from autotune.store.schema import TrialRow
+from autotune.store.store import Store
 
 FORMATS = ("sh", "yaml", "json", "ray")
 

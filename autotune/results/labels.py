@@ -13,7 +13,7 @@ from typing import Any
 
 from autotune.candidate import Candidate
 from autotune.search.setup import Setup, setup_from_row
-from autotune.store.store import StudyRow
+from autotune.store.schema import StudyRow
 
 
 def _k(n: int | None) -> str:

@@ -16,7 +16,7 @@ from autotune.estimate import PREDICTED_OOM
 from autotune.results.labels import provenance
 from autotune.results.noise import leaders_tie, noise_words
 from autotune.results.timeline import Timeline, study_time
-from autotune.store.store import TrialRow
+from autotune.store.schema import TrialRow
 
 # How the tuner words a prune (the reasons' first words): store.Store.claim_launch, Evaluation.prune_reason,
 # ProbedRunner, ReplayRunner.refuse and the verl runner's --prune-slower-than stop. tests/test_report.py checks

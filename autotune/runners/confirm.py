@@ -17,7 +17,7 @@ from autotune.results.noise import leaders_tie
 from autotune.results.timeline import SPANS
 from autotune.runners import stopping
 from autotune.runners.base import TrialSpec, TrialStatus
-from autotune.store.store import TrialRow
+from autotune.store.schema import TrialRow
 
 
 def _confirmed(row: TrialRow, steps: int) -> bool:

@@ -17,7 +17,8 @@ from autotune.estimate import estimate_unchecked
 from autotune.estimate.correction import NO_CORRECTION, Correction, Observation, fit, moment_terms, warm_prior
 from autotune.model import ModelArch
 from autotune.search.setup import Setup, setup_from_row
-from autotune.store.store import CorrectionRow, Store, StudyRow, TrialRow
+from autotune.store.schema import CorrectionRow, StudyRow, TrialRow
+from autotune.store.store import Store
 
 MEASURED_STATUSES = ("ok", "oom")
 

@@ -24,7 +24,8 @@ from autotune.search.domain import DomainRanking
 from autotune.search.ranking import ModelRanking
 from autotune.search.setup import Setup
 from autotune.search.split import Pick
-from autotune.store.store import Store, TrialRow
+from autotune.store.schema import TrialRow
+from autotune.store.store import Store
 
 IDLE_BEFORE_PLAN = 3  # proposals in a row that launch nothing before the plan proposes its next runnable candidate
 DOUBT_Z = 1.0  # how far above its prediction a candidate may turn out (in posterior sds) for the model to try it

@@ -20,7 +20,7 @@ from autotune.estimate.lengths import Lengths, at_step
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.search.space import SearchSpace, parse_space, space_context
-from autotune.store.store import StudyRow
+from autotune.store.schema import StudyRow
 
 # What verl requires beside use_dynamic_bsz=false (estimate/constraints.py batch_divisibility).
 STOCK_MICRO_BATCHES = ("ppo_micro_batch_size_per_gpu", "log_prob_micro_batch_size_per_gpu")

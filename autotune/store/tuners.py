@@ -21,7 +21,8 @@ from sqlalchemy import DateTime, Integer, String, func, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Mapped, mapped_column
 
-from autotune.store.store import Base, Store, StoreError, retry_schema_race, worker_id
+from autotune.store.schema import Base
+from autotune.store.store import Store, StoreError, retry_schema_race, worker_id
 
 HEARTBEAT_INTERVAL_S = 10.0  # as Optuna's RDBStorage(heartbeat_interval=...)
 GRACE_PERIOD_S = 30.0  # a tuner on another host silent this long is dead (Optuna's grace_period)

@@ -13,7 +13,8 @@ import optuna
 
 from autotune.candidate import Candidate
 from autotune.runners.base import TrialSpec
-from autotune.store.store import Store, StoreError, TrialRow
+from autotune.store.schema import TrialRow
+from autotune.store.store import Store, StoreError
 
 HEARTBEAT_S = 30.0
 PLACEMENT_POLL_S = 0.5

@@ -20,7 +20,8 @@ from autotune import faults
 from autotune.candidate import Candidate
 from autotune.executors.base import Executor
 from autotune.runners.base import Runner, TrialStatus
-from autotune.store.store import REQUESTED, Store, TrialRow, TrialTaken, utcnow, worker_id
+from autotune.store.schema import REQUESTED, TrialRow, utcnow
+from autotune.store.store import Store, TrialTaken, worker_id
 from autotune.store.tuners import GRACE_PERIOD_S, OWNER, Liveness, Registry
 from autotune.units import OPTUNA_REASON_CHARS, cut
 

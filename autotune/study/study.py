@@ -37,17 +37,8 @@ from autotune.search.samplers import ModelSampler
 from autotune.search.setup import Setup, StudyMismatchError
 from autotune.search.split import InfeasibleSpaceError, Pick
 from autotune.store.access import check_writable, open_storage
-from autotune.store.store import (
-    REQUESTED,
-    Store,
-    StoreError,
-    StudyRow,
-    TrialRow,
-    TrialTaken,
-    safe_url,
-    utcnow,
-    worker_id,
-)
+from autotune.store.schema import REQUESTED, StudyRow, TrialRow, utcnow
+from autotune.store.store import Store, StoreError, TrialTaken, safe_url, worker_id
 from autotune.store.tuners import OWNER, Registry
 from autotune.study.inflight import Heartbeat, Inflight
 from autotune.study.recovery import OPTUNA_STATE, RECOVER_EVERY_S, Recovery
