@@ -7,8 +7,6 @@ a failed and a timed-out trial written through the Store.
 from __future__ import annotations
 
 import os
-import threading
-import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -32,13 +30,11 @@ except ImportError:
     pytest.skip("the playwright Python package is missing (pip install playwright)", allow_module_level=True)
 pytest.importorskip("fastapi", reason="the dashboard's dependencies are not installed: pip install -e '.[dashboard]'")
 
-import uvicorn  # noqa: E402
 
 from autotune import units  # noqa: E402
-from autotune.dashboard.app import create_app  # noqa: E402
 from autotune.results.export import export_text  # noqa: E402
 from autotune.store.schema import StudyRow, TrialRow, utcnow  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from tests.conftest import dashboard_server  # noqa: E402
 from tests.test_dashboard import EVIL, STUDY, add_failed, make_study  # noqa: E402
 
 # Runs if it is ever parsed as HTML: sets a flag, and opens a dialog (recorded by the `page` fixture).
@@ -53,17 +49,8 @@ def server(tmp_path_factory):
     row = tuner.store.get_study(STUDY)
     tuner.store.add_study(StudyRow(**{**{c.name: getattr(row, c.name) for c in StudyRow.__table__.columns},
                                       "name": EVIL}))
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    deadline = time.time() + 20
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}", tuner
-    srv.should_exit = True
-    th.join(10)
+    with dashboard_server(url) as base:
+        yield base, tuner
 
 
 @pytest.fixture(scope="module")

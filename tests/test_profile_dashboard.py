@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import os
-import threading
-import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,7 +17,7 @@ from autotune.runners.simulate import SimulateRunner
 from autotune.store.schema import ProfileRow
 from autotune.store.store import Store
 from autotune.study.study import Tuner
-from tests.conftest import free_port, make_setup
+from tests.conftest import dashboard_server, make_setup
 
 pytest.importorskip("verl")
 pytest.importorskip("torch")
@@ -81,45 +79,32 @@ def test_profile_card_draws_in_chromium(profiled):
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing (scripts/install-browser.sh installs Debian's chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
-    import uvicorn
 
     url, _ = profiled
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    deadline = time.time() + 20
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started
-    try:
-        with sync_api.sync_playwright() as p:
-            b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                  args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"])
-            page = b.new_page(viewport={"width": 1400, "height": 1000})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.goto(f"http://127.0.0.1:{port}/study/{quote(STUDY)}/trial/0")
-            page.wait_for_selector("#profile[data-ready='1']", timeout=30_000)
-            stacked = page.evaluate("""() => document.getElementById('plot-profile-phases').data.map(
-                t => [t.name, t.x.length, t.y.reduce((a, b) => a + b, 0)])""")
-            assert [s[0] for s in stacked] == ["gemm", "attention", "other", "communication", "memory", "idle"]
-            assert all(s[1] >= 3 for s in stacked) and sum(s[2] for s in stacked) > 0
-            ranks = page.evaluate("() => document.getElementById('plot-profile-ranks').data[0].x")
-            assert len(ranks) == 4 and "pp1" in " ".join(ranks)  # update_actor's four ranks, by stage
-            page.select_option("#profile-phase", index=0)  # gen: the rollout's four replicas (rollout TP 1)
-            page.wait_for_function("() => document.getElementById('plot-profile-ranks').data[0].x.length === 4 "
-                                   "&& document.getElementById('plot-profile-ranks').data[0].x[0].includes('replica')")
-            assert page.locator("table.top-kernels tbody tr").count() >= 3
-            assert page.locator("#profile-advice li, #profile-advice-none").count() >= 1
-            assert page.evaluate("() => window.__pwned") is None
-            assert PAYLOAD in page.locator("#profile").inner_text()  # the name, shown as text
-            assert not errors, errors
-            b.close()
-    finally:
-        srv.should_exit = True
-        th.join(10)
+    with dashboard_server(url) as base, sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                              args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        page = b.new_page(viewport={"width": 1400, "height": 1000})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(f"{base}/study/{quote(STUDY)}/trial/0")
+        page.wait_for_selector("#profile[data-ready='1']", timeout=30_000)
+        stacked = page.evaluate("""() => document.getElementById('plot-profile-phases').data.map(
+            t => [t.name, t.x.length, t.y.reduce((a, b) => a + b, 0)])""")
+        assert [s[0] for s in stacked] == ["gemm", "attention", "other", "communication", "memory", "idle"]
+        assert all(s[1] >= 3 for s in stacked) and sum(s[2] for s in stacked) > 0
+        ranks = page.evaluate("() => document.getElementById('plot-profile-ranks').data[0].x")
+        assert len(ranks) == 4 and "pp1" in " ".join(ranks)  # update_actor's four ranks, by stage
+        page.select_option("#profile-phase", index=0)  # gen: the rollout's four replicas (rollout TP 1)
+        page.wait_for_function("() => document.getElementById('plot-profile-ranks').data[0].x.length === 4 "
+                               "&& document.getElementById('plot-profile-ranks').data[0].x[0].includes('replica')")
+        assert page.locator("table.top-kernels tbody tr").count() >= 3
+        assert page.locator("#profile-advice li, #profile-advice-none").count() >= 1
+        assert page.evaluate("() => window.__pwned") is None
+        assert PAYLOAD in page.locator("#profile").inner_text()  # the name, shown as text
+        assert not errors, errors
+        b.close()
 
 
 def test_profile_js_is_served(profiled):
