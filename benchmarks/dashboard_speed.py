@@ -21,11 +21,9 @@ import argparse
 import datetime as dt
 import json
 import random
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -174,54 +172,41 @@ def server_side(url: str, study: str, repeat: int) -> dict[str, float]:
 
 def browser_load(url: str, studies: list[str], repeat: int) -> dict[str, dict[str, float]]:
     """Time from navigation to the page's ready mark (data loaded, table and plots in view drawn), warm cache."""
-    import uvicorn
     from playwright.sync_api import sync_playwright
 
-    from autotune.dashboard.app import create_app
+    from tests.conftest import dashboard_server
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(create_app(url), host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    while not srv.started:
-        time.sleep(0.05)
     out: dict[str, dict[str, float]] = {}
-    try:
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = b.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"http://127.0.0.1:{port}/study/{studies[0]}")  # first load fills the cache (plotly.min.js)
-            page.wait_for_selector("body[data-ready='1']", timeout=120_000)
-            for study in studies:
-                ready, dcl, all_plots = [], [], []
-                for _ in range(repeat):
-                    t = time.perf_counter()
-                    page.goto(f"http://127.0.0.1:{port}/study/{study}")
-                    dcl.append((time.perf_counter() - t) * 1000)
-                    page.wait_for_selector("body[data-ready='1']", timeout=120_000)
-                    ready.append((time.perf_counter() - t) * 1000)
-                    t = time.perf_counter()
-                    for div in ("plot-memory", "plot-heat-tp-pp", "plot-parallel", "plot-slice", "plot-timeline",
-                                "plot-failures"):
-                        page.locator(f"#{div}").scroll_into_view_if_needed()
-                        page.wait_for_function("id => document.getElementById(id).data?.length > 0", arg=div,
-                                               timeout=120_000)
-                    all_plots.append((time.perf_counter() - t) * 1000)
-                timings = page.evaluate("window.dashboardTimings")
+    with dashboard_server(url) as base, sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = b.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{base}/study/{studies[0]}")  # first load fills the cache (plotly.min.js)
+        page.wait_for_selector("body[data-ready='1']", timeout=120_000)
+        for study in studies:
+            ready, dcl, all_plots = [], [], []
+            for _ in range(repeat):
                 t = time.perf_counter()
-                page.click("#trials thead th[data-key='throughput']")  # sorted on the server
-                page.wait_for_selector("#trials[aria-busy='false']", timeout=120_000)
-                sort_ms = (time.perf_counter() - t) * 1000
-                out[study] = {"HTML loaded (ms)": statistics.median(dcl), "page ready (ms)": statistics.median(ready),
-                              "scroll through every plot (ms)": statistics.median(all_plots),
-                              "sort 10k-row table by click (ms)": sort_ms,
-                              **{f"js {k} (ms)": v for k, v in timings.items()}}
-            b.close()
-    finally:
-        srv.should_exit = True
-        th.join(10)
+                page.goto(f"{base}/study/{study}")
+                dcl.append((time.perf_counter() - t) * 1000)
+                page.wait_for_selector("body[data-ready='1']", timeout=120_000)
+                ready.append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                for div in ("plot-memory", "plot-heat-tp-pp", "plot-parallel", "plot-slice", "plot-timeline",
+                            "plot-failures"):
+                    page.locator(f"#{div}").scroll_into_view_if_needed()
+                    page.wait_for_function("id => document.getElementById(id).data?.length > 0", arg=div,
+                                           timeout=120_000)
+                all_plots.append((time.perf_counter() - t) * 1000)
+            timings = page.evaluate("window.dashboardTimings")
+            t = time.perf_counter()
+            page.click("#trials thead th[data-key='throughput']")  # sorted on the server
+            page.wait_for_selector("#trials[aria-busy='false']", timeout=120_000)
+            sort_ms = (time.perf_counter() - t) * 1000
+            out[study] = {"HTML loaded (ms)": statistics.median(dcl), "page ready (ms)": statistics.median(ready),
+                          "scroll through every plot (ms)": statistics.median(all_plots),
+                          "sort 10k-row table by click (ms)": sort_ms,
+                          **{f"js {k} (ms)": v for k, v in timings.items()}}
+        b.close()
     return out
 
 

@@ -30,7 +30,6 @@ except ImportError:
     pytest.skip("the playwright Python package is missing (pip install playwright)", allow_module_level=True)
 pytest.importorskip("fastapi", reason="the dashboard's dependencies are not installed: pip install -e '.[dashboard]'")
 
-
 from autotune import units  # noqa: E402
 from autotune.results.export import export_text  # noqa: E402
 from autotune.store.schema import StudyRow, TrialRow, utcnow  # noqa: E402
