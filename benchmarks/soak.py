@@ -227,8 +227,10 @@ def _join(procs: list[multiprocessing.Process], storage: str, study: str, log: s
     """Until every worker has exited. A worker is hung (killed, RuntimeError) only when it is alive and the study
     made no progress (no new launched trial) for HUNG_S: a loaded machine is slow, not hung."""
     last, since = _launched(storage, study), time.monotonic()
-    while any(p.is_alive() for p in procs):
-        next(p for p in procs if p.is_alive()).join(1.0)
+    # one look at who is alive per round: a worker may exit between two looks (a separate any() then next() over
+    # is_alive() raised StopIteration when the last one exited in between)
+    while alive := [p for p in procs if p.is_alive()]:
+        alive[0].join(1.0)
         now = _launched(storage, study)
         if now != last:
             last, since = now, time.monotonic()
