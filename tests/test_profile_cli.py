@@ -107,6 +107,36 @@ def test_bad_input_is_one_line_and_exit_2(capsys, study_db, argv, msg):
     assert Store(url).profiles("sim", 0) == []
 
 
+def test_a_failed_profile_shows_from_a_database_without_a_study(capsys, tmp_path):
+    """As on the H100 (2026-11-26): `profile --backend verl --model ...` ran out of memory and stored profile 1, the
+    database's only row; --show prints it whole, and the commands that read a study point to it."""
+    from autotune.profile.runs import Profile, store_profile
+    from autotune.runners.base import TrialResult, TrialStatus
+
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    oom = TrialResult(TrialStatus.OOM, reason="GPU out of memory in training: torch.OutOfMemoryError: CUDA out of "
+                      "memory. Tried to allocate 42.36 GiB.")
+    prof = Profile(oom, str(tmp_path / "traces"), 3, None, error=f"the profiled run ended oom: {oom.reason}")
+    assert store_profile(Store(url), prof, "verl", Candidate(tp=1, rollout_tp=1)) == 1
+    code, out, err = cli_run(capsys, "profile", "--show", "1", "--storage", url)
+    assert code == 0, err
+    assert "profile of tp1 | rollout tp1 failed" in out and "ended oom" in out and "42.36 GiB" in out
+    code, out, _ = cli_run(capsys, "profile", "--show", "1", "--storage", url, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["ok"] is False and doc["run"]["status"] == "oom" and doc["study"] is None
+    code, _, err = cli_run(capsys, "profile", "--show", "2", "--storage", url)
+    assert code == 2 and "no profile 2" in err and "profiles there: 1" in err and err.count("\n") == 1, err
+    code, _, err = cli_run(capsys, "status", "--storage", url)
+    assert code == 2 and "no study in" in err and "autotune profile --show 1" in err, err
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store(empty)
+    code, _, err = cli_run(capsys, "profile", "--show", "1", "--storage", empty)
+    assert code == 2 and "holds none" in err, err
+    from autotune.cli.options import id_list  # many ids: still one line
+
+    assert id_list(list(range(1, 21))) == "1, 2, 3, 4, 5, 6, 7, ..., 20 (20 in all)"
+
+
 def test_a_folder_without_traces_is_bad_input_and_stores_nothing(capsys, study_db, tmp_path):
     url, study = study_db
     (tmp_path / "empty").mkdir()

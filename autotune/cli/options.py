@@ -131,10 +131,20 @@ def study_name(store: Any, url: str, name: str | None) -> str:
             raise CLIError(f"no study {name!r} in {safe_url(url)}; studies there: {', '.join(names) or 'none'}")
         return name
     if not names:
-        raise CLIError(f"no study in {safe_url(url)}; start one with `autotune run --model ...`")
+        ids = store.profile_ids()  # `autotune profile` of a configuration stores a profile and no study
+        held = (f" (it holds only profile(s) {id_list(ids)}: `autotune profile --show {ids[-1]} --storage "
+                f"{safe_url(url)}` prints one)" if ids else "")
+        raise CLIError(f"no study in {safe_url(url)}{held}; start a study with `autotune run --model ...`")
     if len(names) > 1:
         raise CLIError(f"{safe_url(url)} holds several studies; choose one with --study: {', '.join(names)}")
     return names[0]
+
+
+def id_list(ids: list[int], most: int = 8) -> str:
+    """Ids for an error message, in one line however many a database holds."""
+    if len(ids) <= most:
+        return ", ".join(map(str, ids)) or "none"
+    return f"{', '.join(map(str, ids[:most - 1]))}, ..., {ids[-1]} ({len(ids)} in all)"
 
 
 def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None:

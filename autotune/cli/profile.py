@@ -23,6 +23,7 @@ from autotune.candidate import Candidate
 from autotune.cli.options import (
     CLIError,
     existing_store,
+    id_list,
     make_setup,
     out,
     parse_params,
@@ -147,13 +148,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.show is not None:
         row = store.profile(args.show)
         if row is None:
-            raise CLIError(f"no profile {args.show} in {safe_url(args.storage)}")
+            ids = store.profile_ids()
+            raise CLIError(f"no profile {args.show} in {safe_url(args.storage)}; " + (
+                f"profiles there: {id_list(ids)}" if ids else "it holds none (`autotune profile` stores one; pass "
+                "the --storage it used)"))
         doc = _row_doc(row)
         if args.json:
             print(json.dumps(doc, indent=2, default=str))
         else:
             _print(doc)
-        return 0 if row.status == "ok" else 1
+        return 0  # shown as asked, a failed profile too (its status and reason are in what is printed)
     setup, cand, study, number, backend = _target(args, store)
     if importlib.util.find_spec("hta") is None:  # before anything runs: the analysis needs it
         raise CLIError("autotune profile analyses traces with HolisticTraceAnalysis, which is not installed: "
@@ -190,6 +194,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def _row_doc(row: Any) -> dict[str, Any]:
     analysis = row.analysis or {}
     return {"profile_id": row.id, "study": row.study, "trial": row.trial_number, "backend": row.backend,
+            "layout": Candidate(**row.params).layout() if row.params else None,  # names a standalone profile
             "ok": row.status == "ok", "error": row.reason, "trace_dir": row.trace_dir, "step": row.step,
             "run": row.run, "analysis": analysis or None, "advice": row.advice or [],
             "advised": [a["line"] for a in row.advice or [] if a.get("advised")],

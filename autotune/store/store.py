@@ -310,6 +310,11 @@ class Store:
         with self.session() as s:
             return s.get(ProfileRow, profile_id)
 
+    def profile_ids(self) -> list[int]:
+        """Every stored profile's id, oldest first: what an error about a missing profile or study can point to."""
+        with self.session() as s:
+            return list(s.scalars(select(ProfileRow.id).order_by(ProfileRow.id)))
+
     def best(self, study: str) -> TrialRow | None:
         """The winner of the trials that ran to their measured step: the fastest, unless its memory verdict is not
         safe and a safe trial is within the model's error of it (safer.py); `fastest` is the other."""
