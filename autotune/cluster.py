@@ -62,6 +62,9 @@ class Cluster:
     gpus_per_node: int = 8
     nodes: int = 1
     detected: bool = False  # True when read from the local GPUs with NVML
+    # Host memory of a node, GiB (the cgroup's limit where lower: what Ray's memory monitor measures against); None:
+    # unknown, and the memory model checks no host memory (--host-memory, or read on a GPU node itself).
+    host_memory_gib: float | None = None
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1 or self.nodes < 1:
@@ -109,8 +112,27 @@ def detect_local_gpus() -> tuple[int, str, float] | None:
         pynvml.nvmlShutdown()
 
 
-def make_cluster(gpus: int | None, nodes: int | None, gpu_type: str | None) -> Cluster:
-    """Cluster from the CLI options; what the user leaves out is read from the local GPUs, else 8 x H100."""
+def detect_host_memory_gib() -> float | None:
+    """This machine's memory in GiB as Ray's memory monitor sees it: MemTotal, or the cgroup's limit where lower."""
+    try:
+        total = next(int(ln.split()[1]) * 1024 for ln in open("/proc/meminfo") if ln.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = open(limit_file).read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+        break
+    return total / GIB
+
+
+def make_cluster(gpus: int | None, nodes: int | None, gpu_type: str | None,
+                 host_memory_gib: float | None = None) -> Cluster:
+    """Cluster from the CLI options; what the user leaves out is read from the local GPUs, else 8 x H100. Host
+    memory: as given, else this machine's where it has GPUs (autotune runs on a node of the cluster), else unknown."""
     local = detect_local_gpus()
     if gpu_type:
         gtype = get_gpu_type(gpu_type)
@@ -125,4 +147,6 @@ def make_cluster(gpus: int | None, nodes: int | None, gpu_type: str | None) -> C
         gpus_per_node=gpus if gpus is not None else (local[0] if local else 8),
         nodes=nodes if nodes is not None else 1,
         detected=local is not None and gpus is None and gpu_type is None,
+        host_memory_gib=host_memory_gib if host_memory_gib is not None else (
+            detect_host_memory_gib() if local else None),
     )

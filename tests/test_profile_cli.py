@@ -16,7 +16,7 @@ from autotune.results.export import launch_argv
 from autotune.runners.simulate import SimulateRunner
 from autotune.store.store import Store
 from autotune.study.study import Tuner
-from tests.conftest import cli_run, make_setup
+from tests.conftest import REPO, cli_run, make_setup
 
 pytest.importorskip("verl")
 pytest.importorskip("torch")
@@ -203,3 +203,19 @@ def test_best_of_the_only_study(capsys, verl_traces, study_db):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["study"] == study and doc["trial"] == Store(url).best(study).number
+
+
+def test_a_configuration_predicted_not_to_fit_is_refused_unless_forced(capsys, tmp_path):
+    """Lease 10's 0.5B profile (H100, 2026-11-26): 32k-token update micro-batches without fused kernels, predicted
+    at over 200 GiB, ran 4.5 minutes into its OOM. It is refused before anything runs; --force passes the check."""
+    url = f"sqlite:///{tmp_path}/p.db"
+    argv = ["profile", "--model", "qwen2.5-0.5b", "--gpus", "1", "--gpu-type", "h100", "--job",
+            str(REPO / "benchmarks" / "gpu_verl" / "job_smoke.yaml"), "--storage", url, "--set", "rollout_tp=1",
+            "--set", "use_dynamic_bsz=true", "--set", "ppo_max_token_len_per_gpu=32768", "--set",
+            "log_prob_max_token_len_per_gpu=98304", "--set", "gpu_memory_utilization=0.4"]
+    code, _, err = cli_run(capsys, *argv)
+    assert code == 2 and "predicts it cannot run" in err and "predicted OOM" in err and "--force" in err, err
+    code, _, err = cli_run(capsys, *argv, "--force")
+    assert code == 2 and "finds none" in err  # past the check: this machine has no GPU to run it on
+    code, _, err = cli_run(capsys, *argv, "--set", "use_fused_kernels=true")
+    assert code == 2 and "finds none" in err  # the fused kernels fit

@@ -71,6 +71,17 @@ def positive(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """argparse type of a size above 0 (--host-memory GiB)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: not a number (GiB, e.g. 128)") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: must be a number of GiB above 0 (e.g. 128)")
+    return value
+
+
 def gpus_per_node(text: str) -> int:
     """argparse type of --gpus: GPUs of one node, 1 to MAX_GPUS_PER_NODE."""
     value = positive(text)
@@ -153,6 +164,9 @@ def _setup_args(p: argparse.ArgumentParser, model_required: bool = True) -> None
     p.add_argument("--gpus", type=gpus_per_node, help="GPUs per node (default: the local GPUs, else 8)")
     p.add_argument("--nodes", type=positive, help="number of nodes (default 1)")
     p.add_argument("--gpu-type", help=f"one of {', '.join(GPU_TYPES)} (default: detected, else h100)")
+    p.add_argument("--host-memory", type=positive_float, metavar="GIB",
+                   help="host memory of a node in GiB, which offload and the CPU optimizer fill (default: this "
+                   "machine's where it has GPUs, else unchecked)")
     p.add_argument("--job", help="YAML mapping of verl override keys to values, or your verl launch script (bash "
                    "running verl.trainer.main_ppo with overrides) (default: a typical GRPO job)")
     p.add_argument("--space", help="built-in space name (dense, moe) or a YAML file (default: by model type)")
@@ -172,7 +186,7 @@ def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
     if not args.model:
         raise CLIError("--model is required (or --backend replay --table FILE.csv, whose table names the model)")
     model = get_model(args.model)
-    cluster = make_cluster(args.gpus, args.nodes, args.gpu_type)
+    cluster = make_cluster(args.gpus, args.nodes, args.gpu_type, getattr(args, "host_memory", None))
     job = Job.from_file(args.job) if args.job else Job.default()
     unknown = unknown_keys(job.mapping) if args.job else []
     if unknown:

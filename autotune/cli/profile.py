@@ -61,6 +61,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--trial-timeout", type=seconds, help="with --backend verl: seconds the run may take (default 3600)")
     p.add_argument("--stall-timeout", type=seconds, help="with --backend verl: seconds without a new step "
                    "(default 1200)")
+    p.add_argument("--force", action="store_true", help="with --model: run a configuration the memory model "
+                   "predicts will not fit (it refuses otherwise: a profile of an OOM shows nothing)")
     p.add_argument("--show", type=int, metavar="ID", help="print a stored profile")
     p.add_argument("--json", action="store_true")
 
@@ -87,6 +89,12 @@ def _target(args: argparse.Namespace, store: Store) -> tuple[Any, Candidate | No
     if args.model:
         setup, _ = make_setup(args)
         cand = setup.job.with_settings(parse_params(args.set))
+        ev = setup.evaluate(cand)
+        if not args.traces and not ev.feasible and not args.force:
+            # lease 10 (H100, 2026-11-26): a 0.5B profile without fused kernels ran 4.5 minutes into its OOM
+            raise CLIError(f"{cand.layout()}: the model predicts it cannot run: {ev.prune_reason()}; profile a "
+                           "configuration that fits (`autotune estimate` shows the memory per moment), or pass "
+                           "--force to run it anyway")
         return setup, cand, None, None, "verl"
     if args.study:
         raise CLIError("--study needs --trial N or --best")

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster
+from autotune.estimate.host import estimate_host
+from autotune.estimate.memory import model_state_bytes, ref_param_bytes
 from autotune.job import Job
 from autotune.model import ModelArch
 
@@ -147,6 +149,16 @@ def _recompute(m: ModelArch, cl: Cluster, j: Job, c: Candidate) -> str | None:
     if c.recompute_method == "uniform" and per_chunk % n:
         return f"uniform recompute groups of {n} layers do not divide the {per_chunk} layers of a pipeline chunk"
     return None
+
+
+@rule("host_memory")
+def _host_memory(m: ModelArch, cl: Cluster, j: Job, c: Candidate) -> str | None:
+    """What offload and the CPU optimizer keep on the host, where the node's memory is known (estimate/host.py):
+    a rule, not a GPU memory moment, because no sequence length or GPU memory correction changes it."""
+    if not cl.host_memory_gib:
+        return None
+    ref = ref_param_bytes(m, c) if j.has_ref_model else 0.0
+    return estimate_host(cl, c, model_state_bytes(m, cl, c), ref).reason() or None
 
 
 def check(model: ModelArch, cluster: Cluster, job: Job, cand: Candidate) -> list[Violation]:

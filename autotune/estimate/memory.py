@@ -14,6 +14,7 @@ from autotune import units, verl
 from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster
 from autotune.estimate.batching import BatchingPlan, plan_batching
+from autotune.estimate.host import HostEstimate, estimate_host
 from autotune.estimate.lengths import Lengths, worst_case
 from autotune.estimate.offload import cpu_fraction, cpu_optimizer_bytes, gpu_optimizer
 from autotune.job import Job
@@ -118,6 +119,7 @@ class MemoryEstimate:
     notes: tuple[str, ...] = field(default=())
     lengths: Lengths | None = None  # the sequence lengths assumed
     batching: BatchingPlan | None = None  # the micro-batches at those lengths
+    host: HostEstimate | None = None  # the node's host memory (offload, CPU optimizer): its check is a static rule
 
     @property
     def bound(self) -> str:
@@ -138,7 +140,7 @@ class MemoryEstimate:
 
     @property
     def fits(self) -> bool:
-        return all(m.fits for m in self.moments) and self.kv_fits
+        return all(m.fits for m in self.moments) and self.kv_fits  # the host's memory is a rule (constraints.py)
 
     def reasons(self) -> list[str]:
         """Why it does not fit, in words (empty when it fits)."""
@@ -170,6 +172,7 @@ class MemoryEstimate:
             "notes": list(self.notes),
             "lengths": self.lengths.as_dict() if self.lengths else None,
             "micro_batch_bound": self.bound,
+            "host": self.host.as_dict() if self.host else None,
         }
 
 
@@ -456,4 +459,5 @@ def estimate_memory(
     if has_ref:
         notes.append("reference model (KL) on the GPU " + ("only in its log-prob pass" if c.ref_offloaded
                                                             else "through the whole step (ref param_offload off)"))
-    return MemoryEstimate(tuple(moments), kv_cache, kv_needed, kv_per_token, tuple(notes), ln, plan)
+    host = estimate_host(cl, c, states, ref)
+    return MemoryEstimate(tuple(moments), kv_cache, kv_needed, kv_per_token, tuple(notes), ln, plan, host)

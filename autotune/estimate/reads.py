@@ -59,6 +59,7 @@ RULE_READS: dict[str, frozenset[str]] = {
     "batch_divisibility": frozenset({"tp", "pp", "cp", "use_dynamic_bsz", "ppo_micro_batch_size_per_gpu",
                                      "log_prob_micro_batch_size_per_gpu"}),
     "recompute": frozenset({"recompute", "recompute_method", "recompute_num_layers", "pp", "vpp"}),
+    "host_memory": _STATES | _OFFLOAD | _CPU_OPT | _REF,
 }
 
 

@@ -32,6 +32,8 @@ def observation(row: TrialRow, setup: Setup, steps: Sequence[Any] = ()) -> Obser
     """A measured trial as the correction sees it; None when it measured nothing the model predicts."""
     if row.simulated or not row.launched or row.status not in MEASURED_STATUSES:
         return None
+    if (row.extra or {}).get("failure") == verl.HOST_OOM:
+        return None  # the host's memory ran out: it says nothing of the GPU's, which the correction fits
     try:
         cand = Candidate.from_params(dict(row.params))
         s = setup

@@ -296,6 +296,7 @@ MILESTONE_LABELS: dict[str, str] = {
     "vllm_ready": "vLLM ready (ready to fit)", "first_step": "step 1 in",
 }
 
+HOST_OOM = "host_oom"  # a failure kind (the trial's extra["failure"]): the host's memory, not the GPU's
 # Failure classes, most specific first; each: (class, autotune status, regexes over the log). The first class with
 # a match wins, so an OOM on one rank followed by NCCL errors on the others reads as the OOM.
 FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -321,13 +322,17 @@ FAILURE_PATTERNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         r"Not enough memory\. Please try to increase --mem-fraction-static",  # SGLang
     )),
     ("vllm_wakeup_oom", "oom", (r"CUDA Error: out of memory at .*cumem_allocator",)),
+    # Before gpu_oom: Ray's memory monitor raises its own `OutOfMemoryError`, which the driver prints as
+    # `RayTaskError(OutOfMemoryError)` like torch's (H200, 2026-11-26: three 7B trials with the optimizer on a
+    # 128 GiB host, tests/data/real_verl_gpu/h200_2026-11-26_l9).
+    (HOST_OOM, "oom", (
+        r"ray\.exceptions\.OutOfMemoryError", r"Task was killed due to the node running low on memory",
+        r"killed by SIGKILL by OOM killer", r"Memory on the node .* was \d+(?:\.\d+)?GB used / \d+(?:\.\d+)?GB",
+        r"Memory on the node .* was \d+(?:\.\d+)?GB / \d+(?:\.\d+)?GB",
+    )),
     ("gpu_oom", "oom", (
         r"torch\.(?:cuda\.)?OutOfMemoryError", r"CUDA out of memory\. Tried to allocate",
         r"RayTaskError\((?:torch\.)?(?:cuda\.)?OutOfMemoryError\)",
-    )),
-    ("host_oom", "oom", (
-        r"ray\.exceptions\.OutOfMemoryError", r"Task was killed due to the node running low on memory",
-        r"killed by SIGKILL by OOM killer", r"Memory on the node .* was \d+(?:\.\d+)?GB / \d+(?:\.\d+)?GB",
     )),
     # Deterministic failures of the environment, the model or its tokenizer: never retried (runners/verl.py
     # RETRYABLE); read from the end of the log only (libraries print caught import errors as warnings at start).

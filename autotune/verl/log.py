@@ -230,7 +230,7 @@ def classify(log_text: str, returncode: int | None, killed_by_us: bool = False) 
                         kind = _oom_phase(lines, i)
                     return Failure(kind, status, _message(kind, lines[i]), _excerpt(lines, i))
     if returncode is not None and returncode in (-9, 137) and not killed_by_us:
-        return Failure("host_oom", "oom", "killed by SIGKILL, not by autotune: the kernel OOM killer (host RAM) "
+        return Failure(verl.HOST_OOM, "oom", "killed by SIGKILL, not by autotune: the kernel OOM killer (host RAM) "
                        "is the usual cause; check `dmesg`", "\n".join(lines[-40:]))
     last_error = next((ln for ln in reversed(lines) if _ERROR_LINE.search(ln)), "")
     msg = f"exited with code {returncode}" + (f": {last_error.strip()[:300]}" if last_error else "")
@@ -274,7 +274,7 @@ _WHAT = {
     "import_error": "a package failed to import or load (`autotune doctor` checks the stack)",
     "software_error": "a Python error in verl's software stack, the same on every retry (`autotune doctor` checks "
                       "the versions)",
-    "host_oom": "host RAM exhausted (not GPU memory)",
+    verl.HOST_OOM: "host RAM exhausted (not GPU memory)",
     "nccl_error": "NCCL error",
 }
 
