@@ -176,3 +176,19 @@ def test_the_cli_checks_the_host_it_is_told(tmp_path: Path, capsys):
     assert launched and all(r.predicted_memory["host"]["fits"] for r in launched)
     assert all(r.predicted_memory["host"]["capacity_gib"] == pytest.approx(125.87 * 0.95, abs=0.01)
                for r in launched)
+
+
+def test_estimate_shows_the_hosts_memory_and_the_rule(capsys):
+    from autotune.cli import main
+
+    base = ["estimate", "--model", "qwen2.5-7b", "--gpus", "1", "--gpu-type", "h200", "--job",
+            str(REPO / "benchmarks" / "gpu_verl" / "job_smoke.yaml"), "--set", "rollout_tp=1", "--set",
+            "use_dynamic_bsz=true", "--set", "recompute=full", "--set", "gpu_memory_utilization=0.3"]
+    main([*base, "--host-memory", "125.87", "--set", "optimizer_cpu_offload=true", "--set",
+          "optimizer_offload_fraction=0.6"])
+    out = capsys.readouterr().out
+    assert "host memory a node: 104.3 GiB of 119.6 GiB Ray allows" in out and "cpu_optimizer 68.1" in out
+    assert main([*base, "--host-memory", "125.87", "--set", "optimizer_offload=true"]) != 0
+    assert "breaks host_memory: predicted 121.3 GiB" in capsys.readouterr().out
+    main([*base, "--set", "optimizer_offload=true"])
+    assert "the node's memory unknown: --host-memory GIB checks it" in capsys.readouterr().out

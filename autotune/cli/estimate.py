@@ -103,6 +103,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                       markup=False)
         for r in mem.reasons():
             out.print(f"[red]OOM predicted:[/] {r}")
+        if mem.host is not None:
+            terms = ", ".join(f"{k} {units.gib(v / 2**30)}" for k, v in mem.host.terms)
+            limit = (f" of {units.gib(mem.host.capacity / 2**30)} GiB Ray allows" if mem.host.capacity is not None
+                     else " (the node's memory unknown: --host-memory GIB checks it)")
+            out.print(f"host memory a node: {units.gib(mem.host.need / 2**30)} GiB{limit} ({terms})", markup=False)
         if record:
             worst = record["worst_case"]["moment_peaks_gib"]
             out.print("worst case (every sequence at the job's maximum), peak GiB: "
