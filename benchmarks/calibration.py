@@ -1,10 +1,11 @@
 """The base model against every real verl 0.9.1 trial the project measured: per phase, whole step and memory.
 
 Reads every study database under tests/data/real_verl_gpu/*/ (the trials' own rows: configuration, the node's job
-defaults such as the attention backend, verl's per-phase `timing_s/*` and lengths at the measured step, NVML peaks)
-and predicts each trial with the uncorrected model at the lengths that step measured, as a study's first launch is
-predicted before any correction. Per model size: the median absolute error per phase and of the step, Spearman's rank
-correlation of the step times, and each memory verdict (an OOM predicted to fit is the failure that matters).
+defaults such as the attention backend, verl's per-phase `timing_s/*` and lengths at the measured step, NVML peaks; each
+trial once, from the newest copy of a study a later lease resumed: benchmarks/real_studies.py) and predicts each trial
+with the uncorrected model at the lengths that step measured, as a study's first launch is predicted before any
+correction. Per model size: the median absolute error per phase and of the step, Spearman's rank correlation of the step
+times, and each memory verdict (an OOM predicted to fit is the failure that matters).
 
     python -m benchmarks.calibration     # writes benchmarks/results/calibration.md
 """
@@ -28,8 +29,9 @@ from autotune.estimate.offload import cpu_fraction
 from autotune.job import Job
 from autotune.model import CATALOG, ModelArch
 from autotune.results.labels import Labeller
-from autotune.search.setup import Setup, setup_from_row
+from autotune.search.setup import Setup
 from autotune.store.store import Store
+from benchmarks import real_studies
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "tests" / "data" / "real_verl_gpu"
@@ -76,15 +78,12 @@ class Fit:
 
 def measured_trials(dbs: Iterable[Path]) -> Iterator[tuple[Path, Store, Setup, Any]]:
     """(database, its store, the study's setup, trial row) of every real trial with a verdict: launched, not
-    simulated, ok or out of memory."""
-    for db in sorted(dbs):
-        store = Store(f"sqlite:///{db}")
-        for study in store.list_studies():
-            setup = setup_from_row(study)
-            for row in store.trials(study.name):
-                if row.status in ("ok", "oom") and row.launched and not row.simulated and row.params:
-                    yield db, store, setup, row
-        store.engine.dispose()
+    simulated, ok or out of memory; each trial once, from the newest copy of its study (benchmarks/real_studies.py)."""
+    for db, store, study in real_studies.studies(dbs):
+        setup = real_studies.setup(study)
+        for row in store.trials(study.name):
+            if row.status in ("ok", "oom") and row.launched and not row.simulated and row.params:
+                yield db, store, setup, row
 
 
 def cases(dbs: Iterable[Path], efficiency: dict[str, float] | None = None) -> list[Case]:

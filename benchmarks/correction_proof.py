@@ -5,8 +5,9 @@ the step time and each phase of every other one, against the uncorrected model's
     python -m benchmarks.correction_proof
 
 Data (each group is what one study of one model size on one cluster could have measured):
-- real verl GRPO trials: every study database under tests/data/real_verl_gpu/*/*.db, measured trials grouped by
-  model, cluster and job across databases; each trial rebuilt as `autotune/search/learning.py` sees it (the node's
+- real verl GRPO trials: every study database under tests/data/real_verl_gpu/*/*.db (each trial once, from the
+  newest copy of a resumed study: benchmarks/real_studies.py), measured trials grouped by model, cluster and job
+  across databases; each trial rebuilt as `autotune/search/learning.py` sees it (the node's
   defaults the trial ran with, the sequence lengths its group measured);
 - replay landscapes (benchmarks/landscapes/*.csv): Megatron-core probes, the training step only;
 - the verl runs of verl_megatron_practice (benchmarks/data/, read as benchmarks/step_time_error.py reads them),
@@ -80,29 +81,26 @@ def real_groups(root: Path = REAL) -> list[Group]:
     """Every ok trial with phase timings of every study database under `root`, grouped by model, cluster and job."""
     from autotune import verl
     from autotune.search.learning import observation
-    from autotune.search.setup import setup_from_row
-    from autotune.store.store import Store
+    from benchmarks import real_studies
 
     found: dict[tuple, list] = defaultdict(list)
-    for db in sorted(root.glob("*/*.db")):
-        store = Store(f"sqlite:///{db}")
-        for study in store.list_studies():
-            if study.simulated:
+    for db, store, study in real_studies.studies(root.glob("*/*.db")):
+        if study.simulated:
+            continue
+        setup = real_studies.setup(study)
+        for r in store.trials(study.name):
+            if r.status != "ok" or r.simulated or not r.launched:
                 continue
-            setup = setup_from_row(study)
-            for r in store.trials(study.name):
-                if r.status != "ok" or r.simulated or not r.launched:
-                    continue
-                steps = store.steps(r.id)
-                lengths = [tuple((k, float(s.metrics[k])) for k in (
-                    verl.M_RESPONSE_LENGTH_MEAN, verl.M_RESPONSE_LENGTH_MAX, verl.M_PROMPT_LENGTH_MEAN,
-                    verl.M_PROMPT_LENGTH_MAX) if s.metrics.get(k) is not None)
-                    for s in steps if s.step == setup.measure_step and s.metrics.get(verl.M_RESPONSE_LENGTH_MEAN)]
-                defaults = (r.extra or {}).get("job_defaults") or {}
-                fp = (study.fingerprint or {})
-                key = (fp.get("model", study.model_name), fp.get("cluster"), fp.get("job"),
-                       tuple(sorted(defaults.items())))
-                found[key].append((db, study, setup, defaults, r, steps, lengths))
+            steps = store.steps(r.id)
+            lengths = [tuple((k, float(s.metrics[k])) for k in (
+                verl.M_RESPONSE_LENGTH_MEAN, verl.M_RESPONSE_LENGTH_MAX, verl.M_PROMPT_LENGTH_MEAN,
+                verl.M_PROMPT_LENGTH_MAX) if s.metrics.get(k) is not None)
+                for s in steps if s.step == setup.measure_step and s.metrics.get(verl.M_RESPONSE_LENGTH_MEAN)]
+            defaults = (r.extra or {}).get("job_defaults") or {}
+            fp = (study.fingerprint or {})
+            key = (fp.get("model", study.model_name), fp.get("cluster"), fp.get("job"),
+                   tuple(sorted(defaults.items())))
+            found[key].append((db, study, setup, defaults, r, steps, lengths))
     groups = []
     for items in found.values():
         lengths = tuple(x for it in items for x in it[6])

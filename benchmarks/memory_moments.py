@@ -30,6 +30,7 @@ from autotune.estimate.memory import as_nvml_sees
 from autotune.job import Job
 from autotune.results import memory_trace, timeline
 from autotune.results.labels import Labeller
+from benchmarks import real_studies
 from benchmarks.calibration import DATA, HERE, as_measured, catalog_size, measured_trials
 
 TARGET = 0.08  # issue 23.3: memory per moment within 8% of NVML
@@ -75,16 +76,10 @@ def partitioned(job: Job, cl: Cluster, c: Candidate, ln: Lengths) -> Candidate:
 
 
 def trial_dir(db: Path, row: Any) -> Path | None:
-    """The committed folder of a trial's logs beside its database (`trial_NNNN`, or `<db stem's lease>_trial_NNNN`
-    where one lease folder holds two studies)."""
-    if not row.log_path:
-        return None
-    name = Path(row.log_path).parent.name
-    tag = db.stem.split("_")[-1]  # smoke_l3b -> l3b
-    for d in (db.parent / f"{tag}_{name}", db.parent / name):
-        if (d / "gpu.csv").is_file():
-            return d
-    return None
+    """The committed folder of a trial's logs: beside its database (`trial_NNNN`, `<db stem's lease>_trial_NNNN` where
+    one lease folder holds two studies, or `<study>_trial_NNNN`) or beside an earlier copy of a resumed study that ran
+    the trial (benchmarks/real_studies.py)."""
+    return real_studies.trial_dir(db, row)
 
 
 def cases(dbs: Iterable[Path]) -> list[MomentCase]:

@@ -5,11 +5,18 @@ kernels; SOURCE.txt there): #2 (no offload) / #13 (param + grad + optimizer offl
 #7 / #8, micro-batches 2/4 (#8 also captured CUDA graphs, which shortens its rollout). Measured differences per
 phase (on - off, seconds) beside the model's (offload copies only).
 
-    python -m benchmarks.offload_pairs
+The real verl 0.9.1 pairs (tests/data/real_verl_gpu/, each trial once: benchmarks/real_studies.py): two ok trials of
+one job on one GPU whose settings differ only in what verl offloads (`param_offload`, `optimizer_offload`), measured
+at the study's measured step beside the uncorrected model at the lengths that step logged (benchmarks/calibration.py).
+
+    python -m benchmarks.offload_pairs      # writes benchmarks/results/offload_pairs.md
 """
 
 from __future__ import annotations
 
+import argparse
+from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 from autotune import verl
@@ -18,6 +25,7 @@ from autotune.cluster import Cluster, get_gpu_type
 from autotune.estimate.throughput import estimate_throughput
 from autotune.job import Job
 from autotune.model import get_model
+from benchmarks import calibration
 
 OUT = Path(__file__).resolve().parent / "results" / "offload_pairs.md"
 # (pair, off row, on row, candidate settings, CUDA graphs on the 'on' row, measured (step, update_actor) off / on)
@@ -29,7 +37,64 @@ PAIRS = (
 )
 
 
-def main() -> None:
+OFFLOAD_KEYS = ("param_offload", "optimizer_offload", "ref_param_offload")  # what verl moves to the host and back
+
+
+def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.Case, float, float]]:
+    """(off, on, measured tokens/s/GPU off, on) of every pair of ok real trials, each trial once, of one model, GPU,
+    job and attention backend whose settings differ only in the offload keys (off: the one offloading less)."""
+    dbs = list(dbs)
+    groups: dict[tuple, list[tuple[str, int, float]]] = defaultdict(list)
+    for db, _, setup, row in calibration.measured_trials(dbs):
+        if row.status != "ok" or row.throughput is None:
+            continue
+        job = setup.job.with_node_defaults((row.extra or {}).get("job_defaults") or {})
+        rest = tuple(sorted((k, str(v)) for k, v in row.params.items() if k not in OFFLOAD_KEYS))
+        key = (setup.model.name, setup.cluster.gpu.name, setup.cluster.world_size, job.fingerprint(),
+               job.attention_backend, rest)
+        groups[key].append((f"{db.parent.name}/{db.name}/{row.study}#{row.number}",
+                            sum(bool(row.params.get(k)) for k in OFFLOAD_KEYS), float(row.throughput)))
+    if not any(len(g) > 1 for g in groups.values()):
+        return []
+    cases = {c.source: c for c in calibration.cases(dbs)}
+    out = []
+    for members in groups.values():
+        for off in members:
+            for on in members:
+                if off[1] < on[1]:
+                    out.append((cases[off[0]], cases[on[0]], off[2], on[2]))
+    return sorted(out, key=lambda p: (p[0].size, p[0].source, p[1].source))
+
+
+def real_report(pairs: list[tuple[calibration.Case, calibration.Case, float, float]]) -> list[str]:
+    lines = ["## Real verl 0.9.1 pairs (one GPU)", "",
+             __doc__.split("\n\n")[2].replace("\n", " "), "",
+             "| pair | model | on: offloaded | tokens/s/GPU off / on | step s off / on | update_actor s off / on | "
+             "model step s off / on | model update_actor s off / on |", "|---|---|---|---|---|---|---|---|"]
+    if not pairs:
+        lines.append("| none | | | | | | | |")
+    for off, on, t_off, t_on in pairs:
+        what = on.label.split("offload:", 1)[1].split()[0] if "offload:" in on.label else "-"
+
+        def both(a: float | None, b: float | None, digits: int = 1) -> str:
+            if a is None or b is None:
+                return "-"
+            return f"{a:,.{digits}f} / {b:,.{digits}f} ({b - a:+,.{digits}f})"
+        lines.append(
+            f"| {off.source} / #{on.source.rsplit('#', 1)[1]} | {off.size} | {what} | "
+            f"{t_off:,.1f} / {t_on:,.1f} ({100 * (t_on / t_off - 1):+.1f}%) | "
+            f"{both(off.measured_step_s, on.measured_step_s)} | "
+            f"{both(off.measured_phases.get('update_actor'), on.measured_phases.get('update_actor'))} | "
+            f"{both(off.predicted_step_s, on.predicted_step_s)} | "
+            f"{both(off.predicted_phases.get('update_actor'), on.predicted_phases.get('update_actor'))} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=calibration.DATA)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
     m, cl = get_model("qwen2.5-7b"), Cluster(get_gpu_type("h100"), 8)
     lines = ["# Offload on/off pairs: measured vs the model", "", __doc__.split("\n\n")[1].replace("\n", " "), "",
              "| pair | measured step off / on | measured update_actor off / on | model step off / on (offload part) "
@@ -54,7 +119,8 @@ def main() -> None:
               "22.6 s, and #13's step grows mostly in rollout outside generation (rollout - generation: 24 s off, "
               "106 s on), which no offload copy of verl 0.9.1 runs in. Bytes over the link explain a few seconds per "
               "step, not the 126 s of #2/#13."]
-    OUT.write_text("\n".join(lines) + "\n")
+    lines += ["", *real_report(real_pairs(args.data.glob("*/*.db")))]
+    args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

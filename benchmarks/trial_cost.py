@@ -1,9 +1,10 @@
 """What a real verl trial costs, and how much of it is the steps: from the real trials' own records.
 
-Reads every study database under tests/data/real_verl_gpu/*/ (real verl 0.9.1 GRPO trials on one lent H100) and, per
-trial: its wall time as the tuner recorded it (launch to recorded, the doctor's pre-flight of a study's first trial
-included), verl's own step times (`timing_s/step` of each step run), the start-up (launch to the first step's start,
-from the time-stamped console where the trial kept one) and whether the shared compile caches were cold or warm.
+Reads every study database under tests/data/real_verl_gpu/*/ (real verl 0.9.1 GRPO trials on one lent GPU; each
+once, from the newest copy of a resumed study: benchmarks/real_studies.py) and, per trial: its wall time as the tuner
+recorded it (launch to recorded, the doctor's pre-flight of a study's first trial included), verl's own step times
+(`timing_s/step` of each step run), the start-up (launch to the first step's start, from the time-stamped console
+where the trial kept one) and whether the shared compile caches were cold or warm.
 Compares the trials before the start-up work (leases 3 and 3b: a fresh vLLM compile in every trial, three steps)
 with the trials after it (lease 4 on, the same 0.5B job: vLLM's compile cache kept under the work dir, one extra
 step for the noise).
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from autotune import verl
 from autotune.results.timeline import Timeline
-from autotune.store.store import Store
+from benchmarks import real_studies
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "tests" / "data" / "real_verl_gpu"
@@ -43,17 +44,15 @@ class Cost:
 
 def costs(dbs: list[Path]) -> list[Cost]:
     out = []
-    for db in sorted(dbs):
-        store = Store(f"sqlite:///{db}")
-        for study in store.list_studies():
-            for row in store.trials(study.name):
-                if row.status != "ok" or not row.launched or not row.duration_s:
-                    continue
-                steps = {s.step: float(s.metrics[STEP]) for s in store.steps(row.id) if STEP in s.metrics}
-                tl = Timeline.from_extra(row.extra)
-                out.append(Cost(f"{db.parent.name}/{study.name}#{row.number}", int(study.model["num_layers"]),
-                                (row.extra or {}).get("caches", ""), float(row.duration_s), steps,
-                                tl.startup_s if tl and tl.steps else None))
+    for db, store, study in real_studies.studies(dbs):
+        for row in store.trials(study.name):
+            if row.status != "ok" or not row.launched or not row.duration_s:
+                continue
+            steps = {s.step: float(s.metrics[STEP]) for s in store.steps(row.id) if STEP in s.metrics}
+            tl = Timeline.from_extra(row.extra)
+            out.append(Cost(f"{db.parent.name}/{study.name}#{row.number}", int(study.model["num_layers"]),
+                            (row.extra or {}).get("caches", ""), float(row.duration_s), steps,
+                            tl.startup_s if tl and tl.steps else None))
     return out
 
 

@@ -3,11 +3,12 @@
     python -m benchmarks.verl_landscapes            # tests/data/real_verl_gpu/*/*.db -> benchmarks/landscapes/verl/
                                                     # and benchmarks/results/first_launch.md
 
-Every measured trial of the campaign's study databases (launched, not simulated, ok or out of memory) becomes a row
-of a replay table (format: benchmarks/README.md), one table per (model size, GPU type and count, job): its
-configuration, status, verl's `perf/throughput` and per-phase `timing_s/*` at the measured step, and the NVML peak.
-The job is the study's job with the node's defaults the trials ran with (the doctor's attention backend), less the
-paths that only existed on the lent machine; trials of one size that ran different jobs land in different tables.
+Every measured trial of the campaign's study databases (launched, not simulated, ok or out of memory; each once, from
+the newest copy of a resumed study: benchmarks/real_studies.py) becomes a row of a replay table (format:
+benchmarks/README.md), one table per (model size, GPU type and count, job): its configuration, status, verl's
+`perf/throughput` and per-phase `timing_s/*` at the measured step, and the NVML peak. The job is the study's job with
+the node's defaults the trials ran with (the doctor's attention backend), less the paths that only existed on the lent
+machine; trials of one size that ran different jobs land in different tables.
 
 Then, per table, autotune's study is run on the replay runner until its first launch: the configuration the model
 picks before anything is measured, among the configurations the table holds (a replay study cannot launch anything
@@ -36,9 +37,8 @@ from autotune.candidate import Candidate
 from autotune.estimate.correction import NO_CORRECTION
 from autotune.results.labels import Labeller
 from autotune.search.ranking import make_ranking
-from autotune.search.setup import setup_from_row
 from autotune.search.split import InfeasibleSpaceError
-from autotune.store.store import Store
+from benchmarks import real_studies
 from benchmarks.calibration import DATA, PHASES, catalog_size, measured_trials
 
 HERE = Path(__file__).resolve().parent
@@ -110,20 +110,17 @@ def real_first_launches(dbs: list[Path]) -> dict[tuple[str, str, int, str], list
 
     studies = []
     ended: dict[tuple[str, str, int, str], dict[str, str]] = defaultdict(dict)
-    for db in sorted(dbs):
-        store = Store(f"sqlite:///{db}")
-        for study in store.list_studies():
-            rows = [r for r in store.trials(study.name) if r.launched and not r.simulated and r.params]
-            if not rows:
-                continue
-            first = min(rows, key=lambda r: r.number)
-            setup = setup_from_row(study)
-            setup = dataclasses.replace(setup, job=setup.job.with_node_defaults(
-                (first.extra or {}).get("job_defaults") or {}))
-            key = _key(setup, _job(setup, first))
-            ended[key].update({r.candidate_key: r.status for r in rows if r.status in ("ok", "oom")})
-            studies.append((db, setup, first, key))
-        store.engine.dispose()
+    for db, store, study in real_studies.studies(dbs):
+        rows = [r for r in store.trials(study.name) if r.launched and not r.simulated and r.params]
+        if not rows:
+            continue
+        first = min(rows, key=lambda r: r.number)
+        setup = real_studies.setup(study)
+        setup = dataclasses.replace(setup, job=setup.job.with_node_defaults(
+            (first.extra or {}).get("job_defaults") or {}))
+        key = _key(setup, _job(setup, first))
+        ended[key].update({r.candidate_key: r.status for r in rows if r.status in ("ok", "oom")})
+        studies.append((db, setup, first, key))
     out: dict[tuple[str, str, int, str], list[RealFirst]] = defaultdict(list)
     for db, setup, first, key in studies:
         label = Labeller(setup.stock)

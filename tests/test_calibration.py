@@ -8,10 +8,11 @@ from benchmarks import calibration, trial_cost
 
 
 def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> None:
-    """15 real trials in 5 groups; the 7B's first pick, which ran out of memory in update_actor, is now predicted not
-    to fit, and every trial that ran is still predicted to fit."""
+    """20 real trials in 5 groups (each once: leases 10 and 12 resumed lease 7's 3B and lease 8's 7B study); the 7B's
+    first pick, which ran out of memory in update_actor, is now predicted not to fit, and every trial that ran is
+    still predicted to fit."""
     cases = calibration.cases(list(calibration.DATA.glob("*/*.db")))
-    assert len(cases) == 15 and {c.status for c in cases} == {"ok", "oom"}
+    assert len(cases) == 20 and {c.status for c in cases} == {"ok", "oom"}
     assert all((c.status == "ok") == c.predicted_fits for c in cases), [
         (c.source, c.status, c.predicted_peak_gib) for c in cases if (c.status == "ok") != c.predicted_fits]
     groups = {c.model for c in cases}

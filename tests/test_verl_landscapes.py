@@ -9,7 +9,7 @@ from pathlib import Path
 
 from autotune.runners.base import TrialStatus
 from autotune.runners.replay import ReplayTable
-from autotune.store.store import Store
+from benchmarks import real_studies
 from benchmarks import verl_landscapes as vl
 from tests.conftest import REPO
 
@@ -21,24 +21,23 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     tables = {p.name: ReplayTable.load(p) for p in sorted((tmp_path / "land").glob("verl-*.csv"))
               if "7b-h200" not in p.name}
     names = {p.name for p in (tmp_path / "land").glob("verl-*.csv")}
-    # A table where nothing ran is written too (a replay runner refuses to load it): the 7B's only trial, an OOM.
+    # A table where nothing ran is written too (a replay runner refuses to load it): the 7B's four trials (c-7b #0,
+    # #2, #3 and c-7b-fl #0), each out of memory (#0 on the GPU, the others the host's RAM).
     assert names == {"verl-qwen2.5-0.5b-h100-g1-fused.csv", "verl-qwen2.5-0.5b-h100-g1-unfused.csv",
                      "verl-qwen2.5-1.5b-h100-g1-fused.csv", "verl-qwen2.5-3b-h100-g1-fused.csv",
                      "verl-qwen2.5-7b-h200-g1-fused.csv"}
     assert set(tables) == names - {"verl-qwen2.5-7b-h200-g1-fused.csv"}
     seven = (tmp_path / "land" / "verl-qwen2.5-7b-h200-g1-fused.csv").read_text().splitlines()
-    assert len(seven) == 2 and ",oom," in seven[1]
+    assert len(seven) == 5 and all(",oom," in line for line in seven[1:])
     measured = {}
-    for db in DATA.glob("*/*.db"):
-        store = Store(f"sqlite:///{db}")
-        for study in store.list_studies():
-            for r in store.trials(study.name):
-                if r.launched and not r.simulated and r.status in ("ok", "oom"):
-                    measured[f"{db.parent.name}/{db.name}/{r.study}#{r.number}"] = r
-        store.engine.dispose()
+    for db, store, study in real_studies.studies(DATA.glob("*/*.db")):  # each trial once, from its newest copy
+        for r in store.trials(study.name):
+            if r.launched and not r.simulated and r.status in ("ok", "oom"):
+                measured[f"{db.parent.name}/{db.name}/{r.study}#{r.number}"] = r
     rows = {r.extra["trial"]: r for t in tables.values() for r in t.rows}
-    seven_source = seven[1].rsplit(",", 1)[1]
-    assert set(rows) | {seven_source} == set(measured)  # no trial lost, none invented
+    seven_sources = {line.rsplit(",", 1)[1] for line in seven[1:]}
+    assert len(rows) + len(seven_sources) == len(measured)
+    assert set(rows) | seven_sources == set(measured)  # no trial lost, none invented
     for source, r in rows.items():
         m = measured[source]
         assert r.status == TrialStatus(m.status)
@@ -51,11 +50,11 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert fused.setup().model.name == "qwen2.5-0.5b"
     report = (tmp_path / "fl.md").read_text()
     assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 2 |" in report
-    # The real 7B study's first launch ran out of memory: the report says so, and that the replay has nothing to
-    # launch there (its only row did not run), so the 7B table does not hold.
+    # The real 7B studies' first launches ran out of memory: the report says so, and that the replay has nothing to
+    # launch there (none of its rows ran), so the 7B table does not hold.
     assert "c-7b.db/c-7b#0: tp1 rtp1 dyn8k/96k util0.4 offload:params cpu-adam0.5 | model-seed | **oom** |" in report
-    assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 1 | nothing: no measured row ran" in report
-    assert "4 of 6 real studies' first launches ran" in report
+    assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 4 | nothing: no measured row ran" in report
+    assert "5 of 8 real studies' first launches ran" in report
 
 
 def test_the_committed_landscapes_are_what_the_data_give(tmp_path):

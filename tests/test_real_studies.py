@@ -1,0 +1,108 @@
+"""Each real study once (benchmarks/real_studies.py): a lease that resumed a study committed its database again
+(lease 10's c-3b.db holds lease 7's trials 0-3 and its trial 4; lease 12's c-7b.db holds lease 9's, which held lease
+8's), so the benchmarks that read every database count each real trial once, from the newest copy, and still find
+the trial's logs in the lease that ran it."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+from autotune.store.store import Store
+from benchmarks import (
+    calibration,
+    correction_proof,
+    memory_moments,
+    offload_pairs,
+    real_studies,
+    trial_cost,
+    verl_landscapes,
+)
+from tests.conftest import REPO
+
+DATA = REPO / "tests" / "data" / "real_verl_gpu"
+L7, L8, L9, L10, L12 = (DATA / n for n in ("h100_2026-11-25_l7", "h200_2026-11-25_l8", "h200_2026-11-26_l9",
+                                          "h100_2026-11-26_l10", "h200_2026-11-26_l12"))
+
+
+def _every_copy(status: tuple[str, ...] | None = ("ok", "oom")) -> list[tuple[str, int, str]]:
+    """(study, number, start) of every launched real trial (of these statuses; None: any) of every database, a trial
+    once per copy holding it."""
+    out = []
+    for db in sorted(DATA.glob("*/*.db")):
+        store = Store(f"sqlite:///{db}")
+        for study in store.list_studies():
+            out += [(r.study, r.number, r.started_at.isoformat()) for r in store.trials(study.name)
+                    if r.launched and not r.simulated and (status is None or r.status in status) and r.params]
+        store.engine.dispose()
+    return out
+
+
+def test_one_copy_of_each_study_the_newest() -> None:
+    got = [(db, study.name) for db, _, study in real_studies.studies(DATA.glob("*/*.db"))]
+    names = Counter(name for _, name in got)
+    assert names and set(names.values()) == {1}, names
+    assert (L10 / "c-3b.db", "c-3b") in got and (L12 / "c-7b.db", "c-7b") in got
+    assert not {L7 / "c-3b.db", L8 / "c-7b.db", L9 / "c-7b.db"} & {db for db, _ in got}
+    assert (L9 / "c-7b-fl.db", "c-7b-fl") in got and (L10 / "c-3b-fl.db", "c-3b-fl") in got
+
+
+def test_each_real_trial_counts_once_in_every_reader() -> None:
+    every = _every_copy()
+    distinct = set(every)
+    assert len(every) > len(distinct)  # the committed data hold copies: without the dedupe a trial counts twice
+    seen = [(row.study, row.number, row.started_at.isoformat())
+            for _, _, _, row in calibration.measured_trials(DATA.glob("*/*.db"))]
+    assert len(seen) == len(distinct) and set(seen) == distinct
+    c3b = sorted(n for s, n, _ in seen if s == "c-3b")
+    c7b = sorted(n for s, n, _ in seen if s == "c-7b")
+    assert c3b == [0, 1, 3, 4] and c7b == [0, 2, 3]
+
+    def trials(sources: list[str]) -> list[str]:  # ".../c-3b.db/c-3b#3" or ".../c-3b#3" -> "c-3b#3"
+        return [s.rsplit("/", 1)[-1] for s in sources]
+
+    cal = trials([c.source for c in calibration.cases(list(DATA.glob("*/*.db")))])
+    assert len(cal) == len(set(cal)) == len(distinct)
+    cost = trials([c.source for c in trial_cost.costs(list(DATA.glob("*/*.db")))])
+    assert len(cost) == len(set(cost)) == len(set(_every_copy(("ok",))))
+    rows = trials([m.source for _, ms in verl_landscapes.collect(sorted(DATA.glob("*/*.db"))).values() for m in ms])
+    assert len(rows) == len(set(rows)) == len(distinct)
+    firsts = [f.source for fs in verl_landscapes.real_first_launches(sorted(DATA.glob("*/*.db"))).values()
+              for f in fs]
+    assert len(firsts) == len({s for s, _, _ in _every_copy(None)})  # one first launch per study that launched
+    points = [p.label.rsplit("/", 1)[-1] for g in correction_proof.real_groups(DATA) for p in g.points]
+    assert len(points) == len(set(points)) and "c-3b#3" in points and "c-3b#4" in points
+    pairs = [(off.source.rsplit("/", 1)[-1], on.source.rsplit("/", 1)[-1], round(t_off, 1), round(t_on, 1))
+             for off, on, t_off, t_on in offload_pairs.real_pairs(DATA.glob("*/*.db"))]
+    assert pairs == [("c-0.5b#1", "c-0.5b#2", 7047.2, 7004.5), ("c-3b#3", "c-3b#4", 3618.6, 3598.3)]
+
+
+def test_a_trial_read_from_a_later_copy_finds_its_logs_where_it_ran() -> None:
+    found = {f"{row.study}#{row.number}": memory_moments.trial_dir(db, row)
+             for db, _, _, row in calibration.measured_trials(DATA.glob("*/*.db"))}
+    assert found["c-3b#3"] == L7 / "trial_0003" and found["c-3b#0"] == L7 / "trial_0000"
+    assert found["c-3b#4"] == L10 / "c-3b_trial_0004" and found["c-3b-fl#0"] == L10 / "c-3b-fl_trial_0000"
+    assert found["c-7b#0"] == L8 / "trial_0000" and found["c-7b#2"] == L9 / "c-7b_trial_0002"
+    assert found["c-7b#3"] == L12 / "trial_0003" and found["c-7b-fl#0"] == L9 / "c-7b-fl_trial_0000"
+    assert found["smoke-h100-b#1"] == DATA / "h100_2026-11-24_l3" / "l3b_trial_0001"
+    # every ok trial of these leases kept its trace: a trial whose logs go missing would drop out of memory_moments
+    assert all(found[k] is not None for k in ("c-3b#0", "c-3b#3", "c-3b#4", "c-3b-fl#0"))
+
+
+def test_equal_copies_keep_the_last_and_diverged_copies_both_count(tmp_path: Path) -> None:
+    for lease in ("a", "b", "c"):
+        (tmp_path / lease).mkdir()
+    shutil.copy(L7 / "c-3b.db", tmp_path / "a" / "c-3b.db")
+    shutil.copy(L10 / "c-3b.db", tmp_path / "b" / "c-3b.db")
+    shutil.copy(L10 / "c-3b.db", tmp_path / "c" / "c-3b.db")
+    kept = [db for db, _, _ in real_studies.studies(tmp_path.glob("*/*.db"))]
+    assert kept == [tmp_path / "c" / "c-3b.db"]
+    # a copy holding a trial the other lacks (started elsewhere) is another run of the study: both count
+    con = sqlite3.connect(tmp_path / "a" / "c-3b.db")
+    con.execute("UPDATE autotune_trials SET started_at = '2026-01-01 00:00:00.000000' WHERE number = 3")
+    con.commit()
+    con.close()
+    kept = [db for db, _, _ in real_studies.studies(tmp_path.glob("*/*.db"))]
+    assert kept == [tmp_path / "a" / "c-3b.db", tmp_path / "c" / "c-3b.db"]
