@@ -10,7 +10,9 @@ knob (new space dimensions, so 24 samples a combination keep every batching case
 and the fixed step cost fitted on the real verl 0.9.1 campaign (benchmarks/results/calibration.md). Regenerated on
 2026-11-25 once more for the memory model, not the batching: SwiGLU's 10f, the log-prob logits' 12 B and verl's
 allocator slack, and for the time model's fixed cost per Megatron pass, the CPU optimizer's step per
-mini-batch and the local weight sync, all from the real trials (issue 23); no batching value moved.
+mini-batch and the local weight sync, all from the real trials (issue 23); no batching value moved. Regenerated on
+2026-11-26 for the time model only: the update's fixed pass cost 5.0 -> 4.9 s and no weight-sync reload under
+param_offload for an actor whole on one GPU (lease 10); only update_actor and update_weights values moved.
 """
 
 from __future__ import annotations
