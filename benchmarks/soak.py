@@ -38,6 +38,7 @@ from sqlalchemy.pool import NullPool
 from autotune import cli, faults
 from autotune.store.schema import TrialRow
 from autotune.store.store import Store
+from autotune.store.tuners import OWNER
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # A space of 2,880 distinct configurations that all fit: 1000 launches need no exhausted region. It is a user's
@@ -82,6 +83,7 @@ class SoakReport:
     unmatched: int = 0  # Optuna trials without a row, rows without a trial, or statuses that disagree
     duplicates: int = 0  # configurations launched (and not interrupted) more than once
     seconds: float = 0.0
+    leftovers: list[str] = field(default_factory=list)  # the trials not final or unmatched, in words (for a failure)
 
     @property
     def lost(self) -> int:
@@ -277,9 +279,13 @@ def check(storage: str, study: str, report: SoakReport, killed: set[int] | None 
     report.optuna_trials, report.autotune_rows = len(trials), len(rows)
     report.not_final = sum(not t.state.is_finished() for t in trials)
     numbers = {t.number for t in trials}
-    report.unmatched = len(numbers ^ set(by_number)) + sum(
-        1 for t in trials if t.number in by_number and _OPTUNA_OF.get(by_number[t.number].status) != t.state
-        and not (by_number[t.number].status == "ok" and t.state == TrialState.FAIL))
+    disagree = [t for t in trials if t.number in by_number and _OPTUNA_OF.get(by_number[t.number].status) != t.state
+                and not (by_number[t.number].status == "ok" and t.state == TrialState.FAIL)]
+    report.unmatched = len(numbers ^ set(by_number)) + len(disagree)
+    odd = {t.number for t in trials if not t.state.is_finished() or t.number not in by_number} | {
+        t.number for t in disagree}
+    report.leftovers = [_describe(t, by_number.get(t.number)) for t in trials if t.number in odd] + [
+        f"row #{n} without an Optuna trial" for n in sorted(set(by_number) - numbers)]
     counted = [r for r in rows if r.launched and r.status != "interrupted"]
     report.launched = len(counted)
     report.interrupted = sum(r.status == "interrupted" for r in rows)
@@ -287,6 +293,13 @@ def check(storage: str, study: str, report: SoakReport, killed: set[int] | None 
     report.duplicates = sum(n - 1 for n in per_key.values() if n > 1)
     if killed is not None:
         report.false_interrupts = false_interrupts(rows, killed)
+
+
+def _describe(t: optuna.trial.FrozenTrial, row: TrialRow | None) -> str:
+    owner = t.system_attrs.get(OWNER)
+    said = f"row {row.status} by {row.worker}: {row.reason}" if row else "no row"
+    asked = f"{t.datetime_start:%H:%M:%S.%f}" if t.datetime_start else "never"
+    return f"#{t.number} {t.state.name} (asked {asked} by {owner or 'an unmarked tuner'}; {said})"
 
 
 HEADER = ["# Soak: kills at random moments, restarts, nothing lost", "",

@@ -184,8 +184,9 @@ def _argv(url: str, work: Path, n_trials: int) -> list[str]:
 def _assert_whole(r: soak_mod.SoakReport) -> None:
     if os.environ.get("AUTOTUNE_SOAK_MD"):
         soak_mod.record(r, os.environ["AUTOTUNE_SOAK_MD"])
-    assert r.not_final == 0, "an Optuna trial is left RUNNING or WAITING"
-    assert r.unmatched == 0 and r.optuna_trials == r.autotune_rows, "autotune rows and Optuna trials differ"
+    assert r.not_final == 0, f"an Optuna trial is left RUNNING or WAITING: {r.leftovers}"
+    assert r.unmatched == 0 and r.optuna_trials == r.autotune_rows, (
+        f"autotune rows and Optuna trials differ: {r.leftovers}")
     assert r.launched == r.n_trials, "--n-trials not met exactly"
     assert r.duplicates == 0, "a configuration was launched twice"
     assert r.failed_to_stop == 0, "a signal landed and the worker ran on to exit 0"

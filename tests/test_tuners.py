@@ -105,6 +105,27 @@ def test_an_unmarked_trial_is_left_while_another_tuner_lives(sqlite_url):
     assert _state(tuner, t.number) == TrialState.FAIL
 
 
+def test_of_two_tuners_stopping_at_once_the_later_closes_an_unmarked_trial(sqlite_url, monkeypatch):
+    """Two tuners reach their budget together: each one's last pass saw the other alive and left an unmarked trial
+    (CI: a PostgreSQL soak of four workers ended with it RUNNING). The other stops after this one's last pass and
+    before it deregisters; this one looks once more after deregistering, and closes it."""
+    tuner = _tuner(sqlite_url)
+    _register(tuner, "otherhost:4242")
+    t = tuner.study.ask()
+    deregister = tuner.registry.deregister
+
+    def both_stop() -> None:
+        with tuner.store.session() as s:
+            s.execute(update(TunerRow).where(TunerRow.worker == "otherhost:4242").values(stopped_at=utcnow()))
+        deregister()
+
+    monkeypatch.setattr(tuner.registry, "deregister", both_stop)
+    tuner.run(n_trials=2)
+    assert _state(tuner, t.number) == TrialState.FAIL
+    row = tuner.store.trial("s", t.number)
+    assert row.status == "interrupted" and "never launched" in row.reason and not row.launched
+
+
 def test_a_running_trial_of_a_live_tuner_elsewhere_is_left_and_closed_when_it_dies(sqlite_url):
     tuner = _tuner(sqlite_url)
     tuner.run(n_trials=1)

@@ -123,6 +123,13 @@ class Recovery:
                     owner == live.me or self._dead(live, owner, row.heartbeat_at, now)):
                 self._tell_from_row(t, row)  # (a live worker is telling it itself, now)
 
+    def after_stop(self) -> None:
+        """The last look of a tuner that stopped at its budget, taken after it deregistered. An unmarked trial is left
+        while another tuner lives (it may be between its ask and its mark); two tuners stopping at once each saw the
+        other alive in their last pass. Each deregisters before this look, so the later of the two sees the other
+        gone and closes it. Nothing is re-queued here: the next run does that."""
+        self._reconcile_optuna()
+
     def close_own(self, trials: list[optuna.Trial], why: str) -> None:
         """A graceful stop: every Optuna trial this tuner asked and did not tell is told now, never left RUNNING.
         A row still running is interrupted (`why`); one already final is told as it says; no row: never launched."""

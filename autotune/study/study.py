@@ -255,9 +255,11 @@ class Tuner:
         self.n_trials = n_trials
         self.registry.register(self.study_name)  # before the first ask: no recovery takes this tuner for dead
         try:
-            return self._run(n_trials, timeout_s, on_trial)
+            out = self._run(n_trials, timeout_s, on_trial)
         finally:
             self.registry.deregister()
+        self.recovery.after_stop()  # after deregistering: of two tuners stopping at once, the later one closes
+        return out
 
     def _run(self, n_trials: int, timeout_s: float | None, on_trial: Callable[[TrialRow], None] | None
              ) -> dict[str, Any]:
