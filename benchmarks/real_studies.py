@@ -78,23 +78,23 @@ def _copies_under(root: Path) -> tuple[Copy, ...]:
     return tuple(copies(root.glob("*/*.db")))
 
 
-def trial_dir(db: Path, row: Any) -> Path | None:
-    """The committed folder of a trial's logs (the one holding its NVML trace, `gpu.csv`): beside the database it was
-    read from or beside any other copy of its study that holds the same trial (a resumed study's earlier trials keep
-    their logs in the lease that ran them). A folder is `trial_NNNN`, `<db stem's lease>_trial_NNNN` (two studies in
-    one lease folder: smoke_l3b.db -> l3b_trial_NNNN) or `<study>_trial_NNNN`; one whose recorded command ran in
-    another trial's work dir is not this trial's."""
-    if not row.log_path:
-        return None
-    work = Path(row.log_path).parent
+def trial_dir(db: Path, row: Any, holding: str = "gpu.csv") -> Path | None:
+    """The committed folder of a trial's logs (the one holding `holding`: its NVML trace by default, its console log
+    for the reclassifier): beside the database it was read from or beside any other copy of its study that holds the
+    same trial (a resumed study's earlier trials keep their logs in the lease that ran them). A folder is
+    `trial_NNNN`, `<db stem's lease>_trial_NNNN` (two studies in one lease folder: smoke_l3b.db -> l3b_trial_NNNN) or
+    `<study>_trial_NNNN`; one whose recorded command ran in another trial's work dir is not this trial's. A trial
+    stopped before it recorded its log path is looked for by its number."""
+    work = Path(row.log_path).parent if row.log_path else None
+    name = work.name if work else f"trial_{row.number:04d}"
     key = _key(row)
     dbs = [db] + [c.db for c in _copies_under(db.parent.parent)
                   if c.name == row.study and key in c.trials and c.db != db]
     for d in dbs:
         tag = d.stem.split("_")[-1]  # smoke_l3b -> l3b
-        for folder in dict.fromkeys((d.parent / f"{tag}_{work.name}", d.parent / f"{row.study}_{work.name}",
-                                     d.parent / work.name)):
-            if (folder / "gpu.csv").is_file() and _ran_in(folder, work):
+        for folder in dict.fromkeys((d.parent / f"{tag}_{name}", d.parent / f"{row.study}_{name}",
+                                     d.parent / name)):
+            if (folder / holding).is_file() and (work is None or _ran_in(folder, work)):
                 return folder
     return None
 

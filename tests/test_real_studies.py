@@ -106,3 +106,30 @@ def test_equal_copies_keep_the_last_and_diverged_copies_both_count(tmp_path: Pat
     con.close()
     kept = [db for db, _, _ in real_studies.studies(tmp_path.glob("*/*.db"))]
     assert kept == [tmp_path / "a" / "c-3b.db", tmp_path / "c" / "c-3b.db"]
+
+
+def test_the_reclassifier_rereads_a_wrong_reading_from_the_trials_committed_log(tmp_path: Path) -> None:
+    """A copy of lease 12's database with trial 2 read back as a GPU OOM (as the classifier once read Ray's memory
+    monitor) is set right from the log committed in lease 9, where the trial ran; its note keeps the old reading."""
+    from benchmarks.gpu_verl import reclassify
+
+    (tmp_path / "l12").mkdir()
+    db = tmp_path / "l12" / "c-7b.db"
+    shutil.copy(L12 / "c-7b.db", db)
+    shutil.copytree(L9, tmp_path / L9.name)
+    store = Store(f"sqlite:///{db}")
+    row = store.trial("c-7b", 2)
+    store.update_trial(row.id, status="oom", reason="GPU out of memory in training", note="",
+                       extra={**row.extra, "failure": "gpu_oom"})
+    assert reclassify.reclassify(db) == ["l12/c-7b.db c-7b#2: gpu_oom -> host_oom"]
+    row = store.trial("c-7b", 2)
+    assert row.extra["failure"] == "host_oom" and row.reason.startswith("host RAM exhausted")
+    assert "was gpu_oom (GPU out of memory in training)" in row.note
+    assert reclassify.reclassify(db) == []  # read right now: left alone
+
+
+def test_a_trial_stopped_before_it_recorded_its_log_path_is_found_by_its_number() -> None:
+    db = DATA / "h100_2026-11-25_l4" / "c-0.5b.db"
+    row = Store(f"sqlite:///{db}").trial("c-0.5b", 3)
+    assert row.log_path is None
+    assert real_studies.trial_dir(db, row, holding="verl.log") == db.parent / "trial_0003"

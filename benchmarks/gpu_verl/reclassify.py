@@ -15,17 +15,7 @@ from pathlib import Path
 
 from autotune.store.store import Store
 from autotune.verl.log import classify
-
-
-def committed_log(db: Path, study: str, number: int) -> Path | None:
-    """The trial's console log in any lease folder beside `db`'s: `<study>_trial_NNNN` or, in a folder of one
-    study, `trial_NNNN`."""
-    name = f"trial_{number:04d}"
-    for lease in sorted(db.parent.parent.iterdir()):
-        for folder in (lease / f"{study}_{name}", lease / name):
-            if (folder / "verl.log").is_file() and (folder.name != name or (lease / f"{study}.db").is_file()):
-                return folder / "verl.log"
-    return None
+from benchmarks.real_studies import trial_dir
 
 
 def reclassify(db: Path) -> list[str]:
@@ -37,9 +27,10 @@ def reclassify(db: Path) -> list[str]:
             extra = dict(row.extra or {})
             if not row.launched or row.simulated or row.status not in ("oom", "failed") or not extra.get("failure"):
                 continue
-            log = committed_log(db, study.name, row.number)
-            if log is None:
+            folder = trial_dir(db, row, holding="verl.log")
+            if folder is None:
                 continue
+            log = folder / "verl.log"
             f = classify(log.read_text(errors="replace"), extra.get("returncode"))
             if f.kind == extra["failure"]:
                 continue
