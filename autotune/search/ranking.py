@@ -96,6 +96,8 @@ class ModelRanking:
         self._cache: dict[tuple[str, str], dict[tuple, Any]] = {}
         self._options: dict[tuple, list] = {}
         self._tables: dict[tuple, _Table] = {}
+        self._grouped: dict[tuple, tuple[list[tuple], np.ndarray, list[int]]] = {}
+        self._columns: dict[tuple, tuple[list[tuple], np.ndarray, list[int]]] = {}
         self._every = [f for p in self.split.parts for f in p.factors]
         # Where an additive piece's offload share is measured: the base with the offload knobs off.
         self.reference = replace(self.base, **OFFLOAD_REFERENCE)
@@ -191,22 +193,35 @@ class ModelRanking:
 
     def _table(self, part: _Part, outer: dict[str, Any], cand: Candidate) -> _Table:
         """The part's options under this outer setting, every piece's value filled from the memo (the model is
-        called only for pieces not seen yet)."""
+        called only for pieces not seen yet). A piece reads a few knobs, so the options hold few distinct keys of it:
+        each key is looked up once and spread over its options by index."""
         options = self._part_options(part, outer, cand)
         tkey = (part.name, _getter(part.context)(cand), id(options))
         if tkey in self._tables:
             return self._tables[tkey]
         n = len(options)
         ov = tuple(getattr(cand, f) for f in FIELDS)
-        rows = [ov + vals for _, vals, _ in options]  # the full candidate's values: outer, then the option's
         idx = [_FIELD_INDEX[f] for f in part.fields]
         full = lambda j: _with(cand, idx, options[j][1])  # noqa: E731
 
-        def column(names: tuple[str, ...]) -> list[tuple]:
-            at = [len(FIELDS) + part.fields.index(r) if r in part.fields else _FIELD_INDEX[r] for r in names]
-            if len(at) == 1:
-                return [(r[at[0]],) for r in rows]
-            return [operator.itemgetter(*at)(r) for r in rows] if at else [()] * n
+        def column(names: tuple[str, ...]) -> tuple[list[tuple], np.ndarray, list[int]]:
+            """The distinct keys of `names` among the options (outer knobs from the block, the rest from each
+            option), each option's index into them, and the first option of each key."""
+            inner = tuple(r for r in names if r in part.fields)
+            held = tuple(ov[_FIELD_INDEX[r]] for r in names if r not in part.fields)
+            ck = (id(options), names, held)
+            if ck not in self._columns:
+                groups, rows, firsts = self._groups(options, part, inner)
+                if len(held) == len(names):
+                    keys = [held] * len(groups)
+                elif not held:
+                    keys = groups if inner == names else [tuple(u[inner.index(r)] for r in names) for u in groups]
+                else:
+                    at = [(r in part.fields, inner.index(r) if r in part.fields else held_at)
+                          for held_at, r in _held_positions(names, part.fields)]
+                    keys = [tuple(u[i] if own else held[i] for own, i in at) for u in groups]
+                self._columns[ck] = (keys, rows, firsts)
+            return self._columns[ck]
 
         phases = [f for f in part.factors if f.kind == "phase"]
         moments = [f for f in part.factors if f.kind == "moment"]
@@ -220,16 +235,19 @@ class ModelRanking:
         for f in part.factors:
             if f.kind == "rule":
                 cache, rule = self._cache.setdefault(("rule", f.name), {}), constraints.RULES[f.name]
-                for j, k in enumerate(column(f.reads)):
+                keys, rows, firsts = column(f.reads)
+                for k, j in zip(keys, firsts, strict=True):
                     if k not in cache:
                         cache[k] = rule(self.setup.model, self.setup.cluster, self.job, full(j))
-                    if cache[k] is not None:
-                        table.rule_ok[j] = False
-                        table.why[j] = table.why[j] or f"constraint {f.name}: {cache[k]}"
+                said = [cache[k] for k in keys]
+                broken = np.array([w is not None for w in said], dtype=bool)[rows] if n else np.zeros(0, dtype=bool)
+                for j in np.nonzero(broken)[0]:
+                    table.why[j] = table.why[j] or f"constraint {f.name}: {said[rows[j]]}"
+                table.rule_ok &= ~broken
                 continue
             rest = self._cache.setdefault((f.kind, f.name), {})
-            keys = column(f.rest)
-            for j, k in enumerate(keys):
+            keys, rows, firsts = column(f.rest)
+            for k, j in zip(keys, firsts, strict=True):
                 if k not in rest:
                     self._estimate(self._offload_off(full(j), f) if f.offload else full(j), f.kind != "moment")
             values = [rest[k] for k in keys]
@@ -238,27 +256,44 @@ class ModelRanking:
             shares = None
             if f.offload:
                 share = self._cache.setdefault((f.kind, f.name, "offload"), {})
-                skeys = column(f.share)
-                for j, k in enumerate(skeys):
+                skeys, srows, sfirsts = column(f.share)
+                for k, j in zip(skeys, sfirsts, strict=True):
                     if k not in share:
                         share[k] = self._offload_share(f, full(j))
-                shares = [share[k] for k in skeys]
+                shares = ([share[k] for k in skeys], srows)
             if f.kind == "phase":
-                table.times[f.name][:] = [v[0] for v in values]
+                table.times[f.name][:] = np.array([v[0] for v in values])[rows]
                 if shares is not None:
-                    table.times[f.name] += np.array([v[0] for v in shares])
+                    table.times[f.name] += np.array([v[0] for v in shares[0]])[shares[1]]
                 if f.name in table.feats:
-                    table.feats[f.name][:] = np.array([v[1] for v in values])
+                    table.feats[f.name][:] = np.array([v[1] for v in values])[rows]
             elif f.kind == "moment":
                 m = moments.index(f)
-                both = np.array([v for v in values], dtype=float)  # (n, step|worst, peak|uncertain|capacity)
+                both = np.array(values, dtype=float)[rows]  # (n, step|worst, peak|uncertain|capacity)
                 if shares is not None:
-                    both += np.array(shares, dtype=float)  # the share's capacity column is 0
+                    both += np.array(shares[0], dtype=float)[shares[1]]  # the share's capacity column is 0
                 table.step[m], table.worst[m] = both[:, 0], both[:, 1]
             else:
-                table.tokens = np.array(values, dtype=float)
+                table.tokens = np.array(values, dtype=float)[rows]
         self._tables[tkey] = table
         return table
+
+    def _groups(self, options: list, part: _Part, inner: tuple[str, ...]) -> tuple[list[tuple], np.ndarray, list[int]]:
+        """The distinct values of the part's knobs `inner` among `options` (first seen first), each option's index
+        into them, and the first option of each (memoised: a part's option lists are shared by many blocks)."""
+        key = (id(options), inner)
+        if key not in self._grouped:
+            at = [part.fields.index(r) for r in inner]
+            seen: dict[tuple, int] = {}
+            rows, firsts = np.zeros(len(options), dtype=np.intp), []
+            for j, o in enumerate(options):
+                u = tuple(o[1][a] for a in at)
+                i = seen.setdefault(u, len(seen))
+                if i == len(firsts):
+                    firsts.append(j)
+                rows[j] = i
+            self._grouped[key] = (list(seen), rows, firsts)
+        return self._grouped[key]
 
     def _offload_off(self, cand: Candidate, f: _Factor) -> Candidate:
         return replace(cand, **{k: OFFLOAD_REFERENCE[k] for k in f.offload})
@@ -510,6 +545,18 @@ def _counted(counts: dict[str, list]) -> str:
     """"rule xN (e.g. message), ..." most frequent first, an example for the first three."""
     top = sorted(counts.items(), key=lambda kv: -kv[1][0])
     return ", ".join(f"{rule} x{n} (e.g. {ex})" if i < 3 else f"{rule} x{n}" for i, (rule, (n, ex)) in enumerate(top))
+
+
+def _held_positions(names: tuple[str, ...], own: tuple[str, ...]) -> list[tuple[int, str]]:
+    """Each name with its position among the names not in `own` (-1 for those in it)."""
+    out, k = [], 0
+    for r in names:
+        if r in own:
+            out.append((-1, r))
+        else:
+            out.append((k, r))
+            k += 1
+    return out
 
 
 def _with(cand: Candidate, idx: list[int], vals: tuple) -> Candidate:
