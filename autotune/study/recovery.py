@@ -3,7 +3,9 @@
 A tuner can die anywhere on the trial write path. Every live tuner (at its start, every RECOVER_EVERY_S of its loop,
 and when its budget is met) closes the rows of workers that are dead (autotune/store/tuners.py says which) as
 interrupted, tells Optuna what our rows already say, records Optuna trials that have no row, and re-queues
-interrupted configurations. A tuner stopped gracefully closes its own with `close_own` before it returns.
+interrupted configurations; a tuner that met its budget looks once more after it deregistered (`after_stop`), so
+that of tuners stopping together the last closes what each left to the others. A tuner stopped gracefully closes its
+own with `close_own` before it returns.
 OPTUNA_STATE, how our statuses map to Optuna's states, is shared with the Tuner's own tell.
 """
 
