@@ -7,7 +7,8 @@ recorded it (launch to recorded, the doctor's pre-flight of a study's first tria
 where the trial kept one) and whether the shared compile caches were cold or warm.
 Compares the trials before the start-up work (leases 3 and 3b: a fresh vLLM compile in every trial, three steps)
 with the trials after it (lease 4 on, the same 0.5B job: vLLM's compile cache kept under the work dir, one extra
-step for the noise).
+step for the noise), and says where a warm trial's time goes, stage by stage, against issue 24's target (steps 1-3 at
+60% of the wall).
 
     python -m benchmarks.trial_cost      # writes benchmarks/results/trial_cost.md
 """
@@ -36,6 +37,7 @@ class Cost:
     wall_s: float  # the tuner's record of the trial, launch to result
     steps_s: dict[int, float]  # verl's timing_s/step per step run
     startup_s: float | None  # launch to the first step's start (time-stamped console), where known
+    timeline: Timeline | None = None  # its start-up milestones and step spans, where the runner recorded them
 
     def share(self, upto: int = 3) -> float:
         """Steps 1..upto's time over the trial's wall time."""
@@ -52,8 +54,52 @@ def costs(dbs: list[Path]) -> list[Cost]:
             tl = Timeline.from_extra(row.extra)
             out.append(Cost(f"{db.parent.name}/{study.name}#{row.number}", int(study.model["num_layers"]),
                             (row.extra or {}).get("caches", ""), float(row.duration_s), steps,
-                            tl.startup_s if tl and tl.steps else None))
+                            tl.startup_s if tl and tl.steps else None, tl if tl and tl.steps else None))
     return out
+
+
+def stages(c: Cost) -> list[tuple[str, float]]:
+    """Where a trial's wall time went, stage by stage: launch to each start-up milestone from the one before, step 1,
+    the later steps, and the last step's end to the tuner's record (stopping verl and Ray, the GPUs given back)."""
+    tl = c.timeline
+    if tl is None:
+        return []
+    out, last = [], 0.0
+    for e in tl.milestones:
+        out.append((e.label, e.at_s - last))
+        last = e.at_s
+    first, later = tl.steps[0], tl.steps[1:]
+    out.append(("to step 1's start", first.start_s - last))
+    out.append(("step 1", first.seconds))
+    if later:
+        out.append((f"steps {later[0].step}-{later[-1].step}", later[-1].end_s - first.end_s))
+    out.append(("after the last step", c.wall_s - tl.steps[-1].end_s))
+    return out
+
+
+def startup_report(warm: list[Cost], steps_share: float = 0.6) -> list[str]:
+    """The warm trials' stages side by side, and the start-up that steps 1-3 at `steps_share` of the wall would
+    leave."""
+    rows = [(c, dict(stages(c))) for c in warm if c.timeline is not None]
+    if not rows:
+        return []
+    names = list(dict.fromkeys(n for _, st in rows for n in st))
+    lines = ["## Where a warm trial's time goes (the 0.5B smoke job)", "",
+             "Seconds per stage, from the time-stamped console (each milestone from the one before it).", "",
+             "| stage | " + " | ".join(c.source.rsplit("/", 1)[-1] for c, _ in rows) + " |",
+             "|---|" + "---|" * len(rows)]
+    for n in names:
+        lines.append(f"| {n} | " + " | ".join(f"{st[n]:.1f}" if n in st else "-" for _, st in rows) + " |")
+    lines.append("| **wall** | " + " | ".join(f"**{c.wall_s:.0f}**" for c, _ in rows) + " |")
+    need = []
+    for c, _ in rows:
+        steps13 = sum(v for k, v in c.steps_s.items() if k <= 3)
+        rest = c.wall_s - c.timeline.startup_s - steps13  # the steps past 3 and the stop
+        need.append(steps13 / steps_share - steps13 - rest)
+    lines += ["", f"For steps 1-3 to be {100 * steps_share:.0f}% of the wall time with these steps and this stop, "
+              "launch to step 1 would have to take at most " + ", ".join(f"{n:.0f} s" for n in need)
+              + " (today " + ", ".join(f"{c.timeline.startup_s:.0f} s" for c, _ in rows) + ").", ""]
+    return lines
 
 
 def report(cs: list[Cost]) -> str:
@@ -92,6 +138,7 @@ def report(cs: list[Cost]) -> str:
             "(one cold, seven warm; each now runs one extra step for the noise): "
             f"**{study_after / study_before:.2f}x**",
             ""]
+    lines += startup_report(warm)
     return "\n".join(lines)
 
 

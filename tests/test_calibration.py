@@ -35,6 +35,20 @@ def test_a_warm_trial_costs_less_than_a_cold_one_and_less_than_before() -> None:
     assert "**0.77x**" in trial_cost.report(cs)
 
 
+def test_a_warm_trials_stages_add_up_to_its_wall_and_say_what_start_up_the_target_leaves() -> None:
+    """Issue 24's target read from the warm 0.5B trials: their stages sum to the tuner's record of each trial, vLLM's
+    start is the largest, and steps 1-3 at 60% of the wall would leave under 40 s from launch to step 1."""
+    warm = [c for c in trial_cost.costs(list(trial_cost.DATA.glob("*/*.db")))
+            if c.model_layers == 24 and c.caches == "warm"]
+    assert len(warm) == 2
+    for c in warm:
+        st = dict(trial_cost.stages(c))
+        assert abs(sum(st.values()) - c.wall_s) < 0.01
+        assert max(st, key=lambda k: st[k]) == "vLLM ready (ready to fit)" and st["vLLM ready (ready to fit)"] > 90
+    assert "launch to step 1 would have to take at most 39 s, 38 s (today 196 s, 206 s)" in "\n".join(
+        trial_cost.startup_report(warm))
+
+
 def test_unfused_attention_costs_its_measured_time() -> None:
     """The doctor's fallback is priced: the attention's FLOPs at TE's unfused rate, in both Megatron passes; on the
     five real unfused trials the update is then within 40% (it was 12x short)."""
