@@ -36,8 +36,12 @@ class Cost:
     caches: str  # "cold", "warm", or "" (before the shared caches: every trial compiled anew)
     wall_s: float  # the tuner's record of the trial, launch to result
     steps_s: dict[int, float]  # verl's timing_s/step per step run
-    startup_s: float | None  # launch to the first step's start (time-stamped console), where known
-    timeline: Timeline | None = None  # its start-up milestones and step spans, where the runner recorded them
+    timeline: Timeline | None  # its start-up milestones and step spans (time-stamped console), where recorded
+
+    @property
+    def startup_s(self) -> float | None:
+        """Launch to the first step's start, where known."""
+        return self.timeline.startup_s if self.timeline else None
 
     def share(self, upto: int = 3) -> float:
         """Steps 1..upto's time over the trial's wall time."""
@@ -54,7 +58,7 @@ def costs(dbs: list[Path]) -> list[Cost]:
             tl = Timeline.from_extra(row.extra)
             out.append(Cost(f"{db.parent.name}/{study.name}#{row.number}", int(study.model["num_layers"]),
                             (row.extra or {}).get("caches", ""), float(row.duration_s), steps,
-                            tl.startup_s if tl and tl.steps else None, tl if tl and tl.steps else None))
+                            tl if tl and tl.steps else None))
     return out
 
 

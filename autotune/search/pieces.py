@@ -187,14 +187,9 @@ class Pieces:
             ck = (id(options), names, held)
             if ck not in self._columns:
                 groups, rows, firsts = self._groups(options, part, inner)
-                if len(held) == len(names):
-                    keys = [held] * len(groups)
-                elif not held:
-                    keys = groups if inner == names else [tuple(u[inner.index(r)] for r in names) for u in groups]
-                else:
-                    at = [(r in part.fields, inner.index(r) if r in part.fields else held_at)
-                          for held_at, r in _held_positions(names, part.fields)]
-                    keys = [tuple(u[i] if own else held[i] for own, i in at) for u in groups]
+                next_held = iter(range(len(held)))
+                at = [(True, inner.index(r)) if r in part.fields else (False, next(next_held)) for r in names]
+                keys = [tuple(u[i] if own else held[i] for own, i in at) for u in groups]
                 self._columns[ck] = (keys, rows, firsts)
             return self._columns[ck]
 
@@ -215,7 +210,7 @@ class Pieces:
                     if k not in cache:
                         cache[k] = rule(self.setup.model, self.setup.cluster, self.job, full(j))
                 said = [cache[k] for k in keys]
-                broken = np.array([w is not None for w in said], dtype=bool)[rows] if n else np.zeros(0, dtype=bool)
+                broken = np.array([w is not None for w in said], dtype=bool)[rows]
                 for j in np.nonzero(broken)[0]:
                     table.why[j] = table.why[j] or f"constraint {f.name}: {said[rows[j]]}"
                 table.rule_ok &= ~broken
@@ -317,18 +312,6 @@ class Pieces:
                 cache[k] = (_moment(mem, f.name), _moment(worst, f.name))
             else:
                 cache[k] = thr.tokens_per_step
-
-
-def _held_positions(names: tuple[str, ...], own: tuple[str, ...]) -> list[tuple[int, str]]:
-    """Each name with its position among the names not in `own` (-1 for those in it)."""
-    out, k = [], 0
-    for r in names:
-        if r in own:
-            out.append((-1, r))
-        else:
-            out.append((k, r))
-            k += 1
-    return out
 
 
 def _with(cand: Candidate, idx: list[int], vals: tuple) -> Candidate:
