@@ -228,18 +228,21 @@ def recomputes_core_attn(c: Candidate) -> bool:
 
 
 def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_layer: bool,
-                              unfused_seq_len: float = 0.0) -> float:
+                              unfused_seq_len: float = 0.0, forward_only: bool = False) -> float:
     """Saved activations of one layer per token on one GPU (before recompute and pipelining).
 
     `unfused_seq_len`: with unfused attention, the longest sequence of a micro-batch (its scores are saved too).
+    `forward_only`: a log-prob pass's one layer at a time, which selective recompute does not shorten (it only
+    drops what a backward would keep): the 3B and 7B trials with `core_attn,mlp` recomputed held their MLP's
+    tensors in old_log_prob all the same (benchmarks/results/memory_moments.md: -10% and -11% without this).
     """
     t = c.tp
     sp = t if c.sequence_parallel and t > 1 else 1
     attn = cal.act_q * m.q_size + cal.act_kv * m.kv_size
     if m.qk_norm:
         attn += 2 * (m.q_size + m.kv_size)
-    modules = set(c.recompute_modules.split(",")) if c.recompute == "selective" else set()
-    if recomputes_core_attn(c):
+    modules = set(c.recompute_modules.split(",")) if c.recompute == "selective" and not forward_only else set()
+    if recomputes_core_attn(c) and not forward_only:
         attn -= 2 * m.q_size  # the attention output is recomputed; with flash attention that is all it saves
     elif unfused_seq_len:
         attn += unfused_scores_bytes_per_token(m, c, cal, unfused_seq_len) * t  # divided by t below
@@ -410,7 +413,7 @@ def estimate_memory(
     # 4-5. Log-prob passes (forward only; vLLM asleep).
     s_lp = plan.log_prob_tokens
     unfused_len = unfused_seq_len(job, ln)
-    a_layer = max(act_bytes_per_token_layer(m, c, cal, m.is_moe), 0.0)
+    a_layer = max(act_bytes_per_token_layer(m, c, cal, m.is_moe, forward_only=True), 0.0)
     # forward only: one layer's tensors at a time, its unfused scores too (recompute or not)
     lp_acts = s_lp * (a_layer + 4 * m.hidden_size + unfused_scores_bytes_per_token(m, c, cal, unfused_len))
     lp_logits = logits_bytes(m, c, s_lp, cal.logprob_logits_bytes, cal)

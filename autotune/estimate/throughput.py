@@ -104,8 +104,9 @@ class Efficiency:
     # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
     # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
     # token or per sequence at this size would add minutes to their steps). The median residual
-    # (benchmarks/calibration.py fit_pass_costs; held out per size there: 2.7-3.1 s).
-    logprob_pass_s: float = 3.0
+    # (benchmarks/calibration.py fit_pass_costs) over the seventeen measured steps once lease 13's 7B (one H200)
+    # joined: 2.75 s (3.0 s on the thirteen before; held out per size 2.7-3.0 s).
+    logprob_pass_s: float = 2.75
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
     # reductions): 3.5-8.8 s above the FLOP time over the trials without the CPU optimizer; the median of the
     # twelve (lease 10's 3B first launch among them) is 4.9 s.
