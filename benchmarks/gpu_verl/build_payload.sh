@@ -10,13 +10,20 @@
 #   fetch    the wheels of payload.txt (what the device lacks), from the resolver's report or pip download
 #   te       transformer_engine_torch 2.12.0 from its sdist against torch 2.11.0+cu130 (a replica venv)
 #   site     pip --target site/ --no-deps, the TE extension added, parts the smoke never loads stripped
-#   pack     tar | xz, checksum, split into parts of at most $PART_MB MiB (.stageK/), one per device call
+#   pack     tar | xz and checksum (skipped while payload.tar.xz is newer than site/)
+#   parts    split into parts of at most $PART_MB MiB (.stageK/), one per device call (run it alone, STEPS=parts,
+#            when the working tree has grown: the device refuses a call over 64 MiB)
 #   profile  `autotune profile`'s trace analysis (autotune[profile]: HolisticTraceAnalysis, plotly, pydot) as wheels
-#            in the last part; device.sh setup installs every wheel a part carries (the device has pandas, numpy,
-#            networkx and narwhals already: device_pip_freeze.txt)
+#            (wheels/), which `parts` puts in the last part or one of their own; device.sh setup installs every
+#            wheel a part carries (the device has pandas, numpy, networkx and narwhals already: device_pip_freeze.txt)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
-P=${PAYLOAD_DIR:-$REPO/.payload}; PART_MB=${PART_MB:-50}  # a call carries 64 MiB with the working tree (~7 MiB, test data included)
+P=${PAYLOAD_DIR:-$REPO/.payload}
+# A call carries 64 MiB with the working tree (its tracked files: 15 MiB on 2026-11-26, the committed real trials
+# grow it): a part leaves the tree and 4 MiB (plans and notes not yet committed) beside it. 50 MiB parts fitted
+# until the tree passed 14 MiB; then the device refused the first call.
+tree_mib() { (cd "$REPO" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | awk '{print int($1 / 1048576) + 1}'); }
+PART_MB=${PART_MB:-$(( 64 - $(tree_mib) - 4 ))}
 # A Python 3.12 that runs (a pyenv shim on PATH may exist and fail): PY312, then PATH, then pyenv's own versions.
 find_py312() {
     local c
@@ -111,22 +118,32 @@ site() {
 }
 
 pack() {
+    if [ -f payload.tar.xz ] && [ payload.tar.xz -nt site ]; then say "pack: payload.tar.xz is newer than site/"; return; fi
     tar cf - site | xz -6 -T2 > payload.tar.xz
     sha256sum payload.tar.xz > payload.sha256
+}
+
+parts() {
+    [ "$PART_MB" -ge 8 ] || { say "parts: the working tree leaves ${PART_MB} MiB a call (set PART_MB)"; exit 1; }
     rm -rf parts && mkdir parts && split -b "${PART_MB}M" -d -a 2 payload.tar.xz parts/payload.tar.xz.part
     rm -rf "$REPO"/.stage*; local k=0
     for f in parts/*; do k=$((k + 1)); mkdir -p "$REPO/.stage$k"; mv "$f" "$REPO/.stage$k/"; done
     cp payload.sha256 "$REPO/.stage$k/"
-    say "packed: $(du -sh payload.tar.xz | cut -f1) in $k parts: .stage1 ... .stage$k"
+    # the profile step's wheels: in the last part where they fit, else a part of their own
+    if ls wheels/*.whl > /dev/null 2>&1; then
+        local used; used=$(du -cb "$REPO/.stage$k"/* wheels/*.whl | tail -1 | cut -f1)
+        [ "$used" -le $(( PART_MB * 1048576 )) ] || { k=$((k + 1)); mkdir -p "$REPO/.stage$k"; }
+        cp wheels/*.whl "$REPO/.stage$k/"
+    fi
+    say "packed: $(du -sh payload.tar.xz | cut -f1) in $k parts of at most ${PART_MB} MiB: .stage1 ... .stage$k"
 }
 
 profile() {
-    local last
-    last=$(ls -d "$REPO"/.stage* 2>/dev/null | sort -V | tail -1)
-    [ -n "$last" ] || { say "profile: no .stageK yet (run pack first)"; exit 1; }
+    if ls wheels/*.whl > /dev/null 2>&1; then say "profile: $(ls wheels/*.whl | wc -l) wheels already in wheels/"; return; fi
+    mkdir -p wheels
     "$PY312" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux2014_x86_64 -d "$last" HolisticTraceAnalysis==0.5.0 plotly==7.1.0 pydot==4.0.1 pyparsing==3.3.3
-    say "profile: $(ls "$last"/*.whl | wc -l) wheels in $(basename "$last") ($(du -sh "$last" | cut -f1))"
+        --platform manylinux2014_x86_64 -d wheels HolisticTraceAnalysis==0.5.0 plotly==7.1.0 pydot==4.0.1 pyparsing==3.3.3
+    say "profile: $(ls wheels/*.whl | wc -l) wheels in wheels/ ($(du -sh wheels | cut -f1)), placed by parts"
 }
 
-for step in ${STEPS:-resolve fetch te site pack profile}; do "$step"; done
+for step in ${STEPS:-resolve fetch te site pack profile parts}; do "$step"; done
