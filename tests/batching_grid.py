@@ -13,8 +13,9 @@ allocator slack, and for the time model's fixed cost per Megatron pass, the CPU 
 mini-batch and the local weight sync, all from the real trials (issue 23); no batching value moved. Regenerated on
 2026-11-26 for the time model only: the update's fixed pass cost 5.0 -> 4.9 s and no weight-sync reload under
 param_offload for an actor whole on one GPU (lease 10); only update_actor and update_weights values moved. And on
-2026-11-26 again (leases 11 and 13): the log-prob pass cost 3.0 -> 2.75 s and a forward-only pass's activations
-whatever selective recompute drops; only the old_log_prob and ref times and those passes' activations moved.
+2026-11-26 again (leases 11, 13 and 18): the log-prob pass cost 3.0 -> 2.75 s, the update's 4.9 -> 4.75 s, and a
+forward-only pass's activations whatever selective recompute drops; only the old_log_prob, ref and update_actor
+times and the log-prob passes' activations moved.
 """
 
 from __future__ import annotations

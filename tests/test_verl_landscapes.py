@@ -44,7 +44,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert not any(k in fused.meta["job"] for k in vl._MACHINE_PATHS)
     assert fused.setup().model.name == "qwen2.5-0.5b"
     report = (tmp_path / "fl.md").read_text()
-    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 4 |" in report
+    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 5 |" in report
     # Two real 7B studies' first launches ran out of memory (leases 9 and 12): the report says so. Today's model
     # launches what lease 13's fresh study launched, which ran: replayed, the 7B table holds, within 97% of its best.
     assert "c-7b.db/c-7b#0: tp1 rtp1 dyn8k/96k util0.4 offload:params cpu-adam0.5 | model-seed | **oom** |" in report

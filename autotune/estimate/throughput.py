@@ -104,13 +104,13 @@ class Efficiency:
     # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
     # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
     # token or per sequence at this size would add minutes to their steps). The median residual
-    # (benchmarks/calibration.py fit_pass_costs) over the seventeen measured steps once lease 13's 7B (one H200)
-    # joined: 2.75 s (3.0 s on the thirteen before; held out per size 2.7-3.0 s).
+    # (benchmarks/calibration.py fit_pass_costs) over the eighteen measured steps of leases 3 to 18 (the 7B's two on
+    # one H200): 2.73 s (3.0 s on the thirteen before lease 11; held out per size 2.7-2.9 s).
     logprob_pass_s: float = 2.75
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
-    # reductions): 3.5-8.8 s above the FLOP time over the trials without the CPU optimizer; the median of the
-    # twelve (lease 10's 3B first launch among them) is 4.9 s.
-    update_pass_s: float = 4.9
+    # reductions): 3.5-8.8 s above the FLOP time over the trials without the CPU optimizer; the median residual
+    # over the eighteen measured steps is 4.73 s (4.9 s on the twelve before lease 11).
+    update_pass_s: float = 4.75
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
