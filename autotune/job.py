@@ -186,6 +186,12 @@ class Job:
         return verl.ENFORCE_EAGER_DEFAULT if value is None else _truthy(value)
 
     @functools.cached_property
+    def sample_poll_s(self) -> float:
+        """How often verl's trainer checks for the finished rollout (0.0: it waits on the rollout itself)."""
+        value = self.get(verl.USE_V1)
+        return verl.SAMPLE_POLL_S if (verl.USE_V1_DEFAULT if value is None else _truthy(value)) else 0.0
+
+    @functools.cached_property
     def rope_fusion(self) -> bool:
         """Whether the job turns on Megatron's fused RoPE kernel; the throughput model counts it only when set."""
         return _truthy(self.get(verl.ROPE_FUSION))

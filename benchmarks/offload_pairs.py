@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         res = []
         for on, eager in ((False, True), (True, not graphs)):
             job = Job.from_mapping({verl.USE_KL_LOSS: True, verl.ROPE_FUSION: True, verl.ENFORCE_EAGER: eager,
-                                    verl.MAX_PROMPT_LENGTH: 2048, verl.MAX_RESPONSE_LENGTH: 8192,
+                                    verl.USE_V1: False, verl.MAX_PROMPT_LENGTH: 2048, verl.MAX_RESPONSE_LENGTH: 8192,
                                     verl.TRAIN_BATCH_SIZE: 512, verl.PPO_MINI_BATCH_SIZE: 32, verl.ROLLOUT_N: 16})
             c = Candidate.from_params({**base, "param_offload": on, "optimizer_offload": on})
             res.append(estimate_throughput(m, cl, job, c))

@@ -91,7 +91,9 @@ def prompts() -> tuple[float, float, str]:
 
 def predict(lengths: Lengths | None, before: bool = False) -> ThroughputEstimate:
     consts = ModelConstants(efficiency=BEFORE_EFFICIENCY) if before else ModelConstants()
-    ev = evaluate(model(), cluster(), job(), candidate(), lengths=lengths, constants=consts)
+    # the model before this run did not know verl's poll of the rollout either
+    ev = evaluate(model(), cluster(), job({verl.USE_V1: False} if before else None), candidate(), lengths=lengths,
+                  constants=consts)
     assert ev.throughput is not None, ev.prune_reason()
     return ev.throughput
 

@@ -129,6 +129,7 @@ def read_rows(path: Path) -> list[Row]:
                 **({verl.ROPE_FUSION: True} if rope else {}),
                 # verl 0.4-era runs: vLLM eager (no CUDA graphs), that era's default; rows that say otherwise do
                 verl.ENFORCE_EAGER: "cuda graph" not in other.lower(),
+                verl.USE_V1: False,  # verl 0.4 had no V1 trainer: its rollout was awaited, not polled
                 "data.max_prompt_length": tokens(r["max_prompt_len"]),
                 "data.max_response_length": tokens(r["max_response_len"]),
                 "data.train_batch_size": int(r["bs"]),

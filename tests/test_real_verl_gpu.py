@@ -15,6 +15,7 @@ from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster, make_cluster
 from autotune.estimate.memory import estimate_memory
+from autotune.estimate.throughput import estimate_throughput
 from autotune.job import Job
 from autotune.model import ModelArch, get_model
 from autotune.store.schema import TrialRow
@@ -219,3 +220,19 @@ def test_the_extra_step_measured_the_noise_and_the_offload_pair_is_within_it() -
         {k: v for k, v in on.params.items() if "offload" not in k}
     assert on.params["param_offload"] and on.params["optimizer_offload"] and not off.params["param_offload"]
     assert abs(on.throughput / off.throughput - 1) < 0.01 < off.extra["noise"]["spread"]
+
+
+def test_every_real_gen_is_the_rollout_at_verl_s_next_2_s_poll() -> None:
+    """verl 0.9.1's V1 trainer times `gen` around ReplayBuffer.sample(), which checks for the finished rollout every
+    2 s (autotune.verl.SAMPLE_POLL_S): each gen of every committed real trial, at every step, is a multiple of 2 s
+    plus the batch's hand-over. The model prices the wait (half an interval on average) only where verl polls."""
+    gens = [float(m) for f in sorted(LEASE1.parent.glob("*/*/metrics.jsonl"))
+            for m in re.findall(r'"timing_s/gen":([0-9.]+)', f.read_text())]
+    assert len(gens) >= 60
+    assert all(0.05 < g % verl.SAMPLE_POLL_S < 0.3 for g in gens), sorted(g % verl.SAMPLE_POLL_S for g in gens)
+    assert len({round(g // verl.SAMPLE_POLL_S) for g in gens}) >= 5  # from 6 to 18 s: not one value by chance
+    m, cl, c = get_model("qwen2.5-0.5b"), make_cluster(1, 1, "h100"), Candidate.from_params({"rollout_tp": 1})
+    polled, awaited = (Job.from_mapping({verl.USE_V1: v}) for v in (True, False))
+    assert Job.from_mapping({}).sample_poll_s == verl.SAMPLE_POLL_S and awaited.sample_poll_s == 0.0
+    gen = [dict(estimate_throughput(m, cl, j, c).phases)["gen"] for j in (polled, awaited)]
+    assert gen[0] - gen[1] == pytest.approx(verl.SAMPLE_POLL_S / 2)

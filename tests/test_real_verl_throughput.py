@@ -36,7 +36,7 @@ def test_the_real_run_once_its_lengths_are_known_shows_what_the_model_still_lack
     assert t.tokens_per_step == pytest.approx(run.MEASURED_THROUGHPUT * run.MEASURED_STEP_S)
     phases = dict(t.phases)
     assert phases["adv"] == pytest.approx(0.2)
-    assert phases["gen"] > 0.5  # 128 decode steps at the campaign's 6.4 ms each
+    assert phases["gen"] > 0.5 + verl.SAMPLE_POLL_S / 2  # 128 decode steps at 6.1 ms each, verl's poll
     assert phases["old_log_prob"] > EFF.logprob_pass_s and phases["update_actor"] > EFF.update_pass_s
     assert t.step_time > run.MEASURED_STEP_S * (1 + run.BAND)
 

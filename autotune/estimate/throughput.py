@@ -67,11 +67,12 @@ class Efficiency:
     decode_step_overhead_s: float = 0.007  # scheduler, sampler and kernel launches per decode step, vLLM eager
     # The same with CUDA graphs (verl >= 0.9 captures them by default: autotune.verl.ENFORCE_EAGER_DEFAULT): the
     # forward is one graph replay, what is left is vLLM's scheduler, sampler and output processing, which the graphs
-    # do not shorten. Fitted on the nine real verl 0.9.1 GRPO steps of the H100 campaign (Qwen2.5-0.5B and 1.5B,
-    # 128 sequences decoded together, timing_s/gen 8.1-10.1 s for 1,024 decode steps; benchmarks/results/
-    # calibration.md): 6.4 ms; held out per model size 5.8 / 7.2 ms, median gen error 25% / 19% (3.0 ms before,
-    # an assumption: 57% / 34%).
-    decode_step_overhead_graph_s: float = 0.0064
+    # do not shorten. The median over the sixteen real verl 0.9.1 GRPO steps on the H100 (Qwen2.5-0.5B to 3B, 128
+    # sequences decoded together, 1,024 decode steps; benchmarks/results/calibration.md) once verl's 2 s poll of
+    # the rollout is priced apart (its half interval, Job.sample_poll_s): 6.1 ms. Each trial alone says 2.8-12.6 ms:
+    # its gen is the rollout rounded up to the poll (6.1, 8.1, 10.1 s ...), one interval is 2 ms a decode step.
+    # (6.4 ms on nine steps with the poll folded in; 3.0 ms before them, an assumption.)
+    decode_step_overhead_graph_s: float = 0.0061
     longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
     rope_fusion: float = 0.817  # update and log-prob time with apply_rope_fusion over without (fitted, paired rows)
     # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
@@ -305,7 +306,8 @@ def estimate_throughput(
     longest = ln.response_max if ln.response_known else job.max_response_length * eff.longest_response
     decode_steps = max(per_replica * lr / conc, longest)
     prefill = per_replica * lp * 2 * active_params(m) / c.rollout_tp / (peak * eff.prefill)
-    gen = decode_steps * t_fixed + per_replica * lr * t_seq + prefill
+    # The trainer sees the rollout at its next poll: half an interval later on average (verl.SAMPLE_POLL_S).
+    gen = decode_steps * t_fixed + per_replica * lr * t_seq + prefill + job.sample_poll_s / 2
 
     # Training-side efficiency of this layout.
     # A micro-batch's fixed cost (kernel launches, Python) weighs against its compute time: on a GPU slower than the

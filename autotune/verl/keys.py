@@ -118,6 +118,13 @@ ENFORCE_EAGER = f"{_ROLLOUT}.enforce_eager"
 # verl 0.9.1's rollout.yaml default: vLLM captures CUDA graphs for decode (verl 0.4-era runs, such as
 # verl_megatron_practice's tables, ran eagerly). Memory (the graph pool) and decode time (per-step overhead) read it.
 ENFORCE_EAGER_DEFAULT = False
+# verl 0.9.1 runs the V1 trainer by default (ppo_trainer.yaml `trainer.use_v1: true`; verl 0.4-era runs had none).
+# Its step takes the rollout from a ReplayBuffer whose sample() checks for a finished batch every 2 s
+# (trainer/ppo/v1/replay_buffer.py `poll_interval`, which trainer_base.py never passes from the config), and
+# timing_s/gen times that sample(): every gen of the real trials is 2k s + 0.06-0.28 s (tests/test_real_verl_gpu.py).
+USE_V1 = "trainer.use_v1"
+USE_V1_DEFAULT = True
+SAMPLE_POLL_S = 2.0
 ROPE_FUSION = f"{_TRANSFORMER}.apply_rope_fusion"  # Megatron's fused RoPE kernel
 FREE_CACHE_ENGINE = f"{_ROLLOUT}.free_cache_engine"  # [True]: vLLM sleeps (frees weights and KV) outside rollout
 # Weight resharding sends the actor's weights to vLLM in GPU buckets of this size [2048 MiB].
