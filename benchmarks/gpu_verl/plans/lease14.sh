@@ -1,16 +1,14 @@
 #!/usr/bin/env bash
 # Calibration campaign, lease 14 (the H100; issue 23): real verl profiles (`autotune profile`), one per size.
-#   Lease 10's 0.5B profile ran without fused kernels (32k-token micro-batches: the model predicted over 200 GiB and
-#   `autotune profile` now refuses it); here with them, as lease 4's best ran. Then the 3B's best (lease 7's #3).
-# Start with AT_MODEL=qwen2.5-0.5b AT_MORE_MODELS="qwen2.5-3b".
+#   The 0.5B's (fused kernels, as lease 4's best ran) ran in lease 17 on an H200 (plans/lease17.sh); left: the 3B's
+#   best (lease 7's #3).
+# Start with AT_MODEL=qwen2.5-3b.
 set -u
 cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 # shellcheck source=profile.sh
 . /root/at_src/benchmarks/gpu_verl/plans/profile.sh
-profile qwen2.5-0.5b 420 --set rollout_tp=1 --set use_dynamic_bsz=true --set ppo_max_token_len_per_gpu=32768 \
-    --set log_prob_max_token_len_per_gpu=98304 --set gpu_memory_utilization=0.4 --set use_fused_kernels=true
 profile qwen2.5-3b 480 --set rollout_tp=1 --set recompute=selective --set recompute_modules=core_attn \
     --set use_dynamic_bsz=true --set ppo_max_token_len_per_gpu=8192 --set log_prob_max_token_len_per_gpu=98304 \
     --set gpu_memory_utilization=0.4 --set use_fused_kernels=true --set optimizer_cpu_offload=true \
