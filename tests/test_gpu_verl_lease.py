@@ -1,5 +1,5 @@
-"""The GPU lease's tools that run on the CPU too: the import-time summary (benchmarks/gpu_verl/importtime.py) and the
-campaign plans' trial counts (plans/campaign.sh)."""
+"""The GPU lease's tools that run on the CPU too: the import-time summary (benchmarks/gpu_verl/importtime.py), the
+campaign plans' trial counts (plans/campaign.sh) and the payload's parts (build_payload.sh)."""
 
 from __future__ import annotations
 
@@ -77,3 +77,44 @@ def test_every_plan_that_resumes_a_study_asks_for_more_trials_than_it_holds() ->
             resumed += 1
             assert calls and all(c.startswith("+") for c in calls), (plan.name, db, calls)
     assert resumed >= 2
+
+
+BUILD = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_verl" / "build_payload.sh"
+
+
+def _parts(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, Path, bytes]:
+    payload, stages = tmp_path / "payload", tmp_path / "stages"
+    (payload / "wheels").mkdir(parents=True)
+    stages.mkdir()
+    data = os.urandom(2 * 1048576 + 512 * 1024)
+    (payload / "payload.tar.xz").write_bytes(data)
+    (payload / "payload.sha256").write_text("0" * 64 + "  payload.tar.xz\n")
+    (payload / "wheels" / "a-1-py3-none-any.whl").write_bytes(os.urandom(700 * 1024))
+    (stages / ".stage9").mkdir()  # a stale part of an earlier split
+    run = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=120, env={
+        **os.environ, "STEPS": "parts", "PAYLOAD_DIR": str(payload), "STAGES_DIR": str(stages), "PY312": "", **env})
+    return run, stages, data
+
+
+def test_parts_hold_the_payload_in_order_each_within_the_part_size(tmp_path: Path) -> None:
+    """A call carries 64 MiB with the working tree: 50 MiB parts stopped fitting when the tree passed 14 MiB. The
+    parts come from payload.tar.xz without recompressing it and without a Python 3.12 (only the build needs one)."""
+    run, stages, data = _parts(tmp_path, PART_MB="1")
+    assert run.returncode == 0, run.stderr
+    dirs = sorted(stages.glob(".stage*"), key=lambda d: int(d.name[6:]))
+    assert [d.name for d in dirs] == [".stage1", ".stage2", ".stage3", ".stage4"]  # the stale .stage9 is gone
+    chunks = sorted(stages.glob(".stage*/payload.tar.xz.part*"), key=lambda f: f.name)
+    assert b"".join(f.read_bytes() for f in chunks) == data
+    assert (dirs[2] / "payload.sha256").exists()
+    assert [f.name for f in dirs[3].iterdir()] == ["a-1-py3-none-any.whl"]  # 0.5 + 0.7 MiB: a part of its own
+    assert all(sum(f.stat().st_size for f in d.iterdir()) <= 1048576 for d in dirs)
+
+
+def test_the_default_part_leaves_room_for_the_working_tree(tmp_path: Path) -> None:
+    run, _, _ = _parts(tmp_path)
+    assert run.returncode == 0, run.stderr
+    repo = BUILD.parents[2]
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, check=True).stdout.split(b"\0")
+    tree = sum((repo / f.decode()).stat().st_size for f in files if f and (repo / f.decode()).is_file())
+    part = int(re.search(r"parts of at most (\d+) MiB", run.stdout).group(1))
+    assert part * 1048576 + tree <= 60 * 1048576

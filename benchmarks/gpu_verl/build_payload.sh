@@ -24,6 +24,7 @@ P=${PAYLOAD_DIR:-$REPO/.payload}
 # until the tree passed 14 MiB; then the device refused the first call.
 tree_mib() { (cd "$REPO" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | awk '{print int($1 / 1048576) + 1}'); }
 PART_MB=${PART_MB:-$(( 64 - $(tree_mib) - 4 ))}
+STAGES=${STAGES_DIR:-$REPO}  # where the .stageK/ folders go: the repo root, where device calls carry them from
 # A Python 3.12 that runs (a pyenv shim on PATH may exist and fail): PY312, then PATH, then pyenv's own versions.
 find_py312() {
     local c
@@ -35,7 +36,7 @@ find_py312() {
     echo "build_payload: needs a Python 3.12 with venv (set PY312=/path/to/python3.12; none of PATH or pyenv runs)" >&2
     exit 1
 }
-PY312=$(find_py312) || exit 1
+py312() { [ -n "${PY312_FOUND:-}" ] || { PY312_FOUND=$(find_py312) || exit 1; }; echo "$PY312_FOUND"; }
 mkdir -p "$P"/{all,te,tewhl,fl,sd}; cd "$P"
 mkdir -p "$REPO/.git/info"; grep -qs '^/.payload/' "$REPO/.git/info/exclude" || printf '/.payload/\n/.stage*/\n' >> "$REPO/.git/info/exclude"
 export PIP_CONSTRAINT=  # this machine caps torch; the payload is for another one
@@ -47,7 +48,7 @@ say() { echo "[build_payload $(date -u +%T)] $*"; }
 
 resolve() {
     [ -f R2.json ] && return
-    "$PY312" -m venv stubs
+    "$(py312)" -m venv stubs
     local sp; sp=$(stubs/bin/python -c 'import site; print(site.getsitepackages()[0])')
     while IFS= read -r l; do
         local n=${l%%==*} v=${l#*==}; [ "$n" = pip ] && continue
@@ -90,7 +91,7 @@ PY
 
 te() {
     ls tewhl/transformer_engine_torch-2.12.0-*.whl >/dev/null 2>&1 && return
-    [ -x rep/bin/python ] || { "$PY312" -m venv rep && rep/bin/python -m pip install -q torch==2.11.0 pybind11 \
+    [ -x rep/bin/python ] || { "$(py312)" -m venv rep && rep/bin/python -m pip install -q torch==2.11.0 pybind11 \
         ninja setuptools wheel packaging numpy "nvidia-cuda-nvcc==13.0.*" "nvidia-cuda-cccl==13.0.*" \
         all/transformer_engine_cu13-2.12.0-*.whl all/transformer_engine-2.12.0-*.whl; }
     [ -d te/transformer_engine_torch-2.12.0 ] || { rep/bin/python -m pip download -q --no-deps \
@@ -124,16 +125,16 @@ pack() {
 }
 
 parts() {
-    [ "$PART_MB" -ge 8 ] || { say "parts: the working tree leaves ${PART_MB} MiB a call (set PART_MB)"; exit 1; }
+    [ "$PART_MB" -ge 1 ] || { say "parts: the working tree leaves no room in a call's 64 MiB (set PART_MB)"; exit 1; }
     rm -rf parts && mkdir parts && split -b "${PART_MB}M" -d -a 2 payload.tar.xz parts/payload.tar.xz.part
-    rm -rf "$REPO"/.stage*; local k=0
-    for f in parts/*; do k=$((k + 1)); mkdir -p "$REPO/.stage$k"; mv "$f" "$REPO/.stage$k/"; done
-    cp payload.sha256 "$REPO/.stage$k/"
+    rm -rf "$STAGES"/.stage*; local k=0
+    for f in parts/*; do k=$((k + 1)); mkdir -p "$STAGES/.stage$k"; mv "$f" "$STAGES/.stage$k/"; done
+    cp payload.sha256 "$STAGES/.stage$k/"
     # the profile step's wheels: in the last part where they fit, else a part of their own
     if ls wheels/*.whl > /dev/null 2>&1; then
-        local used; used=$(du -cb "$REPO/.stage$k"/* wheels/*.whl | tail -1 | cut -f1)
-        [ "$used" -le $(( PART_MB * 1048576 )) ] || { k=$((k + 1)); mkdir -p "$REPO/.stage$k"; }
-        cp wheels/*.whl "$REPO/.stage$k/"
+        local used; used=$(du -cb "$STAGES/.stage$k"/* wheels/*.whl | tail -1 | cut -f1)
+        [ "$used" -le $(( PART_MB * 1048576 )) ] || { k=$((k + 1)); mkdir -p "$STAGES/.stage$k"; }
+        cp wheels/*.whl "$STAGES/.stage$k/"
     fi
     say "packed: $(du -sh payload.tar.xz | cut -f1) in $k parts of at most ${PART_MB} MiB: .stage1 ... .stage$k"
 }
@@ -141,7 +142,7 @@ parts() {
 profile() {
     if ls wheels/*.whl > /dev/null 2>&1; then say "profile: $(ls wheels/*.whl | wc -l) wheels already in wheels/"; return; fi
     mkdir -p wheels
-    "$PY312" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "$(py312)" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux2014_x86_64 -d wheels HolisticTraceAnalysis==0.5.0 plotly==7.1.0 pydot==4.0.1 pyparsing==3.3.3
     say "profile: $(ls wheels/*.whl | wc -l) wheels in wheels/ ($(du -sh wheels | cut -f1)), placed by parts"
 }
