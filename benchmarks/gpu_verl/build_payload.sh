@@ -36,7 +36,6 @@ find_py312() {
     echo "build_payload: needs a Python 3.12 with venv (set PY312=/path/to/python3.12; none of PATH or pyenv runs)" >&2
     exit 1
 }
-py312() { [ -n "${PY312_FOUND:-}" ] || { PY312_FOUND=$(find_py312) || exit 1; }; echo "$PY312_FOUND"; }
 mkdir -p "$P"/{all,te,tewhl,fl,sd}; cd "$P"
 mkdir -p "$REPO/.git/info"; grep -qs '^/.payload/' "$REPO/.git/info/exclude" || printf '/.payload/\n/.stage*/\n' >> "$REPO/.git/info/exclude"
 export PIP_CONSTRAINT=  # this machine caps torch; the payload is for another one
@@ -48,7 +47,7 @@ say() { echo "[build_payload $(date -u +%T)] $*"; }
 
 resolve() {
     [ -f R2.json ] && return
-    "$(py312)" -m venv stubs
+    "$(find_py312)" -m venv stubs
     local sp; sp=$(stubs/bin/python -c 'import site; print(site.getsitepackages()[0])')
     while IFS= read -r l; do
         local n=${l%%==*} v=${l#*==}; [ "$n" = pip ] && continue
@@ -91,7 +90,7 @@ PY
 
 te() {
     ls tewhl/transformer_engine_torch-2.12.0-*.whl >/dev/null 2>&1 && return
-    [ -x rep/bin/python ] || { "$(py312)" -m venv rep && rep/bin/python -m pip install -q torch==2.11.0 pybind11 \
+    [ -x rep/bin/python ] || { "$(find_py312)" -m venv rep && rep/bin/python -m pip install -q torch==2.11.0 pybind11 \
         ninja setuptools wheel packaging numpy "nvidia-cuda-nvcc==13.0.*" "nvidia-cuda-cccl==13.0.*" \
         all/transformer_engine_cu13-2.12.0-*.whl all/transformer_engine-2.12.0-*.whl; }
     [ -d te/transformer_engine_torch-2.12.0 ] || { rep/bin/python -m pip download -q --no-deps \
@@ -142,7 +141,7 @@ parts() {
 profile() {
     if ls wheels/*.whl > /dev/null 2>&1; then say "profile: $(ls wheels/*.whl | wc -l) wheels already in wheels/"; return; fi
     mkdir -p wheels
-    "$(py312)" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    "$(find_py312)" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux2014_x86_64 -d wheels HolisticTraceAnalysis==0.5.0 plotly==7.1.0 pydot==4.0.1 pyparsing==3.3.3
     say "profile: $(ls wheels/*.whl | wc -l) wheels in wheels/ ($(du -sh wheels | cut -f1)), placed by parts"
 }
