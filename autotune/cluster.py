@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 GIB = 1024**3
 
@@ -89,8 +93,45 @@ def gpu_type_from_device_name(device_name: str) -> GPUType | None:
     return None
 
 
+def visible_gpus(count: int, uuids: Sequence[str] = (), env: str | None = None) -> list[int]:
+    """NVML indices of the GPUs CUDA_VISIBLE_DEVICES leaves this process, in CUDA's order (all where it is unset).
+    NVML sees every GPU of the node; a study pinned to some of them must watch and count only those. CUDA's rule:
+    indices or (prefixes of) UUIDs, read up to the first entry that names no GPU."""
+    if env is None:
+        env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return list(range(count))
+    out: list[int] = []
+    for entry in (e.strip() for e in env.split(",")):
+        if re.fullmatch(r"\d+", entry):
+            i = int(entry)
+        else:
+            i = next((k for k, u in enumerate(uuids) if entry and u.startswith(entry)), -1)
+        if not 0 <= i < count or i in out:
+            break
+        out.append(i)
+    return out
+
+
+def _nvml_uuids(pynvml: Any, count: int) -> list[str]:
+    out = []
+    for i in range(count):
+        u = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+        out.append(u.decode() if isinstance(u, bytes) else str(u))
+    return out
+
+
+def visible_nvml_indices(pynvml: Any) -> list[int]:
+    """`visible_gpus` of an initialised pynvml (UUIDs read only where CUDA_VISIBLE_DEVICES names GPUs by UUID)."""
+    count = pynvml.nvmlDeviceGetCount()
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    by_uuid = env is not None and any(e.strip() and not e.strip().isdigit() for e in env.split(","))
+    return visible_gpus(count, _nvml_uuids(pynvml, count) if by_uuid else ())
+
+
 def detect_local_gpus() -> tuple[int, str, float] | None:
-    """(count, device name, total GiB) of the local GPUs via nvidia-ml-py, or None without GPUs or NVML."""
+    """(count, device name, total GiB) of the local GPUs this process may use (CUDA_VISIBLE_DEVICES) via
+    nvidia-ml-py, or None without GPUs or NVML."""
     try:
         import pynvml
     except ImportError:
@@ -100,10 +141,11 @@ def detect_local_gpus() -> tuple[int, str, float] | None:
     except Exception:  # no driver: NVMLError_LibraryNotFound and friends
         return None
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        if count == 0:
+        visible = visible_nvml_indices(pynvml)
+        if not visible:
             return None
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        count = len(visible)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(visible[0])
         name = pynvml.nvmlDeviceGetName(handle)
         name = name.decode() if isinstance(name, bytes) else name
         total = pynvml.nvmlDeviceGetMemoryInfo(handle).total / GIB

@@ -128,6 +128,19 @@ def test_enqueue_launches_a_predicted_oom_first_once(capsys, db):
     assert [t["origin"] for t in json.loads(out)["trials"]].count("user") == 1
 
 
+def test_enqueue_takes_the_recompute_modules_as_the_list_verl_takes(capsys, db):
+    """`recompute_modules=[core_attn,mlp]` (verl's own list form) is the space's word "core_attn,mlp"; the enqueued
+    configuration launches with it (the form was refused as "takes a word" before lease 19)."""
+    code, _, err = run(capsys, "run", "--model", "qwen2.5-1.5b", "--storage", db, "--n-trials", "1", "--confirm", "0",
+                       "--enqueue", "tp=1,recompute=selective,recompute_modules=[core_attn,mlp],use_dynamic_bsz=true")
+    assert code == 0, err
+    code, out, _ = run(capsys, "status", "--storage", db, "--json")
+    first = json.loads(out)["trials"][0]
+    assert first["origin"] == "user" and first["params"]["recompute_modules"] == "core_attn,mlp"
+    code, _, err = run(capsys, "run", "--model", "qwen2.5-1.5b", "--storage", db, "--enqueue", "tp=[1,2]")
+    assert code == 2 and "tp takes a whole number" in err
+
+
 def test_enqueue_that_breaks_a_static_rule_is_refused(capsys, db, tmp_path):
     code, _, err = run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--enqueue", "tp=3")
     assert code == 2 and "--enqueue tp=3: cannot run:" in err and "heads_per_tp" in err

@@ -73,10 +73,21 @@ def test_every_plan_that_resumes_a_study_asks_for_more_trials_than_it_holds() ->
         text = plan.read_text()
         header = "".join(line for line in text.splitlines() if line.startswith("#"))
         for db in re.findall(r"AT_RESUME=\S*?([\w.-]+)\.db", header):
-            calls = re.findall(rf"^at \S+ {re.escape(db)} (\S+)", text, re.M)
+            calls = re.findall(rf"^(?:lane \d+ )?at \S+ {re.escape(db)} (\S+)", text, re.M)
             resumed += 1
             assert calls and all(c.startswith("+") for c in calls), (plan.name, db, calls)
     assert resumed >= 2
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_lane_runs_its_command_on_its_gpu_only_in_the_background(tmp_path: Path) -> None:
+    """A plan's lanes (one study per GPU of a node of several) see one GPU each: CUDA_VISIBLE_DEVICES and LANE (its
+    work dir) are set for the command, which runs in the background with its log in lane<GPU>.out."""
+    out = _campaign(tmp_path, "lane 2 bash -c 'sleep 0.3; echo gpu=$CUDA_VISIBLE_DEVICES lane=$LANE'; "
+                              "lane 3 bash -c 'echo gpu=$CUDA_VISIBLE_DEVICES'; echo started; wait; echo done")
+    assert out.splitlines() == ["started", "done"]  # the lanes ran beside the plan, which waited for them
+    assert "gpu=2 lane=2" in (tmp_path / "lane2.out").read_text()
+    assert "gpu=3" in (tmp_path / "lane3.out").read_text() and not (tmp_path / "lane0.out").exists()
 
 
 BUILD = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_verl" / "build_payload.sh"

@@ -16,6 +16,7 @@ import pytest
 
 from autotune import verl
 from autotune.candidate import Candidate
+from autotune.cluster import visible_gpus
 from autotune.runners import RunnerUnavailable, make_runner
 from autotune.runners.base import RunnerFatal, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor
@@ -233,6 +234,36 @@ class FakeNVML:
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list:  # noqa: N802
         return []
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:  # noqa: N802
+        return f"GPU-{h}a{h}b-0000"
+
+
+def test_visible_gpus_read_cuda_visible_devices_as_cuda_does() -> None:
+    uuids = [f"GPU-{i}a{i}b-0000" for i in range(4)]
+    assert visible_gpus(4, uuids, None) == [0, 1, 2, 3]  # unset: every GPU
+    assert visible_gpus(4, uuids, "2") == [2]
+    assert visible_gpus(4, uuids, "3,1") == [3, 1]  # CUDA's device 0 is NVML's 3
+    assert visible_gpus(4, uuids, "GPU-2a2,GPU-0a0b-0000") == [2, 0]  # UUIDs and their prefixes
+    assert visible_gpus(4, uuids, "1,7,2") == [1]  # read up to the first entry that names no GPU
+    assert visible_gpus(4, uuids, "") == [] and visible_gpus(4, uuids, "-1") == []
+
+
+def test_a_study_pinned_to_one_gpu_watches_only_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four studies on a 4-GPU node, one GPU each: another study's trial on GPU 1 is neither this study's peak
+    nor memory it waits to be given back."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    nv = FakeNVML([1.0, 1.0, 1.0, 1.0])
+    mon = GpuMonitor(interval_s=0.01, nvml=nv)
+    mon.start()
+    nv.used[1], nv.used[2] = 70.0, 30.0
+    time.sleep(0.1)
+    nv.used[2] = 1.2
+    usage = mon.stop()
+    assert usage.baseline_gib == (1.0,) and usage.peak_gib == (30.0,)
+    assert mon.wait_released(usage.baseline_gib, 0.5, 0.1) == []  # GPU 1 is not this study's
+    nv.used[2] = 9.0
+    assert mon.wait_released(usage.baseline_gib, 0.5, 0.1) == ["GPU 0: 9.00 GiB used, 1.00 GiB before the trial"]
 
 
 def test_gpu_monitor_peaks_per_gpu() -> None:

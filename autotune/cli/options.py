@@ -232,6 +232,8 @@ def parse_params(sets: list[str], flag: str = "--set") -> dict[str, Any]:
             params[name] = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             params[name] = raw
+        if isinstance(params[name], list) and all(isinstance(v, str) for v in params[name]):
+            params[name] = ",".join(params[name])  # recompute_modules=[core_attn,mlp]: the list verl's key takes
         why = value_error(name, params[name])
         if why:
             raise CLIError(f"{flag} {item}: {why}{_choices_hint(name)}")

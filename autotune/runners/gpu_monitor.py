@@ -2,7 +2,9 @@
 GPU memory was given back.
 
 verl's own `actor/perf/max_memory_*` is torch's counter in one training rank and misses vLLM; NVML sees every
-process on every GPU. Without NVML (no driver, no GPUs) every number is None and `reason` says why.
+process on every GPU. The monitor watches the GPUs CUDA_VISIBLE_DEVICES leaves the study (GPU i: CUDA's device i),
+so studies pinned to different GPUs of one node neither read nor wait for each other's memory.
+Without NVML (no driver, no GPUs) every number is None and `reason` says why.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from autotune.cluster import visible_nvml_indices
 
 GIB = 2**30
 
@@ -55,7 +59,7 @@ def _load_nvml() -> tuple[Any, str]:
 
 @dataclass
 class GpuMonitor:
-    """Samples every GPU every `interval_s` in a thread between start() and stop()."""
+    """Samples every visible GPU every `interval_s` in a thread between start() and stop()."""
 
     interval_s: float = 0.5
     nvml: Any = None  # the pynvml module; injectable so the arithmetic can be tested without GPUs
@@ -68,7 +72,7 @@ class GpuMonitor:
             self.nvml, self.reason = _load_nvml()
         if self.nvml is not None:
             try:
-                self._handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+                self._handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in visible_nvml_indices(self.nvml)]
             except Exception as e:
                 self.nvml, self.reason = None, f"NVML unavailable ({type(e).__name__}: {e})"
         self._stop = threading.Event()

@@ -44,10 +44,11 @@ def nvml() -> None:
     try:
         import pynvml
 
+        from autotune.cluster import visible_nvml_indices  # stdlib-only
+
         pynvml.nvmlInit()
-        n = pynvml.nvmlDeviceGetCount()
         gpus = []
-        for i in range(n):
+        for i in visible_nvml_indices(pynvml):  # the GPUs this study may use (CUDA_VISIBLE_DEVICES)
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(h)
             mem = pynvml.nvmlDeviceGetMemoryInfo(h)

@@ -133,9 +133,13 @@ progress() {
     done
     tail -3 /root/smoke/plan.out
     local last
-    last=$(ls -td /root/smoke/trials/*/trial_* 2>/dev/null | head -1)
-    [ -n "$last" ] && { echo "-- $last"; tail -4 "$last"/verl.ts.log 2>/dev/null | cut -c1-240; }
-    nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+    for f in /root/smoke/lane*.out; do [ -f "$f" ] && { echo "-- $f"; tail -2 "$f"; }; done
+    # the newest trial of each lane (plans/campaign.sh's `lane`: trials/g<GPU>/<study>/), or of the one study
+    for last in $( (ls -td /root/smoke/trials/*/trial_* 2>/dev/null | head -1; \
+                    for g in /root/smoke/trials/g*; do ls -td "$g"/*/trial_* 2>/dev/null | head -1; done) | sort -u); do
+        echo "-- $last"; tail -3 "$last"/verl.ts.log 2>/dev/null | cut -c1-240
+    done
+    nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
 }
 
 running() { [ -f /root/smoke/plan.pid ] && kill -0 "$(cat /root/smoke/plan.pid)" 2>/dev/null; }
@@ -170,7 +174,8 @@ collect() {
         python3 -m autotune status --storage "sqlite:///$db" --all > "$b/status-$(basename "$db" .db).txt" 2>&1
     done
     # Each trial's console (byte-exact, with the time-stamped copy) and metrics; logs over 2 MB keep head and tail.
-    find /root/smoke/trials -maxdepth 3 -type f \( -name '*.log' -o -name '*.jsonl' -o -name '*.csv' \
+    # trials/<study>/trial_NNNN/, or trials/g<GPU>/<study>/trial_NNNN/ for a plan's lanes (plans/campaign.sh)
+    find /root/smoke/trials -maxdepth 4 -type f -not -path "*/cache/*" \( -name '*.log' -o -name '*.jsonl' -o -name '*.csv' \
         -o -name '*.json' \) | while read -r f; do
         rel=${f#/root/smoke/trials/}; mkdir -p "$b/trials/$(dirname "$rel")"
         if [ "$(stat -c %s "$f")" -gt 2000000 ]; then

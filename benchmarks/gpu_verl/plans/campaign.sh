@@ -1,7 +1,11 @@
 # Sourced by the calibration campaign's lease plans (issue 23): one study database per model size under
 # /root/smoke/<study>.db, trials under /root/smoke/trials/<study>/, and nothing launched that cannot end before the
 # lease's deadline (DEADLINE, epoch seconds, exported by device.sh).
-stamp() { echo "[$(date -u +%T) lease +$(( $(date +%s) - $(cat /root/lease_t0) ))s] $*"; }
+stamp() {
+    local t0
+    t0=$(cat /root/lease_t0 2> /dev/null) || t0=$(date +%s)  # no lease clock (a CPU test): seconds from now
+    echo "[$(date -u +%T) lease +$(( $(date +%s) - t0 ))s] $*"
+}
 GPU_TYPE=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -qi h200 && echo h200 || echo h100)
 
 # workload MODEL: the folder of MODEL's random-weight checkpoint (written by device.sh setup), waiting for it.
@@ -51,9 +55,30 @@ at() {
     stamp "$study ($m): up to $n trials, $left s left"
     python3 -m autotune run --backend verl --model "$d/model" --gpus 1 --gpu-type "$GPU_TYPE" \
         --job "/root/smoke/job-$m.yaml" --storage "sqlite:////root/smoke/$study.db" --study "$study" \
-        --workdir /root/smoke/trials --confirm 0 --trial-timeout 1200 --stall-timeout 240 --startup-timeout 600 \
-        --n-trials "$n" --timeout $((left - need)) "$@" >> "/root/smoke/$study.out" 2>> "/root/smoke/$study.err"
-    stamp "$study: exit $?"
+        --workdir "/root/smoke/trials${LANE:+/g$LANE}" --confirm 0 --trial-timeout 1200 --stall-timeout 240 \
+        --startup-timeout 600 --n-trials "$n" --timeout $((left - need)) "$@" \
+        >> "/root/smoke/$study.out" 2>> "/root/smoke/$study.err"
+    local rc=$?
+    stamp "$study: exit $rc"
+    return $rc
+}
+
+# lane GPU COMMAND...: COMMAND (a plan's `at`/`profile` line) in the background on GPU GPU of a node of several, as on
+# a one-GPU machine: CUDA_VISIBLE_DEVICES (Ray, vLLM and autotune's NVML monitor see that GPU only), the GPU's share of
+# the host's cores (taskset: a one-GPU lent machine has 16), its own work dir (LANE: trials/gGPU, its own compile
+# caches), its log in lane<GPU>.out. A plan ends with `wait` for its lanes.
+lane() {
+    local g=$1 n per
+    shift
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || n=1
+    per=$(( $(nproc) / (n > 0 ? n : 1) ))
+    (
+        export CUDA_VISIBLE_DEVICES=$g LANE=$g
+        [ "$per" -ge 1 ] && command -v taskset > /dev/null && taskset -cp "$((g * per))-$((g * per + per - 1))" $BASHPID \
+            > /dev/null 2>&1
+        stamp "lane $g: GPU $g, cores $(taskset -cp $BASHPID 2>/dev/null | sed 's/.*: //'): $*"
+        "$@"
+    ) >> "${SMOKE:-/root/smoke}/lane$g.out" 2>&1 &
 }
 
 # Configurations of the spread (rollout TP 1: one GPU); ON/OFF differ only in offload.

@@ -9,7 +9,7 @@ profile() {
     db=/root/smoke/p-$m.db
     stamp "profile $m: verl's profiler, $left s left"
     python3 -m autotune profile --backend verl --model "$d/model" --gpus 1 --gpu-type "$GPU_TYPE" \
-        --job "/root/smoke/job-$m.yaml" --storage "sqlite:///$db" "$@" --workdir /root/smoke/profiles \
+        --job "/root/smoke/job-$m.yaml" --storage "sqlite:///$db" "$@" --workdir "/root/smoke/profiles${LANE:+/g$LANE}" \
         --trial-timeout $((left - 30)) --json > "verl_profile-$m.json" 2> "verl_profile-$m.err"
     stamp "profile $m: exit $?"
     python3 -m autotune profile --show "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["profile_id"])' \
