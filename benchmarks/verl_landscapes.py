@@ -261,7 +261,10 @@ def report(results: list[FirstLaunch], firsts: dict[str, list[RealFirst]]) -> st
                          f"{f.today_measured} |")
     real = [f for fs in firsts.values() for f in fs]
     bad = [f for f in real if f.status != "ok"]
-    lines += ["", f"{len(real) - len(bad)} of {len(real)} real studies' first launches ran"
+    picked = [f for f in real if f.origin != "user"]  # the model's own first picks, not a plan's --enqueue
+    lines += ["", f"{len(real) - len(bad)} of {len(real)} real studies' first launches ran "
+              f"({sum(f.status == 'ok' for f in picked)} of {len(picked)} the model's own picks; the others a "
+              "configuration the plan enqueued)"
               + (": " + "; ".join(f"{f.source} ({f.label}) ended {f.status}" for f in bad) if bad else "") + ".",
               ""]
     for f in bad:

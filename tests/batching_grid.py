@@ -15,7 +15,9 @@ mini-batch and the local weight sync, all from the real trials (issue 23); no ba
 param_offload for an actor whole on one GPU (lease 10); only update_actor and update_weights values moved. And on
 2026-11-26 again (leases 11, 13 and 18): the log-prob pass cost 3.0 -> 2.75 s, the update's 4.9 -> 4.75 s, and a
 forward-only pass's activations whatever selective recompute drops; only the old_log_prob, ref and update_actor
-times and the log-prob passes' activations moved.
+times and the log-prob passes' activations moved. And on 2026-11-26 (lease 19, the H200s): with CUDA graphs a decode
+step's GPU work is the longer of its memory traffic and its FLOPs, and the H200's decode overhead is its own; only
+the gen times moved.
 """
 
 from __future__ import annotations

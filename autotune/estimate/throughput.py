@@ -67,12 +67,15 @@ class Efficiency:
     decode_step_overhead_s: float = 0.007  # scheduler, sampler and kernel launches per decode step, vLLM eager
     # The same with CUDA graphs (verl >= 0.9 captures them by default: autotune.verl.ENFORCE_EAGER_DEFAULT): the
     # forward is one graph replay, what is left is vLLM's scheduler, sampler and output processing, which the graphs
-    # do not shorten. The median over the sixteen real verl 0.9.1 GRPO steps on the H100 (Qwen2.5-0.5B to 3B, 128
-    # sequences decoded together, 1,024 decode steps; benchmarks/results/calibration.md) once verl's 2 s poll of
-    # the rollout is priced apart (its half interval, Job.sample_poll_s): 6.1 ms. Each trial alone says 2.8-12.6 ms:
-    # its gen is the rollout rounded up to the poll (6.1, 8.1, 10.1 s ...), one interval is 2 ms a decode step.
-    # (6.4 ms on nine steps with the poll folded in; 3.0 ms before them, an assumption.)
+    # do not shorten, run on the node's CPU between replays. Fitted on the real verl 0.9.1 GRPO steps (128 sequences
+    # decoded together, 1,024 decode steps; benchmarks/calibration.py fit_decode_overhead: the median per GPU type of
+    # what each trial's gen leaves per decode step once the GPU's part and verl's 2 s poll are priced): 6.1 ms over
+    # the sixteen on the lent H100 nodes (Qwen2.5-0.5B to 3B), 3.4 ms over the twelve on the lent H200 nodes (1.5B to
+    # 7B). Each trial alone says 2.8-8 ms (H100) and 0-5 ms (H200): its gen is the rollout rounded up to the poll
+    # (6.1, 8.1, 10.1 s ...), one interval is 2 ms a decode step. The H200 nodes' CPUs as much as their GPUs: a GPU
+    # type without its own figure takes the H100's.
     decode_step_overhead_graph_s: float = 0.0061
+    decode_step_overhead_graph_by_gpu: tuple[tuple[str, float], ...] = (("h200", 0.0034),)
     longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
     rope_fusion: float = 0.817  # update and log-prob time with apply_rope_fusion over without (fitted, paired rows)
     # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
@@ -105,13 +108,15 @@ class Efficiency:
     # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
     # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
     # token or per sequence at this size would add minutes to their steps). The median residual
-    # (benchmarks/calibration.py fit_pass_costs) over the eighteen measured steps of leases 3 to 18 (the 7B's two on
-    # one H200): 2.73 s (3.0 s on the thirteen before lease 11; held out per size 2.7-2.9 s).
-    logprob_pass_s: float = 2.75
+    # (benchmarks/calibration.py fit_pass_costs) over the twenty-eight measured steps of leases 3 to 19 (twelve on
+    # H200s: the 7B's two, ten of the 1.5B and 3B): 2.53 s (2.73 s on the eighteen before lease 19, 3.0 s on the
+    # thirteen before lease 11; held out per size 2.4-2.7 s).
+    logprob_pass_s: float = 2.55
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
     # reductions): 3.5-8.8 s above the FLOP time over the trials without the CPU optimizer; the median residual
-    # over the eighteen measured steps is 4.73 s (4.9 s on the twelve before lease 11).
-    update_pass_s: float = 4.75
+    # over the twenty-eight measured steps is 4.54 s (4.73 s on the eighteen before lease 19, 4.9 s on the twelve
+    # before lease 11).
+    update_pass_s: float = 4.55
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
@@ -122,6 +127,12 @@ class Efficiency:
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
     # run, where it stood in for per-micro-batch costs of the Megatron passes that the model does not yet describe.
     fixed_step_s: float = 0.2
+
+    def decode_step_overhead(self, gpu: str, eager: bool) -> float:
+        """Seconds a decode step costs beyond its GPU work, for vLLM eager or with CUDA graphs on this GPU type."""
+        if eager:
+            return self.decode_step_overhead_s
+        return dict(self.decode_step_overhead_graph_by_gpu).get(gpu, self.decode_step_overhead_graph_s)
 
 
 DEFAULT_WORKLOAD = Workload()
@@ -298,16 +309,21 @@ def estimate_throughput(
     conc = max(1.0, min(job.max_num_seqs, per_replica, kv_tokens / seq_len))
     hbm = g.hbm_tbps * 1e12 * eff.hbm
     moe = eff.moe_decode if m.is_moe else 1.0
-    t_fixed = 2 * decode_weights(m, conc) / c.rollout_tp / (hbm * moe) + m.num_moe_layers * eff.moe_decode_layer_s
-    overhead = eff.decode_step_overhead_s if job.enforce_eager else eff.decode_step_overhead_graph_s
-    t_fixed += (c.rollout_tp > 1) * 2 * m.num_layers * eff.rollout_tp_comm_s_per_layer + overhead
-    t_seq = max(2 * active_params(m) / c.rollout_tp / (peak * eff.decode_compute * moe),
-                (lp + lr / 2) * mem.kv_bytes_per_token / hbm)
+    weights = 2 * decode_weights(m, conc) / c.rollout_tp / (hbm * moe)  # a step's read of the weights
+    fixed = (m.num_moe_layers * eff.moe_decode_layer_s + (c.rollout_tp > 1) * 2 * m.num_layers
+             * eff.rollout_tp_comm_s_per_layer + eff.decode_step_overhead(g.name, job.enforce_eager))
+    flops = 2 * active_params(m) / c.rollout_tp / (peak * eff.decode_compute * moe)  # a sequence's FLOPs a step
+    kv = (lp + lr / 2) * mem.kv_bytes_per_token / hbm  # a sequence's KV reads a step
     longest = ln.response_max if ln.response_known else job.max_response_length * eff.longest_response
     decode_steps = max(per_replica * lr / conc, longest)
     prefill = per_replica * lp * 2 * active_params(m) / c.rollout_tp / (peak * eff.prefill)
+    if job.enforce_eager:  # the verl 0.4-era tables' regime, its constants fitted on them with the two added
+        gen = decode_steps * (weights + fixed) + per_replica * lr * max(flops, kv) + prefill
+    else:  # a graph replay reads the weights while it computes: the longer of its memory traffic and its FLOPs
+        batch = per_replica * lr / decode_steps  # sequences a step decodes, on average
+        gen = decode_steps * (fixed + max(weights + batch * kv, batch * flops)) + prefill
     # The trainer sees the rollout at its next poll: half an interval later on average (verl.SAMPLE_POLL_S).
-    gen = decode_steps * t_fixed + per_replica * lr * t_seq + prefill + job.sample_poll_s / 2
+    gen += job.sample_poll_s / 2
 
     # Training-side efficiency of this layout.
     # A micro-batch's fixed cost (kernel launches, Python) weighs against its compute time: on a GPU slower than the
