@@ -12,7 +12,6 @@ times, and each memory verdict (an OOM predicted to fit is the failure that matt
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 from collections.abc import Iterable, Iterator
@@ -359,14 +358,11 @@ def report(all_cases: list[Case], zeroed: list[Case] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "calibration.md")
-    args = ap.parse_args(argv)
-    dbs = list(args.data.glob("*/*.db"))
-    text = report(cases(dbs), cases(dbs, ZEROED))
-    args.out.write_text(text + "\n")
-    print(text)
+    def text(data: Path) -> str:
+        dbs = list(data.glob("*/*.db"))
+        return report(cases(dbs), cases(dbs, ZEROED)) + "\n"
+
+    real_studies.write_report(__doc__, HERE / "results" / "calibration.md", text, argv)
 
 
 if __name__ == "__main__":

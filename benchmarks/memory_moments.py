@@ -12,7 +12,6 @@ as NVML sees it (the update over the log-prob pass's cache: estimate/memory.py `
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import statistics
@@ -31,7 +30,7 @@ from autotune.job import Job
 from autotune.results import memory_trace, timeline
 from autotune.results.labels import Labeller
 from benchmarks import real_studies
-from benchmarks.calibration import DATA, HERE, as_measured, catalog_size, measured_trials
+from benchmarks.calibration import HERE, as_measured, catalog_size, measured_trials
 
 TARGET = 0.08  # issue 23.3: memory per moment within 8% of NVML
 
@@ -187,13 +186,8 @@ def report(cs: list[MomentCase]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "memory_moments.md")
-    args = ap.parse_args(argv)
-    text = report(cases(args.data.glob("*/*.db")))
-    args.out.write_text(text)
-    print(text)
+    real_studies.write_report(__doc__, HERE / "results" / "memory_moments.md",
+                              lambda data: report(cases(data.glob("*/*.db"))), argv)
 
 
 if __name__ == "__main__":

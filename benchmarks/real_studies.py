@@ -10,15 +10,17 @@ the newest copy that holds it, and its committed logs may lie in an earlier leas
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotune.store.store import Store
 
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "real_verl_gpu"
 TrialKey = tuple[int, str]  # a trial's number and its start, the same in every copy of its study
 
 
@@ -124,3 +126,15 @@ def setup(study: Any) -> Any:
     if s.cluster.host_memory_gib is None:
         s = dataclasses.replace(s, cluster=dataclasses.replace(s.cluster, host_memory_gib=LENT_HOST_GIB))
     return s
+
+
+def write_report(doc: str, out: Path, text_of: Callable[[Path], str], argv: list[str] | None = None) -> None:
+    """The real-trial reports' command line: --data (the lease folders, DATA), --out (the report, `out`); the file
+    is `text_of(data)`, written and printed."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--out", type=Path, default=out)
+    args = ap.parse_args(argv)
+    text = text_of(args.data)
+    args.out.write_text(text)
+    print(text)

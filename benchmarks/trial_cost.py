@@ -15,7 +15,6 @@ step for the noise), and says where a warm trial's time goes, stage by stage, ag
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,13 +146,8 @@ def report(cs: list[Cost]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "trial_cost.md")
-    args = ap.parse_args(argv)
-    text = report(costs(list(args.data.glob("*/*.db"))))
-    args.out.write_text(text + "\n")
-    print(text)
+    real_studies.write_report(__doc__, HERE / "results" / "trial_cost.md",
+                              lambda data: report(costs(list(data.glob("*/*.db")))) + "\n", argv)
 
 
 if __name__ == "__main__":

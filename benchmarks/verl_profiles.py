@@ -13,7 +13,6 @@ whatever the model size, while the busy time grows with the model.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,10 @@ from typing import Any
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY
 from autotune.results.labels import label
 from autotune.store.store import Store
+from benchmarks import real_studies
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent / "tests" / "data" / "real_verl_gpu"
+DATA = real_studies.DATA
 RESULTS = HERE / "results" / "verl_profiles.md"
 PASSES = {"old_log_prob": "logprob_pass_s", "update_actor": "update_pass_s"}  # the pass costs the traces explain
 KINDS = ("gemm", "attention", "other", "memory", "communication")
@@ -134,13 +134,7 @@ def report(ps: list[Profile]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    args = ap.parse_args(argv)
-    text = report(profiles(args.data))
-    args.out.write_text(text + "\n")
-    print(text)
+    real_studies.write_report(__doc__, RESULTS, lambda data: report(profiles(data)) + "\n", argv)
 
 
 if __name__ == "__main__":
