@@ -34,7 +34,7 @@ from autotune.store.store import Store
 from benchmarks import real_studies
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent / "tests" / "data" / "real_verl_gpu"
+DATA = real_studies.DATA
 PHASES = ("gen", "old_log_prob", "update_actor", "update_weights")
 # The Efficiency constants fitted on these trials, each a fixed cost of one phase (seconds added to it): the summary
 # refits them without each model size and predicts that size with the refit (leave one size out).

@@ -24,7 +24,7 @@ from autotune.results.timeline import Timeline
 from benchmarks import real_studies
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent / "tests" / "data" / "real_verl_gpu"
+DATA = real_studies.DATA
 STEP = verl.PHASE_TIMINGS["step"]
 
 
