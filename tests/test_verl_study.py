@@ -65,9 +65,10 @@ def test_dry_run_study_of_20_trials_with_mixed_outcomes(tmp_path: Path, sqlite_u
     env = env_for(rec, FAKE_VERL_RULES=json.dumps([{"when": w, "mode": m} for w, m in RULES]))
     runner = fake_runner(env, stall_timeout_s=1.5, grace_s=1.0, preflight=False)
     # learn=False: the corrected model would walk its own best region, and this test needs TPE's spread of outcomes
-    # seed 1: with the memory and time models of issue 23 (fewer TP1 settings fit, a fixed cost per Megatron pass),
-    # seeds 0 and 3 launched only ok and failed ones; seed 1 meets ok, failed and config errors
-    tuner = Tuner(make_setup(), runner, sqlite_url, "dry", workdir=tmp_path / "trials", seed=1, learn=False)
+    # seed 2: with the memory and time models of issue 23 (fewer TP1 settings fit, a fixed cost per Megatron pass),
+    # seeds 0 and 3 launched only ok and failed ones; seed 1 met ok, failed and config errors until lease 19's decode
+    # model (a graph replay's roofline, the H200's own overhead) moved TPE's path, where seed 2 meets three outcomes
+    tuner = Tuner(make_setup(), runner, sqlite_url, "dry", workdir=tmp_path / "trials", seed=2, learn=False)
     summary = tuner.run(20)
     assert summary["launched"] == 20
     rows = [r for r in tuner.store.trials("dry") if r.launched]
