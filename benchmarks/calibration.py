@@ -25,7 +25,6 @@ from autotune.cluster import GIB
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.offload import cpu_fraction
-from autotune.estimate.throughput import Efficiency
 from autotune.job import Job
 from autotune.model import CATALOG, ModelArch
 from autotune.results.labels import Labeller
@@ -68,7 +67,7 @@ class Case:
     steady_phases: dict[str, float] = dataclasses.field(default_factory=dict)
     steady_step_s: float | None = None
     gpu: str = ""  # the GPU type it ran on
-    decode_steps: float = 0.0  # seconds gen gains per second of decode-step overhead (its decode steps)
+    decode_steps: float = 0.0  # the predicted gen's decode steps: seconds gen gains per second of per-step overhead
 
 
 @dataclass(frozen=True)
@@ -120,10 +119,6 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
     ev = evaluate(setup.model, setup.cluster, job, cand, setup.objective, lengths, constants)
     mem = ev.memory
     thr = ev.throughput
-    # the gen's slope in the decode-step overhead: the same prediction with every decode step 1 ms dearer
-    slower = evaluate(setup.model, setup.cluster, job, cand, setup.objective, lengths,
-                      dataclasses.replace(constants, efficiency=_dearer_steps(constants.efficiency, 1e-3))).throughput
-    steps = (dict(slower.phases)["gen"] - dict(thr.phases)["gen"]) / 1e-3 if thr and slower else 0.0
     measured = {p: float(v) for p, v in (row.phase_timings or {}).items() if p in PHASES}
     step_metric = verl.PHASE_TIMINGS["step"]
     step_s = float(at[step_metric]) if at.get(step_metric) is not None else None
@@ -144,16 +139,9 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         binding=mem.binding.name if mem else "",
         size=catalog_size(setup.model), cpu_optimizer=bool(cpu_fraction(cand)),
         steady_phases={p: v for p, v in steady_phases.items() if p != "step"},
-        steady_step_s=steady_phases.get("step"), gpu=setup.cluster.gpu.name, decode_steps=steps,
+        steady_step_s=steady_phases.get("step"), gpu=setup.cluster.gpu.name,
+        decode_steps=thr.decode_steps if thr else 0.0,
     )
-
-
-def _dearer_steps(e: Efficiency, s: float) -> Efficiency:
-    """`e` with every decode step `s` seconds dearer (eager, with CUDA graphs, each GPU type's own)."""
-    return dataclasses.replace(
-        e, decode_step_overhead_s=e.decode_step_overhead_s + s,
-        decode_step_overhead_graph_s=e.decode_step_overhead_graph_s + s,
-        decode_step_overhead_graph_by_gpu=tuple((g, v + s) for g, v in e.decode_step_overhead_graph_by_gpu))
 
 
 def catalog_size(arch: ModelArch) -> str:

@@ -150,6 +150,7 @@ class ThroughputEstimate:
     lengths: Lengths | None = None  # the lengths this estimate assumed (known ones, typical shares for the rest)
     # The training-only objective: every micro-batch one sequence this long (no prompts and responses as such).
     micro_batch_tokens: int | None = None
+    decode_steps: float = 0.0  # a rollout replica's decode steps: what each second of per-step overhead costs gen
 
     @property
     def step_time(self) -> float:
@@ -387,4 +388,4 @@ def estimate_throughput(
     ]
     if job.has_ref_model:
         phases.insert(2, ("ref", fwd + copies.get("ref", 0.0)))
-    return ThroughputEstimate(tuple(phases), tokens, world, conc, plan, ln)
+    return ThroughputEstimate(tuple(phases), tokens, world, conc, plan, ln, decode_steps=decode_steps)
