@@ -38,6 +38,8 @@ PHASES = ("gen", "old_log_prob", "update_actor", "update_weights")
 # The Efficiency constants fitted on these trials, each a fixed cost of one phase (seconds added to it): the summary
 # refits them without each model size and predicts that size with the refit (leave one size out).
 PASS_COSTS = {"old_log_prob": "logprob_pass_s", "update_actor": "update_pass_s", "update_weights": "reshard_local_s"}
+# Full recompute's second forward costs, beyond its FLOPs, what a log-prob pass does (added to update_actor)
+RECOMPUTE_COST = "logprob_pass_s"
 # ... and what a decode step costs beyond its GPU work with CUDA graphs, per GPU type (gen: seconds per decode step)
 ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_graph_by_gpu": ()}
 ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, **ZERO_OVERHEAD}  # what the refit predicts without
@@ -62,6 +64,7 @@ class Case:
     binding: str
     size: str = ""  # the catalog model of the same shape
     cpu_optimizer: bool = False  # Megatron's CPU optimizer steps a share of the parameters
+    full_recompute: bool = False  # the update recomputes every layer's forward
     # The median of each phase and of the step over the trial's steps from 2 on (step 1 carries start-up work): what
     # the model predicts, one step's noise (11-18% step to step) taken out
     steady_phases: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -137,7 +140,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         predicted_peak_gib=mem.peak / GIB if mem else None,
         predicted_fits=bool(mem and mem.fits and not ev.violations),
         binding=mem.binding.name if mem else "",
-        size=catalog_size(setup.model), cpu_optimizer=bool(cpu_fraction(cand)),
+        size=catalog_size(setup.model), cpu_optimizer=bool(cpu_fraction(cand)), full_recompute=cand.recompute == "full",
         steady_phases={p: v for p, v in steady_phases.items() if p != "step"},
         steady_step_s=steady_phases.get("step"), gpu=setup.cluster.gpu.name,
         decode_steps=thr.decode_steps if thr else 0.0,
@@ -185,13 +188,24 @@ def errors(cs: Iterable[Case]) -> Fit:
 
 def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
     """The PASS_COSTS constants from trials predicted with them zeroed: each the median over the trials of measured
-    minus predicted (the update's over trials without the CPU optimizer, whose step is priced on its own)."""
+    minus predicted (the update's over trials without the CPU optimizer, whose step is priced on its own, and without
+    full recompute, whose second forward is priced as a log-prob pass: `recompute_residual` checks it)."""
     out = {}
     for phase, name in PASS_COSTS.items():
         res = [c.measured_phases[phase] - c.predicted_phases[phase] for c in ok_cases(zeroed)
-               if c.measured_phases.get(phase) and not (phase == "update_actor" and c.cpu_optimizer)]
+               if c.measured_phases.get(phase)
+               and not (phase == "update_actor" and (c.cpu_optimizer or c.full_recompute))]
         out[name] = statistics.median(res)
     return out
+
+
+def recompute_residual(zeroed: list[Case], update_pass_s: float) -> float | None:
+    """What full recompute's update leaves above update_pass_s beyond its FLOPs: the median over the full-recompute
+    trials without the CPU optimizer (None: none). The model prices it as one more log-prob pass (RECOMPUTE_COST)."""
+    res = [c.measured_phases["update_actor"] - c.predicted_phases["update_actor"] - update_pass_s
+           for c in ok_cases(zeroed)
+           if c.full_recompute and not c.cpu_optimizer and c.measured_phases.get("update_actor")]
+    return statistics.median(res) if res else None
 
 
 def fit_decode_overhead(zeroed: list[Case]) -> dict[str, float]:
@@ -209,6 +223,8 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
     overhead per GPU type (a GPU type it lacks: none)."""
     phases = dict(c.predicted_phases)
     added = {p: costs[name] for p, name in PASS_COSTS.items() if p in phases}
+    if c.full_recompute and "update_actor" in added:
+        added["update_actor"] += costs[RECOMPUTE_COST]
     if "gen" in phases:
         added["gen"] = c.decode_steps * (overhead or {}).get(c.gpu, 0.0)
     for phase, v in added.items():
@@ -235,12 +251,15 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     """Per model size and overall: median |error| per phase and of the step with the global constants and with the
     fitted ones held out, Spearman per size, and whether issue 23's targets are met."""
     held, fits = held_out(zeroed)
+    recompute = recompute_residual(zeroed, fit_pass_costs(zeroed)["update_pass_s"]) or 0.0
     sizes = sorted({c.size for c in ok_cases(all_cases)})
     lines = ["## Summary: per model size, leave one size out", "",
              "The fixed costs (" + ", ".join(PASS_COSTS.values()) + ") are fitted on these trials "
              "(`fit_pass_costs`: the median of measured minus predicted with them zeroed; the update's without the "
-             "CPU-optimizer trials), and so is the decode step's overhead with CUDA graphs, per GPU type "
-             "(`fit_decode_overhead`: the median of what each trial's gen leaves per decode step with it zeroed; "
+             "CPU-optimizer and full-recompute trials, full recompute's second forward being priced as one more "
+             f"log-prob pass: the full-recompute trials without the CPU optimizer left {recompute:.2f} s above "
+             "update_pass_s, `recompute_residual`), and so is the decode step's overhead with CUDA graphs, per GPU "
+             "type (`fit_decode_overhead`: the median of what each trial's gen leaves per decode step with it zeroed; "
              "overhead_<gpu>_ms). Held out: each size predicted with them refitted on the other sizes. One more "
              "constant was read off these trials and is not refitted here: reshard_local_gbps (the weight sync's "
              "rise from 1 to 6 GB of weights). Everything else comes from elsewhere (the verl 0.4-era tables, the CPU "

@@ -77,7 +77,7 @@ def test_each_real_trial_counts_once_in_every_reader() -> None:
     pairs = [(off.source.rsplit("/", 1)[-1], on.source.rsplit("/", 1)[-1], round(t_off, 1), round(t_on, 1))
              for off, on, t_off, t_on in offload_pairs.real_pairs(DATA.glob("*/*.db"))]
     assert pairs == [("c-0.5b#1", "c-0.5b#2", 7047.2, 7004.5), ("c-1.5b-h#2", "c-1.5b-h#1", 8510.8, 6462.5),
-                     ("c-3b#3", "c-3b#4", 3618.6, 3598.3)]
+                     ("c-1.5b-rc#0", "c-1.5b-g1#1", 7586.9, 6113.6), ("c-3b#3", "c-3b#4", 3618.6, 3598.3)]
 
 
 def test_a_trial_read_from_a_later_copy_finds_its_logs_where_it_ran() -> None:

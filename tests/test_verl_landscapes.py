@@ -19,14 +19,14 @@ DATA = REPO / "tests" / "data" / "real_verl_gpu"
 def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     vl.main(["--out", str(tmp_path / "land"), "--report", str(tmp_path / "fl.md")])
     tables = {p.name: ReplayTable.load(p) for p in sorted((tmp_path / "land").glob("verl-*.csv"))}
-    # The 7B's six trials: four out of memory (c-7b #0 on the GPU, #2, #3 and c-7b-fl #0 the host's RAM) and lease
-    # 13's two measured ones, the rows that make its table replayable.
+    # The 7B's seven trials: four out of memory (c-7b #0 on the GPU, #2, #3 and c-7b-fl #0 the host's RAM) and the
+    # three measured ones of leases 13 and 20, the rows that make its table replayable.
     assert set(tables) == {"verl-qwen2.5-0.5b-h100-g1-fused.csv", "verl-qwen2.5-0.5b-h100-g1-unfused.csv",
                            "verl-qwen2.5-1.5b-h100-g1-fused.csv", "verl-qwen2.5-3b-h100-g1-fused.csv",
                            "verl-qwen2.5-1.5b-h200-g1-fused.csv", "verl-qwen2.5-3b-h200-g1-fused.csv",
                            "verl-qwen2.5-7b-h200-g1-fused.csv"}
     seven = tables["verl-qwen2.5-7b-h200-g1-fused.csv"].rows
-    assert sorted(r.status.value for r in seven) == ["ok", "ok", "oom", "oom", "oom", "oom"]
+    assert sorted(r.status.value for r in seven) == ["ok", "ok", "ok", "oom", "oom", "oom", "oom"]
     measured = {}
     for db, store, study in real_studies.studies(DATA.glob("*/*.db")):  # each trial once, from its newest copy
         for r in store.trials(study.name):
@@ -51,8 +51,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert "c-7b.db/c-7b#0: tp1 rtp1 dyn8k/96k util0.4 offload:params cpu-adam0.5 | model-seed | **oom** |" in report
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
-    assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 6 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    assert "12 of 15 real studies' first launches ran (7 of 10 the model's own picks;" in report
+    assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 7 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
+    assert "14 of 17 real studies' first launches ran (7 of 10 the model's own picks;" in report
     assert "7 of 7 tables: the replayed first launch runs and is within 90% of the best." in report
 
 

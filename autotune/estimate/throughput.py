@@ -98,7 +98,7 @@ class Efficiency:
     # a fixed cost (vLLM's wake-up of the weights, the bucketed per-tensor hand-over, empty_cache), the median
     # residual (benchmarks/calibration.py fit_pass_costs; held out per size 0.42-0.50 s), plus the bytes at a rate
     # read off the rise from 0.5B to 3B (in sample: 3B's 6 GB took ~0.2 s more than 0.5B's 1 GB).
-    reshard_local_s: float = 0.47
+    reshard_local_s: float = 0.46
     reshard_local_gbps: float = 30.0
     # verl 0.9.1's Megatron engine costs a pass over the step's batch this much beyond its FLOPs, whatever the model
     # size: on the eleven real GRPO steps (Qwen2.5-0.5B to 3B, one H100) old_log_prob ran 1.9-4.8 s above the FLOP
@@ -108,15 +108,16 @@ class Efficiency:
     # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
     # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
     # token or per sequence at this size would add minutes to their steps). The median residual
-    # (benchmarks/calibration.py fit_pass_costs) over the twenty-eight measured steps of leases 3 to 19 (twelve on
-    # H200s: the 7B's two, ten of the 1.5B and 3B): 2.53 s (2.73 s on the eighteen before lease 19, 3.0 s on the
-    # thirteen before lease 11; held out per size 2.4-2.7 s).
-    logprob_pass_s: float = 2.55
+    # (benchmarks/calibration.py fit_pass_costs) over the thirty-three measured steps of leases 3 to 20 (seventeen on
+    # H200s: the 7B's three, fourteen of the 1.5B and 3B): 2.39 s (2.53 s on the twenty-eight before lease 20, 2.73 s
+    # on the eighteen before lease 19, 3.0 s on the thirteen before lease 11).
+    logprob_pass_s: float = 2.40
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
-    # reductions): 3.5-8.8 s above the FLOP time over the trials without the CPU optimizer; the median residual
-    # over the twenty-eight measured steps is 4.54 s (4.73 s on the eighteen before lease 19, 4.9 s on the twelve
-    # before lease 11).
-    update_pass_s: float = 4.55
+    # reductions): 3.3-6.1 s above the FLOP time over the seventeen trials without the CPU optimizer or full
+    # recompute (whose second forward is priced on its own: estimate_throughput); their median residual is 4.36 s
+    # (4.54 s over the twenty-eight steps before lease 20 with the full-recompute ones in, 4.73 s on the eighteen
+    # before lease 19, 4.9 s on the twelve before lease 11).
+    update_pass_s: float = 4.35
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
@@ -378,6 +379,15 @@ def estimate_throughput(
     states = model_state_bytes(m, cl, c)
     copies = offload_seconds(states, ref_param_bytes(m, c) if job.has_ref_model else 0.0, c, cl, hc)
     update += mini_batches * cpu_optimizer_seconds(states, c, cl, hc) + eff.update_pass_s
+    # Full recompute runs each layer's forward again in the backward: its FLOPs are in `recompute` above, and it
+    # costs what a forward pass costs beyond them (logprob_pass_s: its kernels launched one by one, Megatron's
+    # checkpointing around every layer). On the real verl 0.9.1 trials the five full-recompute updates without the
+    # CPU optimizer ran 2.56 s (median) above update_pass_s, the log-prob pass's own fit being 2.39 s
+    # (benchmarks/calibration.py recompute_residual). Lease 20's two-by-two on the 1.5B (H200) says it is the
+    # recompute and not the 8k token budget every earlier full-recompute trial also had: without recompute the
+    # 8k and 16k budgets ran their updates in 7.2 and 7.5 s, with it in 10.0 and 9.6 s.
+    if c.recompute == "full":
+        update += job.ppo_epochs * eff.logprob_pass_s
     reshard = reshard_seconds(m, c, pc.total, eff)
     phases = [
         ("gen", gen),
