@@ -45,14 +45,14 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert not any(k in fused.meta["job"] for k in vl._MACHINE_PATHS)
     assert fused.setup().model.name == "qwen2.5-0.5b"
     report = (tmp_path / "fl.md").read_text()
-    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 5 |" in report
+    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 6 |" in report
     # Two real 7B studies' first launches ran out of memory (leases 9 and 12): the report says so. Today's model
     # launches what lease 13's fresh study launched, which ran: replayed, the 7B table holds, within 97% of its best.
     assert "c-7b.db/c-7b#0: tp1 rtp1 dyn8k/96k util0.4 offload:params cpu-adam0.5 | model-seed | **oom** |" in report
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
     assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 7 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    assert "14 of 17 real studies' first launches ran (7 of 10 the model's own picks;" in report
+    assert "15 of 18 real studies' first launches ran (7 of 10 the model's own picks;" in report
     assert "7 of 7 tables: the replayed first launch runs and is within 90% of the best." in report
 
 

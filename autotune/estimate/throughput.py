@@ -108,8 +108,8 @@ class Efficiency:
     # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
     # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
     # token or per sequence at this size would add minutes to their steps). The median residual
-    # (benchmarks/calibration.py fit_pass_costs) over the thirty-three measured steps of leases 3 to 20 (seventeen on
-    # H200s: the 7B's three, fourteen of the 1.5B and 3B): 2.39 s (2.53 s on the twenty-eight before lease 20, 2.73 s
+    # (benchmarks/calibration.py fit_pass_costs) over the thirty-four measured steps of leases 3 to 21 (seventeen on
+    # H200s: the 7B's three, fourteen of the 1.5B and 3B): 2.40 s (2.53 s on the twenty-eight before lease 20, 2.73 s
     # on the eighteen before lease 19, 3.0 s on the thirteen before lease 11).
     logprob_pass_s: float = 2.40
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
@@ -381,11 +381,12 @@ def estimate_throughput(
     update += mini_batches * cpu_optimizer_seconds(states, c, cl, hc) + eff.update_pass_s
     # Full recompute runs each layer's forward again in the backward: its FLOPs are in `recompute` above, and it
     # costs what a forward pass costs beyond them (logprob_pass_s: its kernels launched one by one, Megatron's
-    # checkpointing around every layer). On the real verl 0.9.1 trials the five full-recompute updates without the
-    # CPU optimizer ran 2.56 s (median) above update_pass_s, the log-prob pass's own fit being 2.39 s
-    # (benchmarks/calibration.py recompute_residual). Lease 20's two-by-two on the 1.5B (H200) says it is the
-    # recompute and not the 8k token budget every earlier full-recompute trial also had: without recompute the
-    # 8k and 16k budgets ran their updates in 7.2 and 7.5 s, with it in 10.0 and 9.6 s.
+    # checkpointing around every layer). On the real verl 0.9.1 trials the six full-recompute updates without the
+    # CPU optimizer ran 2.9 s (median) above update_pass_s, the log-prob pass's own fit being 2.40 s
+    # (benchmarks/calibration.py recompute_residual): 3.3-4.7 s on the H100 nodes, 1.0-2.6 s on the H200s, whose host
+    # is faster (as their decode overhead says), a spread not priced here. Lease 20's two-by-two on the 1.5B (H200)
+    # says it is the recompute and not the 8k token budget every earlier full-recompute trial also had: without
+    # recompute the 8k and 16k budgets ran their updates in 7.2 and 7.5 s, with it in 10.0 and 9.6 s.
     if c.recompute == "full":
         update += job.ppo_epochs * eff.logprob_pass_s
     reshard = reshard_seconds(m, c, pc.total, eff)
