@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.candidate import Candidate
+from autotune.estimate.offload import cpu_fraction
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY
 from autotune.results.labels import label
 from autotune.store.store import Store
@@ -55,6 +57,7 @@ class Profile:
     status: str  # ok | failed (the run gave no traces)
     reason: str
     phases: tuple[Phase, ...]
+    cpu_optimizer: bool = False  # Megatron's CPU optimizer steps a share of the parameters
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)
@@ -87,14 +90,15 @@ def profiles(data: Path = DATA) -> list[Profile]:
                 source=f"{db.parent.name}/{db.name}", model=db.stem.removeprefix("p-"),
                 gpu=db.parent.name.split("_")[0],
                 configuration=label(row.params or {}, None), status=row.status, reason=row.reason or "",
-                phases=_phases(row.analysis or {}, {k: float(v) for k, v in (run.get("phase_timings") or {}).items()})))
+                phases=_phases(row.analysis or {}, {k: float(v) for k, v in (run.get("phase_timings") or {}).items()}),
+                cpu_optimizer=bool(row.params and cpu_fraction(Candidate(**row.params)))))
     return out
 
 
 def waits_on_cpu_optimizer(p: Profile, phase: str) -> bool:
     """The update of a configuration whose optimizer steps (a share of) the parameters on the CPU: its GPU idles
     through that step and the parameters' copies back, not only the pass's fixed cost."""
-    return phase == "update_actor" and any(t.startswith("cpu-adam") for t in p.configuration.split())
+    return phase == "update_actor" and p.cpu_optimizer
 
 
 def report(ps: list[Profile]) -> str:
