@@ -199,12 +199,17 @@ def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
     return out
 
 
+def recompute_residuals(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
+    """Each full-recompute trial without the CPU optimizer, with what its update leaves above update_pass_s beyond
+    its FLOPs. The model prices that as one more log-prob pass (RECOMPUTE_COST)."""
+    return [(c, c.measured_phases["update_actor"] - c.predicted_phases["update_actor"] - update_pass_s)
+            for c in ok_cases(zeroed)
+            if c.full_recompute and not c.cpu_optimizer and c.measured_phases.get("update_actor")]
+
+
 def recompute_residual(zeroed: list[Case], update_pass_s: float) -> float | None:
-    """What full recompute's update leaves above update_pass_s beyond its FLOPs: the median over the full-recompute
-    trials without the CPU optimizer (None: none). The model prices it as one more log-prob pass (RECOMPUTE_COST)."""
-    res = [c.measured_phases["update_actor"] - c.predicted_phases["update_actor"] - update_pass_s
-           for c in ok_cases(zeroed)
-           if c.full_recompute and not c.cpu_optimizer and c.measured_phases.get("update_actor")]
+    """The median of `recompute_residuals` (None: no such trial)."""
+    res = [r for _, r in recompute_residuals(zeroed, update_pass_s)]
     return statistics.median(res) if res else None
 
 

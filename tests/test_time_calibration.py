@@ -41,9 +41,8 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     costs = cal.fit_pass_costs(zeroed)
     assert cal.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
         DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
-    per_gpu = {g: [c.measured_phases["update_actor"] - c.predicted_phases["update_actor"] - costs["update_pass_s"]
-                   for c in cal.ok_cases(zeroed) if c.full_recompute and not c.cpu_optimizer and c.gpu == g]
-               for g in ("h100", "h200")}
+    residuals = cal.recompute_residuals(zeroed, costs["update_pass_s"])
+    per_gpu = {g: [r for c, r in residuals if c.gpu == g] for g in ("h100", "h200")}
     assert len(per_gpu["h100"]) == len(per_gpu["h200"]) == 3 and min(per_gpu["h100"]) > max(per_gpu["h200"])
     two_by_two = {c.source.rsplit("#", 1)[1]: cal.steady(c)
                   for c in cal.cases([cal.DATA / "h200_2026-11-26_l20" / "c-1.5b-rc.db"])}
