@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import py_compile
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,7 +19,7 @@ import pytest
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import visible_gpus
-from autotune.runners import RunnerUnavailable, make_runner
+from autotune.runners import RunnerUnavailable, caches, make_runner
 from autotune.runners.base import RunnerFatal, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor
 from autotune.runners.verl import VerlRunner, make_verl_runner
@@ -366,6 +368,58 @@ def test_no_gpus_for_the_job_stops_before_the_next_launch(tmp_path: Path) -> Non
     with pytest.raises(RunnerFatal, match=r"trial 0 found .*same 8 GPUs.*--gpus/--nodes"):
         runner.run(make_spec(setup, tmp_path, number=1))
     assert len(launches(rec)) == 1 and leftovers(rec) == []
+
+
+def test_bytecode_is_kept_under_the_shared_caches_where_the_environment_forbids_writing_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PYTHONDONTWRITEBYTECODE=1 over packages without .pyc (the lent machines' image, lease 22) makes every process
+    of a trial compile what it imports: the runner drops it for the trial and sets PYTHONPYCACHEPREFIX to
+    <workdir>/cache/pycache, so the launched Python (here the verl double, really run) writes its bytecode there and
+    the next process and trial read it. Packages that carry bytecode, or a user's own prefix, leave the env alone."""
+    for var in (*verl.SHARED_CACHE_ENV, verl.NO_BYTECODE_ENV, verl.BYTECODE_PREFIX_ENV):
+        monkeypatch.delenv(var, raising=False)
+    rec = tmp_path / "rec.jsonl"
+    workdir = tmp_path / "trials" / "s"
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok", PYTHONDONTWRITEBYTECODE="1"))
+    runner._has_bytecode = lambda: False
+    res = runner.run(make_spec(make_setup(), workdir, number=0))
+    assert res.status == TrialStatus.OK and res.extra["bytecode_cache"] is True
+    prefix = tmp_path / "trials" / "cache" / "pycache"
+    env = launches(rec)[0]["env"]
+    assert env["PYTHONPYCACHEPREFIX"] == str(prefix) and "PYTHONDONTWRITEBYTECODE" not in env
+    assert list(prefix.glob("**/json/__init__.*.pyc")), "the launched Python wrote no bytecode there"  # it imports json
+    command = json.loads((workdir / "trial_0000" / "command.json").read_text())
+    assert command["env"]["PYTHONPYCACHEPREFIX"] == str(prefix)
+
+    # the packages carry their bytecode: nothing changes
+    rec2 = tmp_path / "rec2.jsonl"
+    runner2 = fake_runner(env_for(rec2, FAKE_VERL_MODE="ok", PYTHONDONTWRITEBYTECODE="1"))
+    runner2._has_bytecode = lambda: True
+    res2 = runner2.run(make_spec(make_setup(), tmp_path / "t2" / "s", number=0))
+    assert "bytecode_cache" not in res2.extra
+    env2 = launches(rec2)[0]["env"]
+    assert env2["PYTHONDONTWRITEBYTECODE"] == "1" and "PYTHONPYCACHEPREFIX" not in env2
+
+    # the user's own prefix stays, and so does their setting
+    rec3 = tmp_path / "rec3.jsonl"
+    mine = str(tmp_path / "my-pycache")
+    runner3 = fake_runner(env_for(rec3, FAKE_VERL_MODE="ok", PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=mine))
+    runner3._has_bytecode = lambda: False
+    res3 = runner3.run(make_spec(make_setup(), tmp_path / "t3" / "s", number=0))
+    assert "bytecode_cache" not in res3.extra and launches(rec3)[0]["env"]["PYTHONPYCACHEPREFIX"] == mine
+
+
+def test_the_bytecode_probe_reads_a_packages_cache_without_importing_it(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "probe_pkg_xyz"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert caches.has_bytecode("probe_pkg_xyz") is False
+    cached = pkg / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
+    py_compile.compile(str(pkg / "__init__.py"), cfile=str(cached))
+    assert caches.has_bytecode("probe_pkg_xyz") is True
+    assert caches.has_bytecode("no_such_package_xyz") is None
 
 
 @pytest.mark.parametrize("mode,kind", [("import_error", "import_error"), ("tokenizer_error", "tokenizer_error")])

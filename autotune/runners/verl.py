@@ -27,6 +27,7 @@ from autotune.model import ModelArch
 from autotune.results import memory_trace, noise, timeline
 from autotune.results.export import launch_argv
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.caches import BYTECODE_EXTRA, has_bytecode, share_caches
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
 from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
 from autotune.runners.progress import estimate
@@ -113,6 +114,8 @@ class VerlRunner(Runner):
         self._monitor: GpuMonitor | None = None
         self._dirty: tuple[tuple[float, ...], str] | None = None  # (baseline, what) when GPUs stayed busy
         self._data_checked: set[str] = set()
+        self._has_bytecode = has_bytecode  # whether the environment's packages carry bytecode (tests replace it)
+        self._bytecode = False  # the last attempt kept its bytecode under the shared caches
         self._reaped = False
         self._orphans: list[str] = []
         self._fatal = ""  # why no further trial can run here (a FATAL failure of the previous trial)
@@ -266,7 +269,8 @@ class VerlRunner(Runner):
         caches = self._caches(spec, env)  # "warm", "cold", or "" (off)
         (trial_dir / f"command{sfx}.json").write_text(json.dumps({"argv": argv, "cwd": str(trial_dir), "env": {
             k: env[k] for k in (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "HYDRA_FULL_ERROR", "CUDNN_PATH",
-                                verl.VLLM_COMPILE_CACHE_OFF_ENV, *verl.SHARED_CACHE_ENV) if k in env}}, indent=1))
+                                verl.VLLM_COMPILE_CACHE_OFF_ENV, *verl.SHARED_CACHE_ENV, verl.BYTECODE_PREFIX_ENV)
+            if k in env}}, indent=1))
         (trial_dir / f"command{sfx}.sh").write_text(
             "#!/usr/bin/env bash\n# autotune trial command (argv of the launched process)\n"
             f"cd {shlex.quote(str(trial_dir))}\n"
@@ -427,23 +431,16 @@ class VerlRunner(Runner):
         return env
 
     def _caches(self, spec: TrialSpec, env: dict[str, str]) -> str:
-        """Point the compile and dataset caches at `<workdir>/cache` and let vLLM keep its compiled graphs (verl
-        turns that off: `verl.VLLM_COMPILE_CACHE_OFF_ENV`), where the user's environment has not chosen. Says
-        "warm" when vLLM's cache already held something, "cold" when not, "" when shared caches are off."""
+        """Point the compile, dataset and bytecode caches at `<study's workdir>/../cache` and let vLLM keep its
+        compiled graphs (verl turns that off: `verl.VLLM_COMPILE_CACHE_OFF_ENV`), where the user's environment has
+        not chosen (autotune.runners.caches). Says "warm" when vLLM's cache already held something, "cold" when not,
+        "" when shared caches are off."""
         if not self.options.shared_caches:
             return ""
         here = spec.workdir.resolve()  # <workdir>/<study>/trial_NNNN, or deeper for a confirmation run
         study = next((p for p in here.parents if p.name == spec.study), here.parent)
-        root = study.parent / "cache"
-        for var, sub in verl.SHARED_CACHE_ENV.items():
-            # torch's Inductor writes its default folder into os.environ once imported (the pre-flight imports
-            # verl): that value is torch's choice, not the user's
-            if not env.get(var) or re.fullmatch(r".*/torchinductor_[^/]*", env[var]):
-                env[var] = str(root / sub)
-                Path(env[var]).mkdir(parents=True, exist_ok=True)
-        env.setdefault(verl.VLLM_COMPILE_CACHE_OFF_ENV, "0")
-        vllm_cache = Path(env["VLLM_CACHE_ROOT"])
-        return "warm" if vllm_cache.is_dir() and any(vllm_cache.iterdir()) else "cold"
+        warm, self._bytecode = share_caches(env, study.parent / "cache", self._has_bytecode)
+        return warm
 
     def _gpu(self) -> GpuMonitor:
         if self.options.ray_address:  # the GPUs are on the cluster's nodes; Ray's accounting frees them
@@ -534,6 +531,8 @@ class VerlRunner(Runner):
                                                                 spec.measure_step, att.timings)
         if att.caches:
             extra["caches"] = att.caches
+        if att.caches and self._bytecode:
+            extra[BYTECODE_EXTRA] = True
         if att.ray_tmp:
             extra["ray_tmp"] = att.ray_tmp
         if self._orphans:

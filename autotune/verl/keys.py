@@ -257,6 +257,10 @@ SHARED_CACHE_ENV: dict[str, str] = {
     "TRITON_CACHE_DIR": "triton",
     "HF_DATASETS_CACHE": "datasets",
 }
+# Python's own: set, the first forbids writing bytecode; the second writes it under a folder of its own instead of
+# beside each module (autotune.runners.caches.bytecode_cache).
+NO_BYTECODE_ENV = "PYTHONDONTWRITEBYTECODE"
+BYTECODE_PREFIX_ENV = "PYTHONPYCACHEPREFIX"
 # verl/trainer/main_ppo.py run_ppo: `ray.init(**config.ray_kwargs.ray_init)` when Ray is not up yet. These keys
 # are not in verl's config, so they need Hydra's `+`.
 RAY_INIT_PREFIX = "+ray_kwargs.ray_init."
