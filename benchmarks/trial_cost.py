@@ -15,6 +15,7 @@ step for the noise), and says where a warm trial's time goes, stage by stage, ag
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,12 +106,49 @@ def startup_report(warm: list[Cost], steps_share: float = 0.6) -> list[str]:
     return lines
 
 
-def report(cs: list[Cost]) -> str:
+PROBE_LINE = re.compile(r"^(?P<what>[^:\[]+): (?P<wall>[\d.]+) s wall")
+
+
+def import_probes(data: Path) -> dict[str, dict[str, float]]:
+    """Each lease's timed imports (`import_probe*.txt`, written by plans/lease22.sh and lease23.sh): what -> wall s."""
+    out: dict[str, dict[str, float]] = {}
+    for f in sorted(data.glob("*/import_probe*.txt")):
+        got = {m["what"].strip(): float(m["wall"]) for ln in f.read_text().splitlines() if (m := PROBE_LINE.match(ln))}
+        if got:
+            out[f"{f.parent.name}/{f.name}"] = got
+    return out
+
+
+def probe_report(probes: dict[str, dict[str, float]]) -> list[str]:
+    """Why each process of a trial starts slowly on the lent machines, and what the runner's bytecode cache saves."""
+    if not probes:
+        return []
+    lines = ["## Each process's imports (issue 24)", "",
+             "The lent machines' image sets PYTHONDONTWRITEBYTECODE=1 and its torch carries no bytecode (lease 22: "
+             "2,141 .py files, 0 .pyc), so every process of a trial compiled every module of the image's packages it "
+             "imported. The verl runner now keeps that bytecode under the study's shared caches "
+             "(`autotune/runners/caches.py`). Timed imports, one machine each:", "",
+             "| lease probe | import | wall s |", "|---|---|---|"]
+    for src, got in probes.items():
+        lines += [f"| {src} | {what} | {wall:.1f} |" for what, wall in got.items()]
+    lines.append("")
+    for got in probes.values():
+        base, warm = got.get("as the image has it"), got.get("bytecode cache, warm")
+        if base and warm:
+            lines += [f"A worker's stack imports in {warm:.1f} s with the bytecode kept against {base:.1f} s: "
+                      f"{base - warm:.1f} s less in each process a trial starts (five to six one after another "
+                      "before step 1, eight more in step 1), the study's first process paying "
+                      f"{got.get('bytecode cache, cold', base) - base:.1f} s more once. A trial's start-up with the "
+                      "cache is not measured yet: the session's device time ended with this probe.", ""]
+    return lines
+
+
+def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None) -> str:
     small = [c for c in cs if c.model_layers == 24]  # the 0.5B smoke job, before and after
     before = [c for c in small if not c.caches]
     cold = [c for c in small if c.caches == "cold"]
     warm = [c for c in small if c.caches == "warm"]
-    lines = ["# What a real trial costs (real verl 0.9.1 on one H100)", "",
+    lines = ["# What a real trial costs (real verl 0.9.1 on the lent H100s and H200s)", "",
              "Written by `python -m benchmarks.trial_cost` from the study databases under `tests/data/real_verl_gpu/`."
              " Wall: the tuner's record of a trial (launch to result, the doctor's pre-flight of a study's first trial"
              " included). Steps: verl's `timing_s/step`. Start-up: launch to the first step's start.", "",
@@ -142,12 +180,14 @@ def report(cs: list[Cost]) -> str:
             f"**{study_after / study_before:.2f}x**",
             ""]
     lines += startup_report(warm)
+    lines += probe_report(probes or {})
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     real_studies.write_report(__doc__, HERE / "results" / "trial_cost.md",
-                              lambda data: report(costs(list(data.glob("*/*.db")))) + "\n", argv)
+                              lambda data: report(costs(list(data.glob("*/*.db"))), import_probes(data)) + "\n",
+                              argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 from autotune import verl
 from autotune.job import Job
 from autotune.runners.base import RunnerFatal
-from autotune.verl.doctor import diagnose, run_doctor
+from autotune.verl.doctor import bytecode_finding, diagnose, run_doctor
 from tests.conftest import cli_run, make_setup
 from tests.fake_verl import env_for, fake_runner, launches, leftovers, make_spec
 from tests.stub_stack import stack_env, write_stack
@@ -339,3 +339,22 @@ def test_trials_and_the_doctor_find_torchs_cudnn_first(tmp_path: Path, monkeypat
     # only one cuDNN is mapped (2026-11-25, H100: with LD_LIBRARY_PATH alone TE mapped the system's 9.14 beside
     # torch's 9.19, and every fused attention failed at cudnnFinalize)
     assert env["CUDNN_PATH"] == env["CUDNN_HOME"] == str(lib.parent)
+
+
+def test_a_node_that_compiles_every_import_in_every_process_is_told_how_to_keep_the_bytecode(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lent machines' image: PYTHONDONTWRITEBYTECODE=1 over a torch without .pyc files. The doctor warns (a
+    user's own runs pay it in every process) and says what autotune's trials do instead; no warning where bytecode
+    may be written, where the user chose a prefix, or where the packages carry their bytecode."""
+    finding = bytecode_finding({verl.NO_BYTECODE_ENV: "1"}, False)
+    assert finding is not None and finding.level == "warn"
+    assert verl.BYTECODE_PREFIX_ENV in finding.text and "<workdir>/cache/pycache" in finding.text
+    assert bytecode_finding({}, False) is None
+    assert bytecode_finding({verl.NO_BYTECODE_ENV: "1", verl.BYTECODE_PREFIX_ENV: "/x"}, False) is None
+    assert bytecode_finding({verl.NO_BYTECODE_ENV: "1"}, True) is None
+    assert bytecode_finding({verl.NO_BYTECODE_ENV: "1"}, None) is None  # no torch here: nothing known
+    # through `run_doctor`, with the fake node's stack
+    monkeypatch.setattr("autotune.verl.doctor.has_bytecode", lambda: False)
+    root = write_stack(tmp_path / "stack")
+    d = run_doctor(128, env={**stack_env(root), verl.NO_BYTECODE_ENV: "1"}, timeout_s=60.0)
+    assert d.ok and any(ln.startswith("warn  bytecode:") for ln in d.lines())

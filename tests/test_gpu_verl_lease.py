@@ -1,4 +1,5 @@
-"""The GPU lease's tools that run on the CPU too: the import-time summary (benchmarks/gpu_verl/importtime.py), the
+"""The GPU lease's tools that run on the CPU too: the import-time summary (benchmarks/gpu_verl/importtime.py) and the
+leases' timed imports (trial_cost.import_probes), the
 campaign plans' trial counts (plans/campaign.sh) and the payload's parts (build_payload.sh)."""
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import trial_cost
 from benchmarks.gpu_verl import importtime
+
+DATA = Path(__file__).resolve().parent / "data" / "real_verl_gpu"
 
 RAW = """import time: self [us] | cumulative | imported package
 import time:       100 |        100 |   _io
@@ -129,3 +133,15 @@ def test_the_default_part_leaves_room_for_the_working_tree(tmp_path: Path) -> No
     tree = sum((repo / f.decode()).stat().st_size for f in files if f and (repo / f.decode()).is_file())
     part = int(re.search(r"parts of at most (\d+) MiB", run.stdout).group(1))
     assert part * 1048576 + tree <= 60 * 1048576
+
+
+def test_the_import_probes_of_leases_22_and_23_are_read_into_the_trial_cost_report() -> None:
+    """The bytecode cache's measured effect (trial_cost.md) comes from the committed probes, not from numbers typed
+    into the report: the same import as the image has it, with the cache cold, and warm."""
+    probes = trial_cost.import_probes(DATA)
+    l23 = probes["h200_2026-11-26_l23/import_probe23.txt"]
+    assert l23 == {"as the image has it": 20.455, "bytecode cache, cold": 35.419, "bytecode cache, warm": 13.958}
+    assert probes["h200_2026-11-26_l22/import_probe.txt"]["import verl.trainer.main_ppo"] == 13.895
+    text = "\n".join(trial_cost.probe_report(probes))
+    assert "6.5 s less in each process" in text and "15.0 s more once" in text
+    assert trial_cost.probe_report({}) == []

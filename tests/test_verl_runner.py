@@ -19,10 +19,11 @@ import pytest
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import visible_gpus
-from autotune.runners import RunnerUnavailable, caches, make_runner
+from autotune.runners import RunnerUnavailable, make_runner
 from autotune.runners.base import RunnerFatal, TrialStatus
 from autotune.runners.gpu_monitor import GpuMonitor
 from autotune.runners.verl import VerlRunner, make_verl_runner
+from autotune.verl.doctor import has_bytecode
 from tests.conftest import make_setup
 from tests.fake_verl import (
     ENTRY,
@@ -415,11 +416,11 @@ def test_the_bytecode_probe_reads_a_packages_cache_without_importing_it(tmp_path
     pkg.mkdir()
     (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert caches.has_bytecode("probe_pkg_xyz") is False
+    assert has_bytecode("probe_pkg_xyz") is False
     cached = pkg / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
     py_compile.compile(str(pkg / "__init__.py"), cfile=str(cached))
-    assert caches.has_bytecode("probe_pkg_xyz") is True
-    assert caches.has_bytecode("no_such_package_xyz") is None
+    assert has_bytecode("probe_pkg_xyz") is True
+    assert has_bytecode("no_such_package_xyz") is None
 
 
 @pytest.mark.parametrize("mode,kind", [("import_error", "import_error"), ("tokenizer_error", "tokenizer_error")])

@@ -5,41 +5,23 @@ process. Nothing here changes what a trial measures: its steps run the same kern
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from autotune import verl
+from autotune.verl.doctor import has_bytecode
 
-# The package whose bytecode says whether the environment's packages carry theirs: the largest import of every
-# process of a trial (2,141 modules, 38% of a worker's import time on the lent H100s).
-PROBE_PACKAGE = "torch"
 BYTECODE_SUB = "pycache"
 BYTECODE_EXTRA = "bytecode_cache"  # a trial's extra: its processes kept their bytecode under the shared caches
 
 
-def has_bytecode(package: str = PROBE_PACKAGE) -> bool | None:
-    """Whether `package`'s `__init__` has its compiled bytecode beside it (None: the package is not found here).
-
-    Found without importing it: the trial's processes import it, not the tuner."""
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    src = Path(spec.origin)
-    return (src.parent / "__pycache__" / f"{src.stem}.{sys.implementation.cache_tag}.pyc").is_file()
-
-
 def share_caches(env: MutableMapping[str, str], root: Path,
-          bytecode: Callable[[], bool | None] = has_bytecode) -> tuple[str, bool]:
+                 bytecode: Callable[[], bool | None] = has_bytecode) -> tuple[str, bool]:
     """Point the trial's caches at `root` (a study's `<workdir>/cache`) where the environment has not chosen.
 
-    Returns ("warm" or "cold": whether vLLM's compile cache already held something, and whether the trial keeps its
-    bytecode under `root` (see `bytecode_cache`)."""
+    Returns "warm" or "cold" (whether vLLM's compile cache already held something) and whether the trial keeps its
+    bytecode under `root` (`bytecode_cache`)."""
     for var, sub in verl.SHARED_CACHE_ENV.items():
         # torch's Inductor writes its default folder into os.environ once imported (the pre-flight imports verl):
         # that value is torch's choice, not the user's

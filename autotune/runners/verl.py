@@ -27,12 +27,12 @@ from autotune.model import ModelArch
 from autotune.results import memory_trace, noise, timeline
 from autotune.results.export import launch_argv
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
-from autotune.runners.caches import BYTECODE_EXTRA, has_bytecode, share_caches
+from autotune.runners.caches import BYTECODE_EXTRA, share_caches
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
 from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
 from autotune.runners.progress import estimate
 from autotune.verl import shims
-from autotune.verl.doctor import Diagnosis, run_doctor, stack_env
+from autotune.verl.doctor import Diagnosis, has_bytecode, run_doctor, stack_env
 from autotune.verl.log import LineTail, RunLog, classify
 from autotune.verl.preflight import check_data, hydra_overrides, validate_overrides
 
