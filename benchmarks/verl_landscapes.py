@@ -138,8 +138,9 @@ def real_first_launches(dbs: list[Path]) -> dict[tuple[str, str, int, str], list
 def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict[str, Any],
                 trials: list[Measured]) -> Path:
     """NAME.csv + NAME.meta.yaml. Parameter columns: every knob some row sets apart from the job's own value; a
-    configuration measured twice keeps its later trial (the campaign re-ran nothing on purpose; a re-run is a noise
-    sample, and the later one ran on warmer caches like the rest of the table)."""
+    configuration measured twice keeps its later trial (the campaign re-ran nothing on purpose: lease 22's two re-runs
+    on the H200 were planned for an H100; a re-run is a noise sample, and the later one ran on warmer caches like the
+    rest of the table)."""
     from autotune.job import Job
 
     base = Job.from_mapping(job).candidate(Candidate())

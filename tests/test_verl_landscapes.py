@@ -33,7 +33,12 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
             if r.launched and not r.simulated and r.status in ("ok", "oom"):
                 measured[f"{db.parent.name}/{db.name}/{r.study}#{r.number}"] = r
     rows = {r.extra["trial"]: r for t in tables.values() for r in t.rows}
-    assert len(rows) == len(measured) and set(rows) == set(measured)  # no trial lost, none invented
+    # no trial lost, none invented: lease 22 re-ran two configurations on the H200 (its plan meant them for an H100),
+    # each table keeping the later trial
+    reruns = {"h200_2026-11-26_l19/c-3b-g0.db/c-3b-g0#0": "h200_2026-11-26_l22/c-3b-h2.db/c-3b-h2#2",
+              "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#0": "h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#1"}
+    assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
+    assert all(measured[a].params == measured[b].params for a, b in reruns.items())
     for source, r in rows.items():
         m = measured[source]
         assert r.status == TrialStatus(m.status)
@@ -52,7 +57,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
     assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 7 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    assert "15 of 18 real studies' first launches ran (7 of 10 the model's own picks;" in report
+    assert "17 of 20 real studies' first launches ran (7 of 10 the model's own picks;" in report
     assert "7 of 7 tables: the replayed first launch runs and is within 90% of the best." in report
 
 
