@@ -127,7 +127,7 @@ def probe_report(probes: dict[str, dict[str, float]]) -> list[str]:
              "The lent machines' image sets PYTHONDONTWRITEBYTECODE=1 and its torch carries no bytecode (lease 22: "
              "2,141 .py files, 0 .pyc), so every process of a trial compiled every module of the image's packages it "
              "imported. The verl runner now keeps that bytecode under the study's shared caches "
-             "(`autotune/runners/caches.py`). Timed imports, one machine each:", "",
+             "(`autotune/verl/caches.py`). Timed imports, one machine each:", "",
              "| lease probe | import | wall s |", "|---|---|---|"]
     for src, got in probes.items():
         lines += [f"| {src} | {what} | {wall:.1f} |" for what, wall in got.items()]

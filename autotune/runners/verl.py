@@ -27,11 +27,11 @@ from autotune.model import ModelArch
 from autotune.results import memory_trace, noise, timeline
 from autotune.results.export import launch_argv
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
-from autotune.runners.caches import BYTECODE_EXTRA, share_caches
 from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
 from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
 from autotune.runners.progress import estimate
 from autotune.verl import shims
+from autotune.verl.caches import BYTECODE_EXTRA, share_caches
 from autotune.verl.doctor import Diagnosis, has_bytecode, run_doctor, stack_env
 from autotune.verl.log import LineTail, RunLog, classify
 from autotune.verl.preflight import check_data, hydra_overrides, validate_overrides
@@ -433,7 +433,7 @@ class VerlRunner(Runner):
     def _caches(self, spec: TrialSpec, env: dict[str, str]) -> str:
         """Point the compile, dataset and bytecode caches at `<study's workdir>/../cache` and let vLLM keep its
         compiled graphs (verl turns that off: `verl.VLLM_COMPILE_CACHE_OFF_ENV`), where the user's environment has
-        not chosen (autotune.runners.caches). Says "warm" when vLLM's cache already held something, "cold" when not,
+        not chosen (autotune.verl.caches). Says "warm" when vLLM's cache already held something, "cold" when not,
         "" when shared caches are off."""
         if not self.options.shared_caches:
             return ""

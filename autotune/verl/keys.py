@@ -258,7 +258,7 @@ SHARED_CACHE_ENV: dict[str, str] = {
     "HF_DATASETS_CACHE": "datasets",
 }
 # Python's own: set, the first forbids writing bytecode; the second writes it under a folder of its own instead of
-# beside each module (autotune.runners.caches.bytecode_cache).
+# beside each module (autotune.verl.caches.bytecode_cache).
 NO_BYTECODE_ENV = "PYTHONDONTWRITEBYTECODE"
 BYTECODE_PREFIX_ENV = "PYTHONPYCACHEPREFIX"
 # verl/trainer/main_ppo.py run_ppo: `ray.init(**config.ray_kwargs.ray_init)` when Ray is not up yet. These keys

@@ -282,8 +282,8 @@ def main(argv: list[str]) -> None:
         children += [spawn_sleeper(new_group=True, ignore_term=True), spawn_sleeper(new_session=True,
                                                                                      ignore_term=True)]
     cache_env = {k: os.environ[k] for k in ("VLLM_CACHE_ROOT", "VLLM_DISABLE_COMPILE_CACHE", "TORCHINDUCTOR_CACHE_DIR",
-                                             "TRITON_CACHE_DIR", "HF_DATASETS_CACHE", "CUDNN_PATH", "PYTHONPYCACHEPREFIX",
-                                             "PYTHONDONTWRITEBYTECODE") if k in os.environ}
+                                             "TRITON_CACHE_DIR", "HF_DATASETS_CACHE", "CUDNN_PATH",
+                                             "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE") if k in os.environ}
     if os.environ.get("FAKE_VERL_RECORD"):
         with open(os.environ["FAKE_VERL_RECORD"], "a") as f:
             f.write(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0), "children": children, "mode": mode,
