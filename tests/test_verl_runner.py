@@ -382,7 +382,7 @@ def test_bytecode_is_kept_under_the_shared_caches_where_the_environment_forbids_
     rec = tmp_path / "rec.jsonl"
     workdir = tmp_path / "trials" / "s"
     runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok", PYTHONDONTWRITEBYTECODE="1"))
-    runner._has_bytecode = lambda: False
+    monkeypatch.setattr("autotune.runners.verl.has_bytecode", lambda: False)
     res = runner.run(make_spec(make_setup(), workdir, number=0))
     assert res.status == TrialStatus.OK and res.extra["bytecode_cache"] is True
     prefix = tmp_path / "trials" / "cache" / "pycache"
@@ -395,7 +395,7 @@ def test_bytecode_is_kept_under_the_shared_caches_where_the_environment_forbids_
     # the packages carry their bytecode: nothing changes
     rec2 = tmp_path / "rec2.jsonl"
     runner2 = fake_runner(env_for(rec2, FAKE_VERL_MODE="ok", PYTHONDONTWRITEBYTECODE="1"))
-    runner2._has_bytecode = lambda: True
+    monkeypatch.setattr("autotune.runners.verl.has_bytecode", lambda: True)
     res2 = runner2.run(make_spec(make_setup(), tmp_path / "t2" / "s", number=0))
     assert "bytecode_cache" not in res2.extra
     env2 = launches(rec2)[0]["env"]
@@ -405,7 +405,7 @@ def test_bytecode_is_kept_under_the_shared_caches_where_the_environment_forbids_
     rec3 = tmp_path / "rec3.jsonl"
     mine = str(tmp_path / "my-pycache")
     runner3 = fake_runner(env_for(rec3, FAKE_VERL_MODE="ok", PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=mine))
-    runner3._has_bytecode = lambda: False
+    monkeypatch.setattr("autotune.runners.verl.has_bytecode", lambda: False)
     res3 = runner3.run(make_spec(make_setup(), tmp_path / "t3" / "s", number=0))
     assert "bytecode_cache" not in res3.extra and launches(rec3)[0]["env"]["PYTHONPYCACHEPREFIX"] == mine
 

@@ -92,6 +92,7 @@ class _Attempt:
     caches: str = ""  # the shared caches at launch: "warm", "cold", "" (off)
     missed: str = ""  # why the extra steps after the measured one are missing (the run ended first)
     trace: Path | None = None  # NVML's samples of the attempt (memory per moment)
+    bytecode_cache: bool = False  # its processes kept their bytecode under the shared caches
 
 
 class VerlRunner(Runner):
@@ -114,8 +115,6 @@ class VerlRunner(Runner):
         self._monitor: GpuMonitor | None = None
         self._dirty: tuple[tuple[float, ...], str] | None = None  # (baseline, what) when GPUs stayed busy
         self._data_checked: set[str] = set()
-        self._has_bytecode = has_bytecode  # whether the environment's packages carry bytecode (tests replace it)
-        self._bytecode = False  # the last attempt kept its bytecode under the shared caches
         self._reaped = False
         self._orphans: list[str] = []
         self._fatal = ""  # why no further trial can run here (a FATAL failure of the previous trial)
@@ -266,7 +265,7 @@ class VerlRunner(Runner):
         ray_tmp = tempfile.mkdtemp(prefix="at-ray-", dir="/tmp")  # short: Ray's socket paths must stay < 108 bytes
         argv = self.argv(spec, self.short_run_overrides(spec, jsonl, ray_tmp, attempt))
         env = self._env(jsonl, ray_tmp, self._own_ray(spec))
-        caches = self._caches(spec, env)  # "warm", "cold", or "" (off)
+        caches, bytecode = self._caches(spec, env)  # "warm", "cold", or "" (off); bytecode kept there
         (trial_dir / f"command{sfx}.json").write_text(json.dumps({"argv": argv, "cwd": str(trial_dir), "env": {
             k: env[k] for k in (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "HYDRA_FULL_ERROR", "CUDNN_PATH",
                                 verl.VLLM_COMPILE_CACHE_OFF_ENV, *verl.SHARED_CACHE_ENV, verl.BYTECODE_PREFIX_ENV)
@@ -393,7 +392,7 @@ class VerlRunner(Runner):
             shutil.rmtree(ray_tmp, ignore_errors=True)
             kept = ""
         return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, caches,
-                        missed, monitor.trace if gpu.available else None)
+                        missed, monitor.trace if gpu.available else None, bytecode)
 
     @staticmethod
     def _show(spec: TrialSpec, log: RunLog, seen_at: dict[int, float], elapsed: float, monitor: GpuMonitor,
@@ -430,17 +429,16 @@ class VerlRunner(Runner):
             env["RAY_TMPDIR"] = ray_tmp
         return env
 
-    def _caches(self, spec: TrialSpec, env: dict[str, str]) -> str:
+    def _caches(self, spec: TrialSpec, env: dict[str, str]) -> tuple[str, bool]:
         """Point the compile, dataset and bytecode caches at `<study's workdir>/../cache` and let vLLM keep its
         compiled graphs (verl turns that off: `verl.VLLM_COMPILE_CACHE_OFF_ENV`), where the user's environment has
         not chosen (autotune.verl.caches). Says "warm" when vLLM's cache already held something, "cold" when not,
-        "" when shared caches are off."""
+        "" when shared caches are off, and whether the trial keeps its bytecode there."""
         if not self.options.shared_caches:
-            return ""
+            return "", False
         here = spec.workdir.resolve()  # <workdir>/<study>/trial_NNNN, or deeper for a confirmation run
         study = next((p for p in here.parents if p.name == spec.study), here.parent)
-        warm, self._bytecode = share_caches(env, study.parent / "cache", self._has_bytecode)
-        return warm
+        return share_caches(env, study.parent / "cache", has_bytecode)
 
     def _gpu(self) -> GpuMonitor:
         if self.options.ray_address:  # the GPUs are on the cluster's nodes; Ray's accounting frees them
@@ -531,7 +529,7 @@ class VerlRunner(Runner):
                                                                 spec.measure_step, att.timings)
         if att.caches:
             extra["caches"] = att.caches
-        if att.caches and self._bytecode:
+        if att.bytecode_cache:
             extra[BYTECODE_EXTRA] = True
         if att.ray_tmp:
             extra["ray_tmp"] = att.ray_tmp

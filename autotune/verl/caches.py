@@ -10,7 +10,7 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from autotune import verl
-from autotune.verl.doctor import has_bytecode
+from autotune.verl.doctor import bytecode_forbidden, has_bytecode
 
 BYTECODE_SUB = "pycache"
 BYTECODE_EXTRA = "bytecode_cache"  # a trial's extra: its processes kept their bytecode under the shared caches
@@ -44,7 +44,7 @@ def bytecode_cache(env: MutableMapping[str, str], root: Path,
     PYTHONPYCACHEPREFIX writes the bytecode beside the other caches instead, never into the packages' folders (which
     is what the setting keeps clean). A user's own PYTHONPYCACHEPREFIX, or packages that carry bytecode, stay as
     they are."""
-    if not env.get(verl.NO_BYTECODE_ENV) or env.get(verl.BYTECODE_PREFIX_ENV) or bytecode() is True:
+    if not bytecode_forbidden(env) or bytecode() is True:
         return False
     del env[verl.NO_BYTECODE_ENV]
     env[verl.BYTECODE_PREFIX_ENV] = str(root / BYTECODE_SUB)

@@ -156,10 +156,16 @@ def has_bytecode(package: str = "torch") -> bool | None:
     return (src.parent / "__pycache__" / f"{src.stem}.{sys.implementation.cache_tag}.pyc").is_file()
 
 
+def bytecode_forbidden(env: Mapping[str, str]) -> bool:
+    """Python may not write bytecode under `env`: PYTHONDONTWRITEBYTECODE set (a common container default) and no
+    PYTHONPYCACHEPREFIX of the user's to write it to instead."""
+    return bool(env.get(verl.NO_BYTECODE_ENV)) and not env.get(verl.BYTECODE_PREFIX_ENV)
+
+
 def bytecode_finding(env: Mapping[str, str], bytecode: bool | None) -> Finding | None:
-    """A warning where every process of a verl run compiles what it imports: bytecode may not be written
-    (PYTHONDONTWRITEBYTECODE, a common container default) and the packages carry none (the lent machines' image)."""
-    if not env.get(verl.NO_BYTECODE_ENV) or env.get(verl.BYTECODE_PREFIX_ENV) or bytecode is not False:
+    """A warning where every process of a verl run compiles what it imports: bytecode may not be written and the
+    packages carry none (the lent machines' image)."""
+    if not bytecode_forbidden(env) or bytecode is not False:
         return None
     return Finding("bytecode", "warn", f"{verl.NO_BYTECODE_ENV} is set and torch has no bytecode: every process of "
                                        "a verl run compiles each module it imports (a worker's imports: 20.5 s, 14.0 s "
