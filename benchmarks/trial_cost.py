@@ -22,6 +22,7 @@ from pathlib import Path
 
 from autotune import verl
 from autotune.results.timeline import Timeline
+from autotune.verl.caches import BYTECODE_EXTRA
 from benchmarks import real_studies
 
 HERE = Path(__file__).resolve().parent
@@ -34,6 +35,7 @@ class Cost:
     source: str
     model_layers: int
     caches: str  # "cold", "warm", or "" (before the shared caches: every trial compiled anew)
+    bytecode: bool  # its processes kept their bytecode under the shared caches (autotune/verl/caches.py)
     wall_s: float  # the tuner's record of the trial, launch to result
     steps_s: dict[int, float]  # verl's timing_s/step per step run
     timeline: Timeline | None  # its start-up milestones and step spans (time-stamped console), where recorded
@@ -57,7 +59,8 @@ def costs(dbs: list[Path]) -> list[Cost]:
             steps = {s.step: float(s.metrics[STEP]) for s in store.steps(row.id) if STEP in s.metrics}
             tl = Timeline.from_extra(row.extra)
             out.append(Cost(f"{db.parent.name}/{study.name}#{row.number}", int(study.model["num_layers"]),
-                            (row.extra or {}).get("caches", ""), float(row.duration_s), steps,
+                            (row.extra or {}).get("caches", ""), bool((row.extra or {}).get(BYTECODE_EXTRA)),
+                            float(row.duration_s), steps,
                             tl if tl and tl.steps else None))
     return out
 
@@ -119,7 +122,7 @@ def import_probes(data: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def probe_report(probes: dict[str, dict[str, float]]) -> list[str]:
+def probe_report(probes: dict[str, dict[str, float]], measured: bool = False) -> list[str]:
     """Why each process of a trial starts slowly on the lent machines, and what the runner's bytecode cache saves."""
     if not probes:
         return []
@@ -138,49 +141,74 @@ def probe_report(probes: dict[str, dict[str, float]]) -> list[str]:
             lines += [f"A worker's stack imports in {warm:.1f} s with the bytecode kept against {base:.1f} s: "
                       f"{base - warm:.1f} s less in each process a trial starts (five to six one after another "
                       "before step 1, eight more in step 1), the study's first process paying "
-                      f"{got.get('bytecode cache, cold', base) - base:.1f} s more once. A trial's start-up with the "
-                      "cache is not measured yet: the session's device time ended with this probe.", ""]
+                      f"{got.get('bytecode cache, cold', base) - base:.1f} s more once. "
+                      + ("Whole trials with the cache: the 0.5B job's section above." if measured else
+                         "A trial's start-up with the cache is not measured yet: the session's device time ended "
+                         "with this probe."), ""]
     return lines
+
+
+def study_of_eight(before: list[Cost], cold: list[Cost], warm: list[Cost]) -> tuple[float, float] | None:
+    """GPU-hours of a study of eight trials of the 0.5B job before the start-up work and with it (one cold trial, seven
+    warm: each trial's median)."""
+    if not before or not warm:
+        return None
+    w = statistics.median(c.wall_s for c in warm)
+    first = statistics.median(c.wall_s for c in cold) if cold else w
+    return 8 * statistics.median(c.wall_s for c in before) / 3600, (first + 7 * w) / 3600
+
+
+def _group(name: str, cold: list[Cost], warm: list[Cost]) -> list[str]:
+    def starts(cs: list[Cost]) -> str:
+        return ", ".join(f"{c.startup_s:.0f} s" for c in cs if c.startup_s is not None) or "-"
+    out = []
+    if cold:
+        out.append(f"- {name}, cold (a study's first trial, {len(cold)}): wall "
+                   + ", ".join(f"{c.wall_s:.0f} s" for c in cold) + "; steps 1-3 "
+                   + ", ".join(f"{100 * c.share():.0f}%" for c in cold) + f"; start-up {starts(cold)}")
+    if warm:
+        out.append(f"- {name}, warm ({len(warm)} trials): median wall {statistics.median(c.wall_s for c in warm):.0f}"
+                   f" s, steps 1-3 {100 * statistics.median(c.share() for c in warm):.0f}% of it "
+                   f"(best {100 * max(c.share() for c in warm):.0f}%), start-up {starts(warm)}")
+    return out
 
 
 def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None) -> str:
     small = [c for c in cs if c.model_layers == 24]  # the 0.5B smoke job, before and after
     before = [c for c in small if not c.caches]
-    cold = [c for c in small if c.caches == "cold"]
-    warm = [c for c in small if c.caches == "warm"]
+    groups = {  # the start-up work, in the order it landed
+        "compile caches": [c for c in small if c.caches and not c.bytecode],
+        "compile caches and bytecode cache": [c for c in small if c.caches and c.bytecode],
+    }
     lines = ["# What a real trial costs (real verl 0.9.1 on the lent H100s and H200s)", "",
              "Written by `python -m benchmarks.trial_cost` from the study databases under `tests/data/real_verl_gpu/`."
              " Wall: the tuner's record of a trial (launch to result, the doctor's pre-flight of a study's first trial"
-             " included). Steps: verl's `timing_s/step`. Start-up: launch to the first step's start.", "",
+             " included). Steps: verl's `timing_s/step`. Start-up: launch to the first step's start. Caches: the "
+             "shared compile caches (cold: the study's first trial), + bytecode: the bytecode cache too.", "",
              "| trial | caches | wall s | start-up s | steps (s) | steps 1-3 / wall |", "|---|---|---|---|---|---|"]
     for c in cs:
         steps = ", ".join(f"{k}: {v:.1f}" for k, v in sorted(c.steps_s.items()))
         start = f"{c.startup_s:.0f}" if c.startup_s is not None else "-"
-        lines.append(f"| {c.source} ({c.model_layers} layers) | {c.caches or 'compiled anew'} | {c.wall_s:.0f} | "
+        caches = (c.caches + (" + bytecode" if c.bytecode else "")) or "compiled anew"
+        lines.append(f"| {c.source} ({c.model_layers} layers) | {caches} | {c.wall_s:.0f} | "
                      f"{start} | {steps} | {100 * c.share():.0f}% |")
     lines.append("")
-    if before and warm:
-        b = statistics.median(c.wall_s for c in before)
-        w = statistics.median(c.wall_s for c in warm)
-        first = cold[0].wall_s if cold else w
-        study_before, study_after = 8 * b, first + 7 * w
-        lines += [
-            "## The 0.5B smoke job, before and after the start-up work", "",
-            f"- before (leases 3/3b, {len(before)} trials): median wall {b:.0f} s, steps 1-3 "
-            f"{100 * statistics.median(c.share() for c in before):.0f}% of it",
-            f"- after, cold caches (a study's first trial, {len(cold)}): wall "
-            + ", ".join(f"{c.wall_s:.0f} s" for c in cold) + "; steps 1-3 "
-            + ", ".join(f"{100 * c.share():.0f}%" for c in cold),
-            f"- after, warm caches ({len(warm)} trials): median wall {w:.0f} s, steps 1-3 "
-            f"{100 * statistics.median(c.share() for c in warm):.0f}% of it, start-up "
-            + ", ".join(f"{c.startup_s:.0f} s" for c in warm if c.startup_s is not None)
-            + " (cold: " + ", ".join(f"{c.startup_s:.0f} s" for c in cold if c.startup_s is not None) + ")",
-            f"- a study of eight trials: {study_before / 3600:.2f} GPU-hours before, {study_after / 3600:.2f} after "
-            "(one cold, seven warm; each now runs one extra step for the noise): "
-            f"**{study_after / study_before:.2f}x**",
-            ""]
-    lines += startup_report(warm)
-    lines += probe_report(probes or {})
+    if before:
+        lines += ["## The 0.5B smoke job, before and after the start-up work", "",
+                  f"- before (leases 3/3b, {len(before)} trials): median wall "
+                  f"{statistics.median(c.wall_s for c in before):.0f} s, steps 1-3 "
+                  f"{100 * statistics.median(c.share() for c in before):.0f}% of it"]
+        for name, g in groups.items():
+            cold, warm = [c for c in g if c.caches == "cold"], [c for c in g if c.caches == "warm"]
+            lines += _group(f"with the {name}", cold, warm)
+            hours = study_of_eight(before, cold, warm)
+            if hours:
+                lines.append(f"- a study of eight trials with the {name}: {hours[0]:.2f} GPU-hours before, "
+                             f"{hours[1]:.2f} after (one cold, seven warm; each now runs one extra step for the noise):"
+                             f" **{hours[1] / hours[0]:.2f}x**")
+        lines.append("")
+    lines += startup_report([c for g in groups.values() for c in g if c.caches == "warm"])
+    lines += probe_report(probes or {}, measured=bool(groups["compile caches and bytecode cache"]))
     return "\n".join(lines)
 
 
