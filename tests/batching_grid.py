@@ -19,7 +19,8 @@ times and the log-prob passes' activations moved. And on 2026-11-26 (lease 19, t
 step's GPU work is the longer of its memory traffic and its FLOPs, and the H200's decode overhead is its own; only
 the gen times moved. And on 2026-11-26 (lease 20): the log-prob pass cost 2.55 -> 2.40 s, the update's 4.55 -> 4.35 s,
 the local weight sync's 0.47 -> 0.46 s, and full recompute's second forward priced as one more log-prob pass; only
-the old_log_prob, ref, update_actor and update_weights times moved.
+the old_log_prob, ref, update_actor and update_weights times moved. And on 2026-11-26 (lease 24): the update's pass
+cost 4.35 -> 4.73 s; only the update_actor times moved.
 """
 
 from __future__ import annotations

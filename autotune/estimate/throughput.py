@@ -70,10 +70,11 @@ class Efficiency:
     # do not shorten, run on the node's CPU between replays. Fitted on the real verl 0.9.1 GRPO steps (128 sequences
     # decoded together, 1,024 decode steps; benchmarks/calibration.py fit_decode_overhead: the median per GPU type of
     # what each trial's gen leaves per decode step once the GPU's part and verl's 2 s poll are priced): 6.1 ms over
-    # the seventeen on the lent H100 nodes (Qwen2.5-0.5B to 3B), 3.4 ms over the twenty-three on the lent H200 nodes
-    # (1.5B to 7B; 3.45 ms since lease 22's six, 3.41 ms before). Each trial alone says 2.8-8 ms (H100) and 0-5 ms
-    # (H200): its gen is the rollout rounded up to the poll (6.1, 8.1, 10.1 s ...), one interval is 2 ms a decode
-    # step. The H200 nodes' CPUs as much as their GPUs: a GPU type without its own figure takes the H100's.
+    # the twenty-one on the lent H100 nodes (Qwen2.5-0.5B to 3B; the seventeen before lease 24 too), 3.4 ms over the
+    # twenty-three on the lent H200 nodes (1.5B to 7B; 3.45 ms since lease 22's six, 3.41 ms before). Each trial
+    # alone says 2.8-8 ms (H100) and 0-5 ms (H200): its gen is the rollout rounded up to the poll (6.1, 8.1, 10.1 s
+    # ...), one interval is 2 ms a decode step. The H200 nodes' CPUs as much as their GPUs: a GPU type without its
+    # own figure takes the H100's.
     decode_step_overhead_graph_s: float = 0.0061
     decode_step_overhead_graph_by_gpu: tuple[tuple[str, float], ...] = (("h200", 0.0034),)
     longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
@@ -96,8 +97,8 @@ class Efficiency:
     # An actor whole on each GPU (nothing to gather) hands its weights to the colocated vLLM by CUDA IPC: verl 0.9.1's
     # update_weights took 0.43-0.77 s on one H100 for 1-6 GB of bf16 weights (Qwen2.5-0.5B to 3B; calibration.md):
     # a fixed cost (vLLM's wake-up of the weights, the bucketed per-tensor hand-over, empty_cache), the median
-    # residual (benchmarks/calibration.py fit_pass_costs: 0.44 s over the forty steps of leases 3 to 22, 0.45 s
-    # before lease 22; held out per size 0.42-0.49 s), plus the bytes at a rate
+    # residual (benchmarks/calibration.py fit_pass_costs: 0.43 s over the forty-four steps of leases 3 to 24, 0.44 s
+    # over the forty before lease 24, 0.45 s before lease 22; held out per size 0.42-0.46 s), plus the bytes at a rate
     # read off the rise from 0.5B to 3B (in sample: 3B's 6 GB took ~0.2 s more than 0.5B's 1 GB).
     reshard_local_s: float = 0.46
     reshard_local_gbps: float = 30.0
@@ -109,17 +110,19 @@ class Efficiency:
     # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
     # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
     # token or per sequence at this size would add minutes to their steps). The median residual
-    # (benchmarks/calibration.py fit_pass_costs) over the forty measured steps of leases 3 to 22 (twenty-three on
-    # H200s: the 7B's three, twenty of the 1.5B and 3B): 2.40 s, as on the thirty-four before lease 22 (2.53 s on the
-    # twenty-eight before lease 20, 2.73 s on the eighteen before lease 19, 3.0 s on the thirteen before lease 11).
+    # (benchmarks/calibration.py fit_pass_costs) over the forty-four measured steps of leases 3 to 24 (twenty-three
+    # on H200s: the 7B's three, twenty of the 1.5B and 3B): 2.41 s, 2.40 s on the forty before lease 24 and the
+    # thirty-four before lease 22 (2.53 s on the twenty-eight before lease 20, 2.73 s on the eighteen before lease
+    # 19, 3.0 s on the thirteen before lease 11).
     logprob_pass_s: float = 2.40
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
-    # reductions): 3.3-6.1 s above the FLOP time over eighteen of the nineteen trials without the CPU optimizer or
-    # full recompute (whose second forward is priced on its own: estimate_throughput), 23.0 s for lease 22's 1.5B
-    # with micro-batches of one (a miss: calibration.md); their median residual is 4.36 s, as before lease 22
-    # (4.54 s over the twenty-eight steps before lease 20 with the full-recompute ones in, 4.73 s on the eighteen
-    # before lease 19, 4.9 s on the twelve before lease 11).
-    update_pass_s: float = 4.35
+    # reductions): 3.3-6.9 s above the FLOP time over twenty-one of the twenty-three trials without the CPU optimizer
+    # or full recompute (whose second forward is priced on its own: estimate_throughput), 23.0 s for lease 22's 1.5B
+    # and 24.9 s for lease 24's 0.5B with micro-batches of one (misses: calibration.md); their median residual is
+    # 4.73 s since lease 24 (its four trials: the two micro-batch-of-one misses and 5.1 and 6.9 s above the median
+    # of 4.36 s before; 4.54 s over the twenty-eight steps before lease 20 with the full-recompute ones in, 4.73 s
+    # on the eighteen before lease 19, 4.9 s on the twelve before lease 11).
+    update_pass_s: float = 4.73
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
@@ -384,12 +387,13 @@ def estimate_throughput(
     # Full recompute runs each layer's forward again in the backward: its FLOPs are in `recompute` above, and it
     # costs what a forward pass costs beyond them (logprob_pass_s: its kernels launched one by one, Megatron's
     # checkpointing around every layer). On the real verl 0.9.1 trials the seven full-recompute updates without the
-    # CPU optimizer ran 2.6 s (median; 2.9 s over the six before lease 22) above update_pass_s, the log-prob pass's own
-    # fit being 2.40 s (benchmarks/calibration.py recompute_residual): 3.3-4.7 s on the H100 nodes, 1.0-2.6 s on the
-    # H200s (lease 22's 3B with its optimizer offloaded 1.7 s), whose host
-    # is faster (as their decode overhead says), a spread not priced here. Lease 20's two-by-two on the 1.5B (H200)
-    # says it is the recompute and not the 8k token budget every earlier full-recompute trial also had: without
-    # recompute the 8k and 16k budgets ran their updates in 7.2 and 7.5 s, with it in 10.0 and 9.6 s.
+    # CPU optimizer ran 2.2 s (median) above update_pass_s (4.73 s since lease 24; 2.6 s above the 4.36 s before, 2.9 s
+    # over the six before lease 22), the log-prob pass's own fit being 2.41 s (benchmarks/calibration.py
+    # recompute_residual): 2.9-4.3 s on the H100 nodes, 0.7-2.2 s on the H200s (lease 22's 3B with its optimizer
+    # offloaded 1.4 s), whose host is faster (as their decode overhead says), a spread not priced here. Lease 20's
+    # two-by-two on the 1.5B (H200) says it is the recompute and not the 8k token budget every earlier full-recompute
+    # trial also had: without recompute the 8k and 16k budgets ran their updates in 7.2 and 7.5 s, with it in 10.0
+    # and 9.6 s.
     if c.recompute == "full":
         update += job.ppo_epochs * eff.logprob_pass_s
     reshard = reshard_seconds(m, c, pc.total, eff)
