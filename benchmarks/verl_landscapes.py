@@ -138,9 +138,10 @@ def real_first_launches(dbs: list[Path]) -> dict[tuple[str, str, int, str], list
 def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict[str, Any],
                 trials: list[Measured]) -> Path:
     """NAME.csv + NAME.meta.yaml. Parameter columns: every knob some row sets apart from the job's own value; a
-    configuration measured twice keeps its later trial (the campaign re-ran nothing on purpose: lease 22's two re-runs
-    on the H200 were planned for an H100; a re-run is a noise sample, and the later one ran on warmer caches like the
-    rest of the table)."""
+    configuration measured twice keeps its later trial (the campaign re-ran a configuration for its step times on
+    purpose nowhere: lease 22's two re-runs on the H200 were planned for an H100, lease 24 re-ran lease 4's three 0.5B
+    configurations to time their start-up with the bytecode cache; a re-run is a noise sample, and the later one ran
+    on warmer caches like the rest of the table)."""
     from autotune.job import Job
 
     base = Job.from_mapping(job).candidate(Candidate())
