@@ -25,6 +25,7 @@ from autotune.cluster import GIB
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.offload import cpu_fraction
+from autotune.estimate.throughput import micro_batches_of_one
 from autotune.job import Job
 from autotune.model import CATALOG, ModelArch
 from autotune.results.labels import Labeller
@@ -40,9 +41,11 @@ PHASES = ("gen", "old_log_prob", "update_actor", "update_weights")
 PASS_COSTS = {"old_log_prob": "logprob_pass_s", "update_actor": "update_pass_s", "update_weights": "reshard_local_s"}
 # Full recompute's second forward costs, beyond its FLOPs, what a log-prob pass does (added to update_actor)
 RECOMPUTE_COST = "logprob_pass_s"
+# ... what an update micro-batch of one sequence costs beyond them (added to update_actor per such micro-batch) ...
+MICRO_BATCH_COST = "micro_batch_of_one_s"
 # ... and what a decode step costs beyond its GPU work with CUDA graphs, per GPU type (gen: seconds per decode step)
 ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_graph_by_gpu": ()}
-ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, **ZERO_OVERHEAD}  # what the refit predicts without
+ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, MICRO_BATCH_COST: 0.0, **ZERO_OVERHEAD}  # the refit's
 PHASE_TARGET, STEP_TARGET, SPEARMAN_TARGET = 0.25, 0.20, 0.8  # issue 23's targets for the base time model
 
 
@@ -71,6 +74,7 @@ class Case:
     steady_step_s: float | None = None
     gpu: str = ""  # the GPU type it ran on
     decode_steps: float = 0.0  # the predicted gen's decode steps: seconds gen gains per second of per-step overhead
+    micro_batches_of_one: float = 0.0  # update micro-batches of one sequence: what MICRO_BATCH_COST is paid on
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         steady_phases={p: v for p, v in steady_phases.items() if p != "step"},
         steady_step_s=steady_phases.get("step"), gpu=setup.cluster.gpu.name,
         decode_steps=thr.decode_steps if thr else 0.0,
+        micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
     )
 
 
@@ -188,15 +193,36 @@ def errors(cs: Iterable[Case]) -> Fit:
 
 def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
     """The PASS_COSTS constants from trials predicted with them zeroed: each the median over the trials of measured
-    minus predicted (the update's over trials without the CPU optimizer, whose step is priced on its own, and without
-    full recompute, whose second forward is priced as a log-prob pass: `recompute_residual` checks it)."""
+    minus predicted (the update's over trials without the CPU optimizer, whose step is priced on its own, without
+    full recompute, whose second forward is priced as a log-prob pass: `recompute_residual` checks it, and without
+    micro-batches of one sequence, priced per micro-batch: `fit_micro_batch_cost`)."""
     out = {}
     for phase, name in PASS_COSTS.items():
         res = [c.measured_phases[phase] - c.predicted_phases[phase] for c in ok_cases(zeroed)
                if c.measured_phases.get(phase)
-               and not (phase == "update_actor" and (c.cpu_optimizer or c.full_recompute))]
+               and not (phase == "update_actor" and _update_priced_apart(c))]
         out[name] = statistics.median(res)
     return out
+
+
+def _update_priced_apart(c: Case) -> bool:
+    return c.cpu_optimizer or c.full_recompute or bool(c.micro_batches_of_one)
+
+
+def micro_batch_costs(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
+    """Each trial whose update micro-batches are single sequences (without the CPU optimizer or full recompute), with
+    what its update leaves above update_pass_s beyond its FLOPs, per such micro-batch (seconds)."""
+    return [(c, (c.measured_phases["update_actor"] - c.predicted_phases["update_actor"] - update_pass_s)
+             / c.micro_batches_of_one)
+            for c in ok_cases(zeroed)
+            if c.micro_batches_of_one and not (c.cpu_optimizer or c.full_recompute)
+            and c.measured_phases.get("update_actor")]
+
+
+def fit_micro_batch_cost(zeroed: list[Case], update_pass_s: float) -> float | None:
+    """MICRO_BATCH_COST: the median of `micro_batch_costs` (None: no such trial)."""
+    res = [r for _, r in micro_batch_costs(zeroed, update_pass_s)]
+    return statistics.median(res) if res else None
 
 
 def recompute_residuals(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
@@ -230,6 +256,8 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
     added = {p: costs[name] for p, name in PASS_COSTS.items() if p in phases}
     if c.full_recompute and "update_actor" in added:
         added["update_actor"] += costs[RECOMPUTE_COST]
+    if "update_actor" in added:
+        added["update_actor"] += c.micro_batches_of_one * costs.get(MICRO_BATCH_COST, 0.0)
     if "gen" in phases:
         added["gen"] = c.decode_steps * (overhead or {}).get(c.gpu, 0.0)
     for phase, v in added.items():
@@ -239,15 +267,17 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
 
 
 def held_out(zeroed: list[Case]) -> tuple[list[Case], dict[str, dict[str, float]]]:
-    """Every case predicted with the PASS_COSTS and the decode-step overheads refitted on the other model sizes only
-    (a GPU type only this size ran on: the others' H100 figure, as the model takes for a GPU type it has none of),
-    and each size's refit."""
+    """Every case predicted with the PASS_COSTS, the micro-batch cost and the decode-step overheads refitted on the
+    other model sizes only (a GPU type only this size ran on: the others' H100 figure, as the model takes for a GPU
+    type it has none of; no other size with micro-batches of one sequence: none), and each size's refit."""
     out, fits = [], {}
     for size in sorted({c.size for c in zeroed}):
         others = [c for c in zeroed if c.size != size]
         overhead = fit_decode_overhead(others)
         overhead = {g: overhead.get(g, overhead.get("h100", 0.0)) for g in {c.gpu for c in zeroed}}
-        fits[size] = {**fit_pass_costs(others), **{f"overhead_{g}_ms": 1e3 * v for g, v in sorted(overhead.items())}}
+        costs = fit_pass_costs(others)
+        costs[MICRO_BATCH_COST] = fit_micro_batch_cost(others, costs["update_pass_s"]) or 0.0
+        fits[size] = {**costs, **{f"overhead_{g}_ms": 1e3 * v for g, v in sorted(overhead.items())}}
         out += [with_pass_costs(c, fits[size], overhead) for c in zeroed if c.size == size]
     return out, fits
 
@@ -256,14 +286,21 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     """Per model size and overall: median |error| per phase and of the step with the global constants and with the
     fitted ones held out, Spearman per size, and whether issue 23's targets are met."""
     held, fits = held_out(zeroed)
-    recompute = recompute_residual(zeroed, fit_pass_costs(zeroed)["update_pass_s"]) or 0.0
+    update_pass_s = fit_pass_costs(zeroed)["update_pass_s"]
+    recompute = recompute_residual(zeroed, update_pass_s) or 0.0
+    one = micro_batch_costs(zeroed, update_pass_s)
     sizes = sorted({c.size for c in ok_cases(all_cases)})
     lines = ["## Summary: per model size, leave one size out", "",
              "The fixed costs (" + ", ".join(PASS_COSTS.values()) + ") are fitted on these trials "
              "(`fit_pass_costs`: the median of measured minus predicted with them zeroed; the update's without the "
-             "CPU-optimizer and full-recompute trials, full recompute's second forward being priced as one more "
-             f"log-prob pass: the full-recompute trials without the CPU optimizer left {recompute:.2f} s above "
-             "update_pass_s, `recompute_residual`), and so is the decode step's overhead with CUDA graphs, per GPU "
+             "CPU-optimizer, full-recompute and micro-batch-of-one trials, full recompute's second forward being "
+             f"priced as one more log-prob pass: the full-recompute trials without the CPU optimizer left "
+             f"{recompute:.2f} s above update_pass_s, `recompute_residual`), and so are "
+             f"{MICRO_BATCH_COST} (`fit_micro_batch_cost`: what each update micro-batch of one sequence costs, the "
+             "median over the trials without dynamic batching at ppo_micro_batch_size_per_gpu=1 of what their update "
+             "leaves above update_pass_s per micro-batch: "
+             + (", ".join(f"{c.source} {r:.3f} s" for c, r in one) or "no such trial") + ") "
+             "and the decode step's overhead with CUDA graphs, per GPU "
              "type (`fit_decode_overhead`: the median of what each trial's gen leaves per decode step with it zeroed; "
              "overhead_<gpu>_ms). Held out: each size predicted with them refitted on the other sizes. One more "
              "constant was read off these trials and is not refitted here: reshard_local_gbps (the weight sync's "

@@ -20,7 +20,8 @@ step's GPU work is the longer of its memory traffic and its FLOPs, and the H200'
 the gen times moved. And on 2026-11-26 (lease 20): the log-prob pass cost 2.55 -> 2.40 s, the update's 4.55 -> 4.35 s,
 the local weight sync's 0.47 -> 0.46 s, and full recompute's second forward priced as one more log-prob pass; only
 the old_log_prob, ref, update_actor and update_weights times moved. And on 2026-11-26 (lease 24): the update's pass
-cost 4.35 -> 4.73 s; only the update_actor times moved.
+cost 4.35 -> 4.73 s; then, with the update's micro-batches of one sequence priced on their own (0.15 s each), back to
+4.36 s; only the update_actor times moved.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ trial beats the uncorrected one after 1, 2 and 3 measured trials (benchmarks/cor
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 
@@ -79,12 +78,11 @@ def test_each_real_group_has_its_own_name():
     assert len(names) == len(set(names)) >= 3  # the 0.5B of lease 3, of lease 4, the 3B of lease 7
 
 
-# Trials the base model misses by 2x, micro-batches of 1 without dynamic batching (test_time_calibration KNOWN_STEP):
-# lease 22's 1.5B (update_actor 28.4 s measured, 10.2 s predicted) and lease 24's 0.5B (27.0 s, 6.9 s). A correction
-# fitted on the 0.5B's alone lifts its group's other steps by up to 29%, past WORSE_LIMIT (the 1.5B's by up to 10%
-# since the update's pass cost rose to 4.73 s with lease 24, 11% before). Every other trial's correction stays
-# within it (1% at worst).
-KNOWN_MISS = {"h200_2026-11-26_l22/c-1.5b-h2#2", "h100_2026-11-26_l24/c-0.5b-bc#4"}
+# The trials with micro-batches of one sequence (test_time_calibration MICRO_BATCHES_OF_ONE), which the base model
+# missed by 2x until it priced their micro-batches (lease 22's 1.5B: update_actor 28.4 s measured, 9.8 s predicted;
+# lease 24's 0.5B: 27.0 s, 6.5 s): a correction fitted on one of them alone then lifted its group's other steps by up
+# to 29%, past WORSE_LIMIT. Priced, they are trials like the others: every correction stays within it.
+MICRO_BATCHES_OF_ONE = {"h200_2026-11-26_l22/c-1.5b-h2#2", "h100_2026-11-26_l24/c-0.5b-bc#4"}
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -94,14 +92,9 @@ def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: i
     cases = [c for c in prove(groups, shipped) if c.k == k and c.phase == "step"]
     assert cases
     assert sum(c.better or c.tie for c in cases) / len(cases) >= BETTER_SHARE
-    assert KNOWN_MISS <= {p.label for g in groups for p in g.points}
-    spared = cases
-    if max(c.worse_by for c in cases) > WORSE_LIMIT:
-        without = [dataclasses.replace(g, points=tuple(p for p in g.points if p.label not in KNOWN_MISS))
-                   for g in groups]
-        spared = [c for c in prove(without, shipped) if c.k == k and c.phase == "step"]
-    assert max(c.worse_by for c in spared) <= WORSE_LIMIT
-    # Strictly better in about half the cases only (1,434 of 3,048 at k = 3 after lease 24, 1,834 of 3,044 after
+    assert MICRO_BATCHES_OF_ONE <= {p.label for g in groups for p in g.points}
+    assert max(c.worse_by for c in cases) <= WORSE_LIMIT
+    # Strictly better in about half the cases only (1,782 of 3,048 at k = 3 after lease 24, 1,834 of 3,044 after
     # lease 22, 427 of 872 after lease 20, 66 of 92 after lease 19): the base model's step is now 9% off (median),
     # about one step's noise, and a correction fitted on three trials moves it by under 1% in nine cases of ten, so
     # corrected and uncorrected tie

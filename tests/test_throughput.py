@@ -144,6 +144,35 @@ def test_each_pass_of_verl_engine_pays_its_fixed_cost_once_whatever_the_model():
         assert a["gen"] == b["gen"] and a["update_weights"] == b["update_weights"]
 
 
+def test_only_update_micro_batches_of_one_sequence_pay_their_cost():
+    """Without dynamic batching at micro-batches of 1, each of the step's update micro-batches costs
+    micro_batch_of_one_s (128 sequences a step: 128 of them), whatever the model size; micro-batches of 2 and dynamic
+    ones none, nor the log-prob passes, nor the training-only objective (a Megatron-core probe, not verl's engine)."""
+    from autotune.estimate import evaluate
+
+    job = Job.from_mapping({"data.train_batch_size": 16, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+                            "actor_rollout_ref.rollout.n": 8})
+    zero = dataclasses.replace(DEFAULT_EFFICIENCY, micro_batch_of_one_s=0.0)
+    base = {**BASE, "tp": 1, "use_dynamic_bsz": False, "log_prob_micro_batch_size_per_gpu": 4}
+    for name in ("qwen2.5-0.5b", "qwen2.5-7b"):
+        s = make_setup(model=name, gpus=1)
+        for mbs, priced in ((1, 128), (2, 0)):
+            c = Candidate.from_params({**base, "ppo_micro_batch_size_per_gpu": mbs})
+            a = dict(estimate_throughput(s.model, s.cluster, job, c).phases)
+            b = dict(estimate_throughput(s.model, s.cluster, job, c, eff=zero).phases)
+            assert a["update_actor"] - b["update_actor"] == pytest.approx(
+                priced * DEFAULT_EFFICIENCY.micro_batch_of_one_s)
+            assert a["old_log_prob"] == b["old_log_prob"]
+    s = make_setup(model="qwen2.5-0.5b", gpus=1)
+    dyn = Candidate.from_params({**BASE, "tp": 1})
+    assert estimate_throughput(s.model, s.cluster, job, dyn).phases == estimate_throughput(
+        s.model, s.cluster, job, dyn, eff=zero).phases
+    one = Candidate.from_params({**base, "ppo_micro_batch_size_per_gpu": 1})
+    constants = dataclasses.replace(s.constants, efficiency=zero)
+    train = evaluate(s.model, s.cluster, job, one, "train").throughput
+    assert train.phases == evaluate(s.model, s.cluster, job, one, "train", constants=constants).throughput.phases
+
+
 def test_the_cpu_optimizer_steps_once_per_mini_batch():
     s = make_setup(model="qwen2.5-3b", gpus=1)
     job = Job.from_mapping({"data.train_batch_size": 16, "actor_rollout_ref.actor.ppo_mini_batch_size": 8})

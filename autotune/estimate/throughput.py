@@ -116,13 +116,24 @@ class Efficiency:
     # 19, 3.0 s on the thirteen before lease 11).
     logprob_pass_s: float = 2.40
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
-    # reductions): 3.3-6.9 s above the FLOP time over twenty-one of the twenty-three trials without the CPU optimizer
-    # or full recompute (whose second forward is priced on its own: estimate_throughput), 23.0 s for lease 22's 1.5B
-    # and 24.9 s for lease 24's 0.5B with micro-batches of one (misses: calibration.md); their median residual is
-    # 4.73 s since lease 24 (its four trials: the two micro-batch-of-one misses and 5.1 and 6.9 s above the median
-    # of 4.36 s before; 4.54 s over the twenty-eight steps before lease 20 with the full-recompute ones in, 4.73 s
-    # on the eighteen before lease 19, 4.9 s on the twelve before lease 11).
-    update_pass_s: float = 4.73
+    # reductions): 3.3-6.9 s above the FLOP time over the twenty-one trials without the CPU optimizer, full recompute
+    # (whose second forward is priced on its own: estimate_throughput) or micro-batches of one sequence (priced on
+    # their own: micro_batch_of_one_s); their median residual is 4.36 s, as over the nineteen before lease 24 (lease
+    # 22's micro-batch of one among them; 4.73 s over all twenty-three, lease 22's and 24's micro-batches of one in at
+    # 23.0 and 24.9 s; 4.54 s over the twenty-eight steps before lease 20 with the full-recompute ones in, 4.73 s on
+    # the eighteen before lease 19, 4.9 s on the twelve before lease 11).
+    update_pass_s: float = 4.36
+    # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
+    # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
+    # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
+    # 128 sequences of ~1.2k tokens a step (128 micro-batches), ran their updates in 28.4 and 27.0 s where the model
+    # said 9.8 and 6.5 s: 0.145 and 0.161 s a micro-batch (benchmarks/calibration.py fit_micro_batch_cost; the
+    # median). Either size's figure predicts the other's update within 7% (calibration.md, held out). Not a cost of
+    # every micro-batch: the four trials with micro-batches of 4 sequences (0.5B to 7B, 32 micro-batches a step) and
+    # the dynamic-batch ones (6 to 38 micro-batches of 4k to 32k tokens) are predicted within a few % without it
+    # (0.15 s each would put the four 4.9 s, 15-57%, over). What a micro-batch of one sequence pays that one of four
+    # does not is not measured, nor are micro-batches of 2 (priced as larger ones: nothing).
+    micro_batch_of_one_s: float = 0.15
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
@@ -274,6 +285,14 @@ def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
     return 6 * tokens * matmul + attention_flops(m, tokens, seq_len)
 
 
+def micro_batches_of_one(job: Job, c: Candidate, plan: BatchingPlan) -> float:
+    """Update micro-batches of one sequence in a step on one data-parallel rank (Efficiency.micro_batch_of_one_s):
+    every micro-batch without dynamic batching at ppo_micro_batch_size_per_gpu=1, none otherwise."""
+    if c.use_dynamic_bsz or (c.ppo_micro_batch_size_per_gpu or 1) > 1:
+        return 0.0
+    return plan.update_micro_batches * job.train_batch_size / job.ppo_mini_batch_size * job.ppo_epochs
+
+
 def reshard_seconds(m: ModelArch, c: Candidate, params_gpu: float, eff: Efficiency) -> float:
     """verl's update_weights: the actor's bf16 weights to vLLM. Whole on the GPU (no shard to gather): a CUDA IPC
     hand-over to the colocated engine. Sharded: each tensor gathered across the ranks, then vLLM's loader."""
@@ -384,13 +403,14 @@ def estimate_throughput(
     states = model_state_bytes(m, cl, c)
     copies = offload_seconds(states, ref_param_bytes(m, c) if job.has_ref_model else 0.0, c, cl, hc)
     update += mini_batches * cpu_optimizer_seconds(states, c, cl, hc) + eff.update_pass_s
+    update += micro_batches_of_one(job, c, plan) * eff.micro_batch_of_one_s
     # Full recompute runs each layer's forward again in the backward: its FLOPs are in `recompute` above, and it
     # costs what a forward pass costs beyond them (logprob_pass_s: its kernels launched one by one, Megatron's
     # checkpointing around every layer). On the real verl 0.9.1 trials the seven full-recompute updates without the
-    # CPU optimizer ran 2.2 s (median) above update_pass_s (4.73 s since lease 24; 2.6 s above the 4.36 s before, 2.9 s
-    # over the six before lease 22), the log-prob pass's own fit being 2.41 s (benchmarks/calibration.py
-    # recompute_residual): 2.9-4.3 s on the H100 nodes, 0.7-2.2 s on the H200s (lease 22's 3B with its optimizer
-    # offloaded 1.4 s), whose host is faster (as their decode overhead says), a spread not priced here. Lease 20's
+    # CPU optimizer ran 2.6 s (median; 2.9 s over the six before lease 22) above update_pass_s, the log-prob pass's own
+    # fit being 2.41 s (benchmarks/calibration.py recompute_residual): 3.3-4.7 s on the H100 nodes, 1.0-2.6 s on the
+    # H200s (lease 22's 3B with its optimizer offloaded 1.7 s), whose host is faster (as their decode overhead says),
+    # a spread not priced here. Lease 20's
     # two-by-two on the 1.5B (H200) says it is the recompute and not the 8k token budget every earlier full-recompute
     # trial also had: without recompute the 8k and 16k budgets ran their updates in 7.2 and 7.5 s, with it in 10.0
     # and 9.6 s.
