@@ -272,6 +272,10 @@ def _cp_rank(rank, world, port, q, k, v, gout, result_q):
         buf = io.BytesIO()  # plain bytes: shared-memory tensors would die with this process
         torch.save((rank, idx, out.detach(), ql.grad, kl.grad, vl.grad), buf)
         result_q.put(buf.getvalue())
+        # every rank past its last collective before any tears gloo down: a rank that destroyed its group while a
+        # peer's gloo thread still talked to it aborted at exit once in CI ("terminate called without an active
+        # exception", exit -6)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
