@@ -209,34 +209,38 @@ def _update_priced_apart(c: Case) -> bool:
     return c.cpu_optimizer or c.full_recompute or bool(c.micro_batches_of_one)
 
 
+def _update_left(c: Case, update_pass_s: float) -> float:
+    """What a trial's update leaves above update_pass_s beyond its FLOPs (predicted with the costs zeroed)."""
+    return c.measured_phases["update_actor"] - c.predicted_phases["update_actor"] - update_pass_s
+
+
+def _median(pairs: list[tuple[Case, float]]) -> float | None:
+    return statistics.median(r for _, r in pairs) if pairs else None
+
+
 def micro_batch_costs(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
     """Each trial whose update micro-batches are single sequences (without the CPU optimizer or full recompute), with
     what its update leaves above update_pass_s beyond its FLOPs, per such micro-batch (seconds)."""
-    return [(c, (c.measured_phases["update_actor"] - c.predicted_phases["update_actor"] - update_pass_s)
-             / c.micro_batches_of_one)
-            for c in ok_cases(zeroed)
+    return [(c, _update_left(c, update_pass_s) / c.micro_batches_of_one) for c in ok_cases(zeroed)
             if c.micro_batches_of_one and not (c.cpu_optimizer or c.full_recompute)
             and c.measured_phases.get("update_actor")]
 
 
 def fit_micro_batch_cost(zeroed: list[Case], update_pass_s: float) -> float | None:
     """MICRO_BATCH_COST: the median of `micro_batch_costs` (None: no such trial)."""
-    res = [r for _, r in micro_batch_costs(zeroed, update_pass_s)]
-    return statistics.median(res) if res else None
+    return _median(micro_batch_costs(zeroed, update_pass_s))
 
 
 def recompute_residuals(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
     """Each full-recompute trial without the CPU optimizer, with what its update leaves above update_pass_s beyond
     its FLOPs. The model prices that as one more log-prob pass (RECOMPUTE_COST)."""
-    return [(c, c.measured_phases["update_actor"] - c.predicted_phases["update_actor"] - update_pass_s)
-            for c in ok_cases(zeroed)
+    return [(c, _update_left(c, update_pass_s)) for c in ok_cases(zeroed)
             if c.full_recompute and not c.cpu_optimizer and c.measured_phases.get("update_actor")]
 
 
 def recompute_residual(zeroed: list[Case], update_pass_s: float) -> float | None:
     """The median of `recompute_residuals` (None: no such trial)."""
-    res = [r for _, r in recompute_residuals(zeroed, update_pass_s)]
-    return statistics.median(res) if res else None
+    return _median(recompute_residuals(zeroed, update_pass_s))
 
 
 def fit_decode_overhead(zeroed: list[Case]) -> dict[str, float]:
