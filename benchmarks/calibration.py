@@ -75,6 +75,7 @@ class Case:
     gpu: str = ""  # the GPU type it ran on
     decode_steps: float = 0.0  # the predicted gen's decode steps: seconds gen gains per second of per-step overhead
     micro_batches_of_one: float = 0.0  # update micro-batches of one sequence: what MICRO_BATCH_COST is paid on
+    cut: str = ""  # what stopped it after its measured step, read in from its log (benchmarks/real_studies.py)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         steady_step_s=steady_phases.get("step"), gpu=setup.cluster.gpu.name,
         decode_steps=thr.decode_steps if thr else 0.0,
         micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
+        cut=(row.extra or {}).get(real_studies.CUT, ""),
     )
 
 
@@ -381,7 +383,8 @@ def report(all_cases: list[Case], zeroed: list[Case] | None = None) -> str:
                     if c.predicted_peak_gib is not None and c.measured_peak_gib is not None else "-")
             right = (c.status == "ok") == c.predicted_fits
             verdict = ("right" if right else "**wrong**") + (f" (binding: {c.binding})" if c.binding else "")
-            lines.append(f"| {c.source} | {c.label} | {c.status} | {ph} | {step} | {peak} | {verdict} |")
+            status = c.status + (" (cut)" if c.cut else "")
+            lines.append(f"| {c.source} | {c.label} | {status} | {ph} | {step} | {peak} | {verdict} |")
         ok = [c for c in cs if c.status == "ok" and c.measured_step_s and c.predicted_step_s]
         lines.append("")
         for p in PHASES:
@@ -406,6 +409,7 @@ def report(all_cases: list[Case], zeroed: list[Case] | None = None) -> str:
         if peaks:
             lines.append(f"- peak vs NVML: median |error| {100 * statistics.median(peaks):.0f}%, "
                          f"largest {100 * max(peaks):.0f}%")
+        lines += [f"- cut: {c.source}, {c.cut}; measured like the others" for c in cs if c.cut]
         lines.append("")
     return "\n".join(lines)
 

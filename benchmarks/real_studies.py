@@ -6,6 +6,13 @@ trial counts once per copy. A copy is superseded when another database holds a s
 trials include all of the copy's launched trials (the same number, started at the same instant) and more; of copies
 with the same trials, the last database in path order is kept (lease folders sort by date). A trial is then read from
 the newest copy that holds it, and its committed logs may lie in an earlier lease's folder (`trial_dir`).
+
+A trial stopped after its log held the measured step (lease 25's c-3b-h3 #2: the lease's deadline SIGTERMed it in step
+4, the extra step that measures the noise) measured what an ok trial measures, but the tuner recorded it interrupted,
+with nothing of its steps. The reports read such a trial as measured (`read_in_cut`: status ok, its steps from its
+committed `metrics.jsonl`, its timings from its time-stamped console, its peak from its NVML trace; `extra[CUT]` says
+what stopped it); the committed database is left as it is. A trial interrupted before its measured step (lease 4's
+c-0.5b #3, lease 6's c-0.5b-l6 #0: step 1 only) stays out.
 """
 
 from __future__ import annotations
@@ -13,12 +20,18 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
+import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune import verl
+from autotune.results import memory_trace, timeline
+from autotune.store.schema import TrialRow
 from autotune.store.store import Store
+from autotune.verl.log import parse_jsonl_record
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "real_verl_gpu"
 TrialKey = tuple[int, str]  # a trial's number and its start, the same in every copy of its study
@@ -61,18 +74,125 @@ def kept(cs: list[Copy]) -> list[Copy]:
     return [c for c in cs if not any(c.superseded_by(o) for o in cs)]
 
 
-def studies(dbs: Iterable[Path]) -> Iterator[tuple[Path, Store, Any]]:
-    """(database, its store, study row) of each real study once, its superseded copies skipped (module docstring).
-    A database's store is disposed of once its studies are yielded."""
+def studies(dbs: Iterable[Path]) -> Iterator[tuple[Path, Any, Any]]:
+    """(database, its store, study row) of each real study once, its superseded copies skipped (module docstring);
+    the store reads the study's cut trials in as measured (`ReadIn`). A database's store is disposed of once its
+    studies are yielded."""
     keep = {(c.db, c.name) for c in kept(copies(dbs))}
     for db in sorted({c[0] for c in keep}):
         store = Store(f"sqlite:///{db}")
         try:
             for study in store.list_studies():
                 if (db, study.name) in keep:
-                    yield db, store, study
+                    yield db, ReadIn(db, store, study), study
         finally:
             store.engine.dispose()
+
+
+CUT = "cut"  # the key of a read-in trial's extra: what stopped it after its measured step, in words
+_STAMP = re.compile(r"^\[\s*(?P<t>[\d.]+)\] (?P<line>.*)$")
+_STEP_LINE = re.compile(r"(?:^|\s)step:(?P<step>\d+) - ")
+_MILESTONES = tuple((name, re.compile(p)) for name, p in verl.STARTUP_MILESTONES.items())
+
+
+def console_times(path: Path) -> tuple[dict[str, float], dict[int, float], float | None]:
+    """From a trial's time-stamped console (`verl.ts.log`, each line prefixed by the seconds since launch, as the
+    runner writes it): each start-up milestone's first line, each step's line, and the last line's seconds."""
+    milestones: dict[str, float] = {}
+    step_at: dict[int, float] = {}
+    last = None
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}, {}, None
+    for raw in text.splitlines():
+        m = _STAMP.match(raw)
+        if not m:
+            continue
+        t, line = float(m["t"]), m["line"]
+        last = t
+        for name, pattern in _MILESTONES:
+            if name not in milestones and pattern.search(line):
+                milestones[name] = t
+        if (s := _STEP_LINE.search(line)) is not None:
+            step_at.setdefault(int(s["step"]), t)
+    return milestones, step_at, last
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)  # true -> True, 1 -> 1
+    except ValueError:
+        return text
+
+
+def read_in_cut(db: Path, row: Any, study: Any, defaults: Iterable[str] = ()) -> tuple[Any, list[Any]] | None:
+    """(the trial as measured, its steps) of an interrupted trial whose committed metrics hold the study's measured
+    step (module docstring); None for any other trial. `defaults`: the node's default keys its study's other trials
+    recorded (`extra["job_defaults"]`), read back from the trial's recorded command."""
+    if row.status != "interrupted" or not row.launched or row.simulated or not row.params:
+        return None
+    folder = trial_dir(db, row, holding="metrics.jsonl")
+    if folder is None:
+        return None
+    steps = {}
+    for line in (folder / "metrics.jsonl").read_text(errors="replace").splitlines():
+        if (parsed := parse_jsonl_record(line)) is not None and parsed[0] >= verl.FIRST_STEP:
+            steps.setdefault(parsed[0], {}).update(parsed[1])
+    at = steps.get(study.measure_step) or {}
+    if at.get(verl.M_THROUGHPUT) is None or at.get(verl.PHASE_TIMINGS["step"]) is None:
+        return None
+    try:
+        argv = json.loads((folder / "command.json").read_text()).get("argv") or []
+    except (OSError, ValueError):
+        argv = []
+    given = dict(a.split("=", 1) for a in argv if "=" in a)
+    milestones, step_at, last = console_times(folder / "verl.ts.log")
+    trace = memory_trace.read_trace(folder / "gpu.csv")
+    peak = max((used for _, used in trace), default=None)
+    alloc = [m[verl.M_MAX_MEM_ALLOCATED] for m in steps.values() if verl.M_MAX_MEM_ALLOCATED in m]
+    done = max(steps)
+    cut = (f"{(row.reason or 'interrupted').split(';')[0]} in step {done + 1}, after its measured step "
+           f"{study.measure_step}" + (" (the extra step that measures the noise)" if done == study.measure_step else "")
+           + f": steps {verl.FIRST_STEP}-{done} read from its committed log")
+    timings = {f"{k}_s": v for k, v in milestones.items()}
+    if study.measure_step in step_at:
+        timings["measured_s"] = step_at[study.measure_step]
+    if last is not None:
+        timings["wall_s"] = last  # its console's last line: the run was stopped, not ended
+    extra = {**(row.extra or {}), CUT: cut, "measured_steps": [study.measure_step, study.measure_step],
+             "job_defaults": {k: _value(given[k]) for k in defaults if k in given},
+             "timings": timings, timeline.SPANS: timeline.step_spans(step_at, steps)}
+    fields = {c.key: getattr(row, c.key) for c in TrialRow.__table__.columns}
+    fields.update(
+        status="ok", reason=f"measured {at[verl.M_THROUGHPUT]:.1f} tokens/s/GPU (step {study.measure_step}); {cut}",
+        throughput=float(at[verl.M_THROUGHPUT]),
+        phase_timings={p: float(at[k]) for p, k in verl.PHASE_TIMINGS.items() if at.get(k) is not None},
+        peak_memory_gib=peak, peak_memory_per_gpu=[peak] if peak is not None else None,
+        framework_memory_gib=max(alloc) if alloc else None, extra=extra)
+    return (types.SimpleNamespace(**fields),
+            [types.SimpleNamespace(trial_id=row.id, step=s, metrics=m) for s, m in sorted(steps.items())])
+
+
+class ReadIn:
+    """A study database's store as the reports read it: `trials` and `steps` with the study's cut trials read in as
+    measured (`read_in_cut`); anything else is the store's."""
+
+    def __init__(self, db: Path, store: Store, study: Any):
+        self._store = store
+        rows = store.trials(study.name)
+        defaults = {k for r in rows for k in ((r.extra or {}).get("job_defaults") or {})}
+        self._cut = {r.id: got for r in rows if (got := read_in_cut(db, r, study, sorted(defaults))) is not None}
+
+    def trials(self, study: str, status: str | None = None) -> list[Any]:
+        rows = [self._cut[r.id][0] if r.id in self._cut else r for r in self._store.trials(study)]
+        return [r for r in rows if status is None or r.status == status]
+
+    def steps(self, trial_id: int) -> list[Any]:
+        return self._cut[trial_id][1] if trial_id in self._cut else self._store.steps(trial_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 @functools.cache

@@ -4,7 +4,8 @@ Reads every study database under tests/data/real_verl_gpu/*/ (real verl 0.9.1 GR
 once, from the newest copy of a resumed study: benchmarks/real_studies.py) and, per trial: its wall time as the tuner
 recorded it (launch to recorded, the doctor's pre-flight of a study's first trial included), verl's own step times
 (`timing_s/step` of each step run), the start-up (launch to the first step's start, from the time-stamped console
-where the trial kept one) and whether the shared compile caches were cold or warm.
+where the trial kept one) and whether the shared compile caches were cold or warm. A trial cut after its measured step
+(real_studies.CUT: stopped, not ended) is left out: its wall is not a whole trial's.
 Compares the trials before the start-up work (leases 3 and 3b: a fresh vLLM compile in every trial, three steps)
 with the trials after it (lease 4 on, the same 0.5B job: vLLM's compile cache kept under the work dir, one extra
 step for the noise), and says where a warm trial's time goes, stage by stage, against issue 24's target (steps 1-3 at
@@ -54,8 +55,8 @@ def costs(dbs: list[Path]) -> list[Cost]:
     out = []
     for db, store, study in real_studies.studies(dbs):
         for row in store.trials(study.name):
-            if row.status != "ok" or not row.launched or not row.duration_s:
-                continue
+            if row.status != "ok" or not row.launched or not row.duration_s or real_studies.CUT in (row.extra or {}):
+                continue  # a trial cut after its measured step ran no whole trial: its wall is not a trial's cost
             steps = {s.step: float(s.metrics[STEP]) for s in store.steps(row.id) if STEP in s.metrics}
             tl = Timeline.from_extra(row.extra)
             out.append(Cost(f"{db.parent.name}/{study.name}#{row.number}", int(study.model["num_layers"]),
