@@ -51,8 +51,11 @@ def test_one_copy_of_each_study_the_newest() -> None:
 
 def test_each_real_trial_counts_once_in_every_reader() -> None:
     every = _every_copy()
-    distinct = set(every)
-    assert len(every) > len(distinct)  # the committed data hold copies: without the dedupe a trial counts twice
+    # the trial the lease's deadline cut after its measured step is read in as measured (read_in_cut)
+    cut = {k for k in _every_copy(None) if k[:2] == ("c-3b-h3", 2)}
+    assert len(cut) == 1
+    distinct = set(every) | cut
+    assert len(every) > len(set(every))  # the committed data hold copies: without the dedupe a trial counts twice
     seen = [(row.study, row.number, row.started_at.isoformat())
             for _, _, _, row in calibration.measured_trials(DATA.glob("*/*.db"))]
     assert len(seen) == len(distinct) and set(seen) == distinct
@@ -129,6 +132,38 @@ def test_the_reclassifier_rereads_a_wrong_reading_from_the_trials_committed_log(
     assert row.extra["failure"] == "host_oom" and row.reason.startswith("host RAM exhausted")
     assert "was gpu_oom (GPU out of memory in training)" in row.note
     assert reclassify.reclassify(db) == []  # read right now: left alone
+
+
+def test_a_trial_cut_after_its_measured_step_reads_as_measured_from_its_files() -> None:
+    """Lease 25's c-3b-h3 #2: the lease's deadline SIGTERMed it in step 4, the extra step that measures the noise; the
+    database says interrupted, with nothing of its steps (left as committed). Read from its metrics, console and NVML
+    trace, it measured what an ok trial does; a trial interrupted before its measured step stays out."""
+    l25 = DATA / "h100_2026-11-27_l25"
+    raw = Store(f"sqlite:///{l25 / 'c-3b-h3.db'}")
+    assert raw.trial("c-3b-h3", 2).status == "interrupted" and not raw.steps(raw.trial("c-3b-h3", 2).id)
+    (db, store, study), = [s for s in real_studies.studies([l25 / "c-3b-h3.db"])]
+    rows = {r.number: r for r in store.trials(study.name)}
+    two, zero = rows[2], rows[0]
+    assert two.status == "ok" and round(two.throughput, 2) == 3830.96 and two.peak_memory_gib == 53.157
+    assert "in step 4, after its measured step 3 (the extra step that measures the noise)" in two.extra[
+        real_studies.CUT]
+    assert round(two.phase_timings["step"], 2) == 39.67 and round(two.phase_timings["update_actor"], 2) == 26.29
+    assert [s.step for s in store.steps(two.id)] == [1, 2, 3]
+    assert two.extra["job_defaults"] == zero.extra["job_defaults"]  # the node's defaults, from its own command
+    assert real_studies.CUT not in zero.extra
+    assert [(s.step, s.metrics) for s in store.steps(zero.id)] == [(s.step, s.metrics) for s in raw.steps(zero.id)]
+    # its timings read off its time-stamped console as the runner reads them: an ok trial's console gives its record
+    milestones, step_at, _ = real_studies.console_times(l25 / "c-3b-h3_trial_0000" / "verl.ts.log")
+    recorded = {k: v for k, v in zero.extra["timings"].items() if k not in ("measured_s", "wall_s")}
+    assert {f"{k}_s" for k in milestones} == set(recorded)
+    assert all(abs(milestones[k[:-2]] - v) < 0.01 for k, v in recorded.items())
+    assert abs(step_at[3] - zero.extra["timings"]["measured_s"]) < 0.01
+    assert two.extra["timings"]["vllm_ready_s"] == 163.23 and two.extra["step_spans_s"]["3"] == [294.47, 334.08]
+    for lease, name, number in (("h100_2026-11-25_l4", "c-0.5b", 3), ("h100_2026-11-25_l6", "c-0.5b-l6", 0)):
+        db = DATA / lease / f"{name}.db"
+        row = Store(f"sqlite:///{db}").trial(name, number)
+        assert row.status == "interrupted" and real_studies.trial_dir(db, row, "metrics.jsonl") is not None
+        assert real_studies.read_in_cut(db, row, Store(f"sqlite:///{db}").get_study(name)) is None  # step 1 only
 
 
 def test_a_trial_stopped_before_it_recorded_its_log_path_is_found_by_its_number() -> None:

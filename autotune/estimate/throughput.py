@@ -70,7 +70,8 @@ class Efficiency:
     # do not shorten, run on the node's CPU between replays. Fitted on the real verl 0.9.1 GRPO steps (128 sequences
     # decoded together, 1,024 decode steps; benchmarks/calibration.py fit_decode_overhead: the median per GPU type of
     # what each trial's gen leaves per decode step once the GPU's part and verl's 2 s poll are priced): 6.1 ms over
-    # the twenty-one on the lent H100 nodes (Qwen2.5-0.5B to 3B; the seventeen before lease 24 too), 3.4 ms over the
+    # the twenty-four on the lent H100 nodes (Qwen2.5-0.5B to 3B; lease 25's three 3B moved it by under 0.01 ms; the
+    # twenty-one before it and the seventeen before lease 24 said 6.1 ms too), 3.4 ms over the
     # twenty-three on the lent H200 nodes (1.5B to 7B; 3.45 ms since lease 22's six, 3.41 ms before). Each trial
     # alone says 2.8-8 ms (H100) and 0-5 ms (H200): its gen is the rollout rounded up to the poll (6.1, 8.1, 10.1 s
     # ...), one interval is 2 ms a decode step. The H200 nodes' CPUs as much as their GPUs: a GPU type without its
@@ -97,8 +98,9 @@ class Efficiency:
     # An actor whole on each GPU (nothing to gather) hands its weights to the colocated vLLM by CUDA IPC: verl 0.9.1's
     # update_weights took 0.43-0.77 s on one H100 for 1-6 GB of bf16 weights (Qwen2.5-0.5B to 3B; calibration.md):
     # a fixed cost (vLLM's wake-up of the weights, the bucketed per-tensor hand-over, empty_cache), the median
-    # residual (benchmarks/calibration.py fit_pass_costs: 0.43 s over the forty-four steps of leases 3 to 24, 0.44 s
-    # over the forty before lease 24, 0.45 s before lease 22; held out per size 0.42-0.46 s), plus the bytes at a rate
+    # residual (benchmarks/calibration.py fit_pass_costs: 0.42 s over the forty-seven steps of leases 3 to 25, 0.43 s
+    # over the forty-four before lease 25, 0.44 s over the forty before lease 24, 0.45 s before lease 22; held out per
+    # size 0.40-0.45 s: within the 0.1 s the constants keep to their fit), plus the bytes at a rate
     # read off the rise from 0.5B to 3B (in sample: 3B's 6 GB took ~0.2 s more than 0.5B's 1 GB).
     reshard_local_s: float = 0.46
     reshard_local_gbps: float = 30.0
@@ -110,15 +112,18 @@ class Efficiency:
     # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
     # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
     # token or per sequence at this size would add minutes to their steps). The median residual
-    # (benchmarks/calibration.py fit_pass_costs) over the forty-four measured steps of leases 3 to 24 (twenty-three
-    # on H200s: the 7B's three, twenty of the 1.5B and 3B): 2.41 s, 2.40 s on the forty before lease 24 and the
+    # (benchmarks/calibration.py fit_pass_costs) over the forty-seven measured steps of leases 3 to 25 (twenty-three
+    # on H200s: the 7B's three, twenty of the 1.5B and 3B): 2.40 s, 2.41 s on the forty-four before lease 25 (its
+    # three 3B trials on an H100 left 1.9-2.1 s, and 5.3 s where its log-prob pass ran micro-batches of 4
+    # sequences without dynamic batching), 2.40 s on the forty before lease 24 and the
     # thirty-four before lease 22 (2.53 s on the twenty-eight before lease 20, 2.73 s on the eighteen before lease
     # 19, 3.0 s on the thirteen before lease 11).
     logprob_pass_s: float = 2.40
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
     # reductions): 3.3-6.9 s above the FLOP time over the twenty-one trials without the CPU optimizer, full recompute
     # (whose second forward is priced on its own: estimate_throughput) or micro-batches of one sequence (priced on
-    # their own: micro_batch_of_one_s); their median residual is 4.36 s, as over the nineteen before lease 24 (lease
+    # their own: micro_batch_of_one_s; lease 25's three 3B trials are each one of these, so the twenty-one are the
+    # same after it); their median residual is 4.36 s, as over the nineteen before lease 24 (lease
     # 22's micro-batch of one among them; 4.73 s over all twenty-three, lease 22's and 24's micro-batches of one in at
     # 23.0 and 24.9 s; 4.54 s over the twenty-eight steps before lease 20 with the full-recompute ones in, 4.73 s on
     # the eighteen before lease 19, 4.9 s on the twelve before lease 11).
@@ -128,7 +133,10 @@ class Efficiency:
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
     # 128 sequences of ~1.2k tokens a step (128 micro-batches), ran their updates in 28.4 and 27.0 s where the model
     # said 9.8 and 6.5 s: 0.145 and 0.161 s a micro-batch (benchmarks/calibration.py fit_micro_batch_cost; the
-    # median). Either size's figure predicts the other's update within 7% (calibration.md, held out). Not a cost of
+    # median). Either size's figure predicts the other's update within 7% (calibration.md, held out). Lease 25 tested
+    # it at a third size, the 3B on an H100 with its optimizer offloaded (c-3b-h3 #1): predicted with the constant
+    # before it ran, its update took 37.6 s against 38.1 (38.5 held out, the two others' fit 0.153 s); alone it says
+    # 0.146 s a micro-batch, and the median of the three is 0.146 s (within the constant's rounding). Not a cost of
     # every micro-batch: the four trials with micro-batches of 4 sequences (0.5B to 7B, 32 micro-batches a step) and
     # the dynamic-batch ones (6 to 38 micro-batches of 4k to 32k tokens) are predicted within a few % without it
     # (0.15 s each would put the four 4.9 s, 15-57%, over). What a micro-batch of one sequence pays that one of four
