@@ -14,14 +14,18 @@
 #   device.sh stop                  SIGTERM the running study (its running trial is recorded interrupted), then collect
 #
 # The lease's clock: the first call on a machine writes /root/lease_t0; the plan stops launching trials that would
-# not end before t0 + LEASE_S (default 1500 s: the machine is held at most 30 minutes, its start and the last
-# call's transfer included), and `wait` stops the plan there, so the last call collects before the machine goes.
+# not end before t0 + LEASE_S (as the lease's last call to name it said; default 1500 s: the machine is held at most
+# 30 minutes, its start and the last call's transfer included), and `wait` stops the plan there, so the last call
+# collects before the machine goes.
 set -uo pipefail
 REPO=$(pwd)
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /root/chunks /root/smoke
 [ -f /root/lease_t0 ] || date +%s > /root/lease_t0
-LEASE_S=${LEASE_S:-1500}
+# the LEASE_S a call names holds for the lease's later calls too (lease 25's `wait` calls, which named none, stopped
+# the plan at the default 1500 s, 40 s before its running trial's end, with 140 s of the lease left)
+[ -n "${LEASE_S:-}" ] && echo "$LEASE_S" > /root/lease_s
+LEASE_S=$(cat /root/lease_s 2> /dev/null || echo 1500)
 DEADLINE=$(( $(cat /root/lease_t0) + LEASE_S ))
 export DEADLINE
 export PYTHONPATH=/root/at_src:/root/site PATH=/root/site/bin:$PATH
