@@ -1,6 +1,6 @@
-"""The verl runner's kept Ray head (autotune/runners/ray_node.py, issue 24): one real `ray start --head` per runner,
-joined by every trial (the documented double of verl's main_ppo joins it as verl's driver does), restarted where a
-trial's Ray worker stays, stopped at close(), and stopped by the next run where a killed tuner left it."""
+"""The verl runner's kept Ray head (autotune/runners/node/ray_head.py, issue 24): one real `ray start --head` per
+runner, joined by every trial (the documented double of verl's main_ppo joins it as verl's driver does), restarted
+where a trial's Ray worker stays, stopped at close(), and stopped by the next run where a killed tuner left it."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 from autotune import verl
 from autotune.job import Job
 from autotune.results.timeline import KEPT_RAY_UP, Timeline, study_time
-from autotune.runners import ray_node
-from autotune.runners.procs import RECORD
+from autotune.runners.node import ray_head
+from autotune.runners.node.procs import RECORD
 from autotune.runners.verl import VerlOptions, VerlRunner
 from tests.conftest import make_setup
 from tests.fake_verl import ENTRY, env_for, fast_options, make_spec, pid_alive
@@ -61,7 +61,7 @@ def test_trials_join_one_kept_head_a_leftover_worker_restarts_it_and_close_stops
         assert ov[verl.RAY_SETUP_HOOK_KEY.lstrip("+")] == "autotune.verl.shims.install"
         assert "Connected to Ray cluster" in Path(first.log_path).read_text()
         assert first.extra["cleanup"]["ray_workers_s"] < 3.0 and "ray_head_stopped" not in first.extra["cleanup"]
-        record = tmp_path / ray_node.HEAD_DIR / RECORD
+        record = tmp_path / ray_head.HEAD_DIR / RECORD
         assert json.loads(record.read_text())["root_pid"] == head.pid  # kill-safe while it runs
 
         # the second trial joins the same head and starts no Ray; its detached actor outlives the job
@@ -85,13 +85,13 @@ def test_trials_join_one_kept_head_a_leftover_worker_restarts_it_and_close_stops
     finally:
         runner.close()
     assert not pid_alive(new.pid) and not record.exists() and not Path(new.temp_dir).exists()
-    assert ray_node.marked(ray_node.mark("autotune-s-t0001-a1")) == []
+    assert ray_head.marked(ray_head.mark("autotune-s-t0001-a1")) == []
 
 
 _ORPHAN = """
 import sys, time
 from pathlib import Path
-from autotune.runners.ray_node import KeptRay
+from autotune.runners.node.ray_head import KeptRay
 ray = KeptRay(grace_s=5.0)
 ray.ensure({**__import__("os").environ, "RAY_AUTH_MODE": "token"}, 1, 2, Path(sys.argv[1]))
 print(ray.head.pid, ray.head.temp_dir, flush=True)
@@ -110,7 +110,7 @@ def test_a_head_a_killed_tuner_left_is_stopped_by_the_next_runner(tmp_path: Path
         tuner.send_signal(signal.SIGKILL)  # the tuner cannot stop its head
         tuner.wait()
     head = int(pid)
-    assert pid_alive(head) and (study / ray_node.HEAD_DIR / RECORD).exists()
+    assert pid_alive(head) and (study / ray_head.HEAD_DIR / RECORD).exists()
 
     # the next run's runner (a private Ray trial: no head of its own) stops it before its first trial
     runner = VerlRunner(fast_options(keep_ray=False), entry=ENTRY, env=env_for(tmp_path / "rec.jsonl",
@@ -121,9 +121,9 @@ def test_a_head_a_killed_tuner_left_is_stopped_by_the_next_runner(tmp_path: Path
     finally:
         runner.close()
     assert res.status.value == "ok" and res.extra["ray"] == "private"
-    assert any(ray_node.HEAD_DIR in o for o in res.extra["orphans_stopped_before"])
+    assert any(ray_head.HEAD_DIR in o for o in res.extra["orphans_stopped_before"])
     assert not pid_alive(head) and not Path(temp_dir).exists()
-    assert not (study / ray_node.HEAD_DIR / RECORD).exists()
+    assert not (study / ray_head.HEAD_DIR / RECORD).exists()
 
 
 def test_without_keep_ray_each_trial_gets_a_private_ray(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_without_keep_ray_each_trial_gets_a_private_ray(tmp_path: Path) -> None:
     off = VerlRunner(VerlOptions(keep_ray=False))
     ov = off.short_run_overrides(spec, tmp_path / "m.jsonl", "/tmp/at-ray-x", 1)
     assert ov[verl.RAY_ADDRESS_KEY] == "local" and ov[verl.RAY_INIT_PREFIX + "_temp_dir"] == "/tmp/at-ray-x"
-    assert ray_node.TRIAL_ENV not in "".join(ov)
+    assert ray_head.TRIAL_ENV not in "".join(ov)
     # a job setting what ray.init refuses when it joins a cluster keeps a private Ray, and says why
     job = Job.from_mapping({"+ray_kwargs.ray_init.object_store_memory": 10**9})
     how, why = VerlRunner()._ray_mode(make_spec(make_setup(job=job), tmp_path))

@@ -17,7 +17,7 @@ from autotune import units, verl
 
 SPANS = "step_spans_s"  # the key of extra the step spans are stored under
 # A trial that joined the verl runner's kept Ray head (extra["ray"]: "kept", or "fresh" for the one that started it,
-# before launch: timings["ray_head_start_s"]) connects to Ray instead of starting it (autotune/runners/ray_node.py).
+# before launch: timings["ray_head_start_s"]) connects to Ray instead of starting it (runners/node/ray_head.py).
 KEPT_RAY = ("kept", "fresh")
 KEPT_RAY_UP = "Ray joined (kept head)"
 
@@ -59,7 +59,7 @@ class Timeline:
     wall_s: float
     milestones: tuple[Event, ...]  # start-up milestones seen, in time order
     steps: tuple[StepSpan, ...]
-    ray: str = ""  # how the run got its Ray (autotune/runners/ray_node.py); "" where not recorded
+    ray: str = ""  # how the run got its Ray (autotune/runners/node/ray_head.py); "" where not recorded
     ray_head_start_s: float = 0.0  # starting the kept head before launch: paid by this run, not in wall_s
 
     @classmethod

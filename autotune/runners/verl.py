@@ -24,10 +24,10 @@ from autotune import units, verl
 from autotune.model import ModelArch
 from autotune.results import memory_trace, noise, timeline
 from autotune.results.export import launch_argv
-from autotune.runners import ray_node
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
-from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage, RemoteGpus
-from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
+from autotune.runners.node import ray_head
+from autotune.runners.node.gpu_monitor import GpuMonitor, GpuUsage, RemoteGpus
+from autotune.runners.node.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
 from autotune.runners.progress import estimate
 from autotune.verl.caches import BYTECODE_EXTRA, share_caches
 from autotune.verl.doctor import Diagnosis, has_bytecode, run_doctor, stack_env
@@ -60,7 +60,7 @@ class VerlOptions:
     preflight: bool = True
     own_ray: bool = True  # autotune's own local Ray on a single node; several nodes use RAY_ADDRESS's cluster
     # one Ray head per node kept across trials (--keep-ray/--no-keep-ray; None: on for real verl, off for a test entry
-    # point), else a private Ray per trial: Ray's start and stop are paid once per run (runners/ray_node.py)
+    # point), else a private Ray per trial: Ray's start and stop are paid once per run (runners/node/ray_head.py)
     keep_ray: bool | None = None
     ray_address: str | None = None  # the Ray executor's cluster: verl's driver joins it (never a private Ray)
     cleanup_timeout_s: float = 120.0  # for the GPUs to return to their memory before the trial
@@ -90,7 +90,7 @@ class _Attempt:
     cleanup: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     ray_tmp: str = ""
-    ray: str = ""  # the trial's Ray: ray_node.py's modes ("kept", "fresh", "private", "cluster", "verl")
+    ray: str = ""  # the trial's Ray: node/ray_head.py's modes ("kept", "fresh", "private", "cluster", "verl")
     ray_note: str = ""  # why it is private where a kept head was asked for
     caches: str = ""  # the shared caches at launch: "warm", "cold", "" (off)
     missed: str = ""  # why the extra steps after the measured one are missing (the run ended first)
@@ -121,7 +121,7 @@ class VerlRunner(Runner):
         self._reaped = False
         self._orphans: list[str] = []
         self._fatal = ""  # why no further trial can run here (a FATAL failure of the previous trial)
-        self._ray = ray_node.KeptRay(self.options.grace_s)
+        self._ray = ray_head.KeptRay(self.options.grace_s)
         self.diagnosis: Diagnosis | None = None  # the doctor's, before the first trial
 
     def describe(self) -> str:
@@ -145,8 +145,8 @@ class VerlRunner(Runner):
             verl.RAY_ENV_VAR_PREFIX + verl.FILE_LOGGER_ENV: str(log_jsonl),
         }
         head = self._ray.head  # none yet at the pre-flight check: the address is a placeholder there
-        extra.update(ray_node.overrides(self._ray_mode(spec)[0], self.options.ray_address or (
-            head.address if head else "local"), ray_tmp, ray_node.mark(name), (spec.placement or {}).get("groups")))
+        extra.update(ray_head.overrides(self._ray_mode(spec)[0], self.options.ray_address or (
+            head.address if head else "local"), ray_tmp, ray_head.mark(name), (spec.placement or {}).get("groups")))
         # what the node's software needs (the doctor's findings), where the job says nothing
         for key, value in self.job_defaults(spec).items():
             extra[key] = value
@@ -254,17 +254,17 @@ class VerlRunner(Runner):
         for p in (log_path, jsonl):
             p.unlink(missing_ok=True)
         how, ray_note = self._ray_mode(spec)
-        env = ray_node.trial_env(self._env(jsonl), how, "")
+        env = ray_head.trial_env(self._env(jsonl), how, "")
         caches, bytecode = self._caches(spec, env)  # "warm", "cold", or "" (off); bytecode kept there
         paid = 0.0  # seconds this attempt spent starting the kept head: the first trial that needs it starts it
         if how == "kept":
             how, paid, ray_note = self._ray.join(env, spec.cluster.gpus_per_node, spec.job.get(verl.RAY_NUM_CPUS),
                                                  self._study_dir(spec))
         timings: dict[str, float] = {"ray_head_start_s": paid} if paid else {}
-        mark = ray_node.mark(self._name(spec, attempt)) if how in ("kept", "fresh") else ""
+        mark = ray_head.mark(self._name(spec, attempt)) if how in ("kept", "fresh") else ""
         head_tmp = self._ray.head.temp_dir if mark and self._ray.head else ""
-        ray_tmp = "" if mark else ray_node.private_tmp()
-        ray_node.trial_env(env, how, ray_tmp)
+        ray_tmp = "" if mark else ray_head.private_tmp()
+        ray_head.trial_env(env, how, ray_tmp)
         argv = self.argv(spec, self.short_run_overrides(spec, jsonl, ray_tmp, attempt))
         (trial_dir / f"command{sfx}.json").write_text(json.dumps({"argv": argv, "cwd": str(trial_dir), "env": {
             k: env[k] for k in (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "HYDRA_FULL_ERROR", "CUDNN_PATH",
@@ -411,10 +411,10 @@ class VerlRunner(Runner):
 
     def _ray_mode(self, spec: TrialSpec) -> tuple[str, str]:
         """Autotune's own local Ray on one node (a kept head, or a private one per trial); several nodes use the Ray
-        cluster in RAY_ADDRESS (ray_node.mode)."""
+        cluster in RAY_ADDRESS (ray_head.mode)."""
         keep = self.options.keep_ray if self.options.keep_ray is not None else self.entry is None
         own = self.options.own_ray and spec.cluster.nodes == 1
-        how, why = ray_node.mode(keep and not self._ray.failed, own, self.options.ray_address, spec.job)
+        how, why = ray_head.mode(keep and not self._ray.failed, own, self.options.ray_address, spec.job)
         return how, why or (self._ray.failed if how == "private" else "")
 
     @staticmethod
@@ -455,7 +455,7 @@ class VerlRunner(Runner):
         info = tracker.stop(self.options.grace_s)
         if not info["remaining"]:
             (trial_dir / RECORD).unlink(missing_ok=True)
-        if mark:  # its Ray workers on the kept head go with its job; those that stay stop the head (ray_node.py)
+        if mark:  # its Ray workers on the kept head go with its job; those that stay stop the head (node/ray_head.py)
             info.update(self._ray.settle(mark, self.options.cleanup_timeout_s))
         log.poll()
         baseline = monitor.baseline

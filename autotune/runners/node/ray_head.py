@@ -43,7 +43,7 @@ from typing import Any
 
 from autotune import verl
 from autotune.cluster import detect_local_gpus
-from autotune.runners.procs import RECORD, ProcessTracker, ProcInfo, all_procs, write_record
+from autotune.runners.node.procs import RECORD, ProcessTracker, ProcInfo, all_procs, write_record
 from autotune.verl import shims
 
 TRIAL_ENV = "AUTOTUNE_RAY_TRIAL"  # in every Ray worker process of a trial's attempt (runtime_env env_vars)
