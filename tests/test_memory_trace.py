@@ -106,7 +106,7 @@ def test_the_runner_stores_each_moment_and_status_and_the_dashboard_show_it(
         tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Through the test double of verl (its phases last a fraction of a second, so the margins are off here) and a
     stand-in for NVML that reads 30 GiB throughout."""
-    from autotune.runners.gpu_monitor import GpuMonitor
+    from autotune.runners.node.gpu_monitor import GpuMonitor
     from autotune.runners.verl import VerlRunner
     from autotune.study.study import Tuner
     from tests.conftest import cli_run, make_setup

@@ -21,7 +21,7 @@ from autotune.candidate import Candidate
 from autotune.cluster import visible_gpus
 from autotune.runners import RunnerUnavailable, make_runner
 from autotune.runners.base import RunnerFatal, TrialStatus
-from autotune.runners.gpu_monitor import GpuMonitor
+from autotune.runners.node.gpu_monitor import GpuMonitor
 from autotune.runners.verl import VerlRunner, make_verl_runner
 from autotune.verl.doctor import has_bytecode
 from tests.conftest import make_setup

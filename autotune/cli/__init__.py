@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--extra-steps", type=int, metavar="K", help="steps run after the measured one (default 1; 0: "
                    "none): their spread is the trial's measured noise, and leaders within it are a tie; the "
                    "objective stays the measured step's")
+    g.add_argument("--keep-ray", action=argparse.BooleanOptionalAction, default=None, help="one Ray head on this "
+                   "node kept across the trials, stopped when the run ends (default on a single node; --no-keep-ray: "
+                   "a private Ray started and stopped by each trial, as before)")
     g.add_argument("--prune-slower-than", type=float, metavar="FRACTION",
                    help="stop a trial whose early steps run below FRACTION of the best trial's (default: off)")
     g.add_argument("--prune-after", type=int, default=5, help="completed trials before pruning starts (default 5)")

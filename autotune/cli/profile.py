@@ -139,7 +139,9 @@ def _runner(backend: str, args: argparse.Namespace) -> Any:
         raise CLIError(str(e)) from None
     timeouts = {k: v for k, v in (("trial_timeout_s", args.trial_timeout), ("stall_timeout_s", args.stall_timeout))
                 if v is not None}
-    return ProfilingVerlRunner(VerlOptions(**timeouts), rollout_iterations=args.rollout_iterations or None,
+    # one run: a Ray head kept across trials would save nothing, so the run starts and stops a private Ray
+    return ProfilingVerlRunner(VerlOptions(**timeouts, keep_ray=False),
+                               rollout_iterations=args.rollout_iterations or None,
                                update_mini_batches=args.update_mini_batches or None)
 
 

@@ -140,9 +140,9 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
             how = " by SIGTERM" if stopping.exit_code(e) == 143 else ""
             err.print(f"autotune: interrupted{how}; the running trials are recorded as interrupted and every Optuna "
                       "trial this run asked is told. Re-run the same command to resume the study.")
-            runner.close()
             return stopping.exit_code(e)
-    runner.close()
+        finally:  # also when the study stops on a RunnerFatal: the verl runner's kept Ray head ends with the run
+            runner.close()
     best = tuner.store.best(tuner.study_name)
     summary["pruned_this_run"] = counts["pruned"]
     summary["best"] = _best_dict(best, tuner.study_name) if best else None
@@ -218,7 +218,8 @@ def _verl_options(args: argparse.Namespace) -> dict[str, Any]:
         raise CLIError(f"--extra-steps {extra_steps}: steps after the measured one, 0 or more")
     return {"trial_timeout_s": args.trial_timeout, "stall_timeout_s": args.stall_timeout,
             "startup_timeout_s": args.startup_timeout, "extra_steps": extra_steps,
-            "doctor": False if getattr(args, "skip_doctor", False) else None}
+            "doctor": False if getattr(args, "skip_doctor", False) else None,
+            "keep_ray": getattr(args, "keep_ray", None)}
 
 
 def _print_script_notes(setup: Setup) -> None:

@@ -16,6 +16,10 @@ from typing import Any
 from autotune import units, verl
 
 SPANS = "step_spans_s"  # the key of extra the step spans are stored under
+# A trial that joined the verl runner's kept Ray head (extra["ray"]: "kept", or "fresh" for the one that started it,
+# before launch: timings["ray_head_start_s"]) connects to Ray instead of starting it (runners/node/ray_head.py).
+KEPT_RAY = ("kept", "fresh")
+KEPT_RAY_UP = "Ray joined (kept head)"
 
 
 def step_spans(seen_at: Mapping[int, float], steps: Mapping[int, Mapping[str, float]]) -> dict[str, list[float]]:
@@ -55,6 +59,8 @@ class Timeline:
     wall_s: float
     milestones: tuple[Event, ...]  # start-up milestones seen, in time order
     steps: tuple[StepSpan, ...]
+    ray: str = ""  # how the run got its Ray (autotune/runners/node/ray_head.py); "" where not recorded
+    ray_head_start_s: float = 0.0  # starting the kept head before launch: paid by this run, not in wall_s
 
     @classmethod
     def from_extra(cls, extra: Mapping[str, Any] | None) -> Timeline | None:
@@ -65,12 +71,16 @@ class Timeline:
         wall = timings.get("wall_s")
         if not isinstance(wall, (int, float)) or wall <= 0:
             return None
-        events = [Event(k, verl.MILESTONE_LABELS.get(k, k), float(timings[f"{k}_s"]))
+        ray = str(extra.get("ray") or "")
+        labels = {**verl.MILESTONE_LABELS, **({"ray_up": KEPT_RAY_UP} if ray in KEPT_RAY else {})}
+        events = [Event(k, labels.get(k, k), float(timings[f"{k}_s"]))
                   for k in verl.STARTUP_MILESTONES if k != "first_step"
                   and isinstance(timings.get(f"{k}_s"), (int, float))]
         spans = [StepSpan(int(s), float(a), float(b)) for s, (a, b) in (extra.get(SPANS) or {}).items()]
+        head = timings.get("ray_head_start_s")
         return cls(float(wall), tuple(sorted(events, key=lambda e: e.at_s)),
-                   tuple(sorted(spans, key=lambda s: s.step)))
+                   tuple(sorted(spans, key=lambda s: s.step)), ray,
+                   float(head) if isinstance(head, (int, float)) else 0.0)
 
     @property
     def startup_s(self) -> float:
@@ -99,14 +109,25 @@ class Timeline:
         rows.sort(key=lambda r: r[1])
         return [*rows, ("exit", self.wall_s, None)]
 
+    def ray_words(self) -> str:
+        """How the run got its Ray, where it joined the kept head ("" otherwise)."""
+        if self.ray not in KEPT_RAY:
+            return ""
+        if self.ray_head_start_s:
+            return (f"Ray: started the kept head before launch ({units.seconds(self.ray_head_start_s)} s, not in "
+                    "the times above), then joined it")
+        return "Ray: joined the kept head an earlier trial started (no Ray start or stop of its own)"
+
     def summary(self) -> str:
+        words = self.ray_words()
         return (f"GPU busy {self.busy_fraction:.0%} of this trial: steps {units.seconds(self.steps_s)} s of "
                 f"{units.seconds(self.wall_s)} s launch to exit (start-up {units.seconds(self.startup_s)} s, "
-                f"stop and clean-up {units.seconds(self.after_s)} s)")
+                f"stop and clean-up {units.seconds(self.after_s)} s)" + (f"; {words}" if words else ""))
 
     def as_dict(self) -> dict[str, Any]:
         return {"wall_s": self.wall_s, "startup_s": round(self.startup_s, 2), "steps_s": round(self.steps_s, 2),
                 "after_s": round(self.after_s, 2), "busy_fraction": round(self.busy_fraction, 4),
+                "ray": self.ray, "ray_head_start_s": self.ray_head_start_s,
                 "events": [{"what": w, "at_s": a, "seconds": d} for w, a, d in self.rows()]}
 
 
@@ -148,5 +169,6 @@ def study_time(rows: Iterable[Any]) -> StudyTime | None:
              for t in timelines(r.extra)]
     if not found:
         return None
-    return StudyTime(len(found), sum(t.startup_s for t in found), sum(t.steps_s for t in found),
+    # a kept Ray head's start (before its first trial's launch) counts as start-up
+    return StudyTime(len(found), sum(t.startup_s + t.ray_head_start_s for t in found), sum(t.steps_s for t in found),
                      sum(t.wall_s - t.startup_s - t.steps_s for t in found))

@@ -3,8 +3,8 @@
 Test doubles live in tests/, never here: no user command can select one.
 
 Owns the runner interface (`base`), one runner per backend (`simulate`, `replay`, `verl`, the Megatron-core probe in
-`mcore/`), what the verl runner shares (`procs`, `progress`, `gpu_monitor`, `confirm`, `probed`) and the graceful
-stop (`stopping`).
+`mcore/`), what the verl runner shares (`node/`: the trial's processes, the GPUs, the kept Ray head; `progress`,
+`confirm`, `probed`) and the graceful stop (`stopping`).
 
 May import: the flat values, verl, candidate, job, estimate, store, search and results.
 """

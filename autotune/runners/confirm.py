@@ -81,7 +81,7 @@ def confirm_one(tuner: Any, row: TrialRow, steps: int) -> dict[str, Any]:
         **longest_responses(result.steps),
     }
     if (result.extra or {}).get("timings"):  # the run's timeline (autotune/results/timeline.py): the study's time sums
-        conf["timeline"] = {k: result.extra[k] for k in ("timings", SPANS) if k in result.extra}
+        conf["timeline"] = {k: result.extra[k] for k in ("timings", SPANS, "ray") if k in result.extra}
     conf.update(headroom(result.peak_memory_gib, s.cluster.gpu.memory_gib, row))
     extra = {**(row.extra or {}), "confirm": conf}
     values: dict[str, Any] = {"extra": extra}

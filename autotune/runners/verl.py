@@ -13,9 +13,7 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,10 +25,10 @@ from autotune.model import ModelArch
 from autotune.results import memory_trace, noise, timeline
 from autotune.results.export import launch_argv
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
-from autotune.runners.gpu_monitor import GpuMonitor, GpuUsage
-from autotune.runners.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
+from autotune.runners.node import ray_head
+from autotune.runners.node.gpu_monitor import GpuMonitor, GpuUsage, RemoteGpus
+from autotune.runners.node.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
 from autotune.runners.progress import estimate
-from autotune.verl import shims
 from autotune.verl.caches import BYTECODE_EXTRA, share_caches
 from autotune.verl.doctor import Diagnosis, has_bytecode, run_doctor, stack_env
 from autotune.verl.log import LineTail, RunLog, classify
@@ -60,7 +58,10 @@ class VerlOptions:
     extra_steps: int = 1
     retries: int = 1  # extra attempts for a crash or NCCL error
     preflight: bool = True
-    own_ray: bool = True  # a fresh local Ray per trial on a single node; several nodes use RAY_ADDRESS's cluster
+    own_ray: bool = True  # autotune's own local Ray on a single node; several nodes use RAY_ADDRESS's cluster
+    # one Ray head per node kept across trials (--keep-ray/--no-keep-ray; None: on for real verl, off for a test entry
+    # point), else a private Ray per trial: Ray's start and stop are paid once per run (runners/node/ray_head.py)
+    keep_ray: bool | None = None
     ray_address: str | None = None  # the Ray executor's cluster: verl's driver joins it (never a private Ray)
     cleanup_timeout_s: float = 120.0  # for the GPUs to return to their memory before the trial
     gpu_tolerance_gib: float = 1.0
@@ -89,6 +90,8 @@ class _Attempt:
     cleanup: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     ray_tmp: str = ""
+    ray: str = ""  # the trial's Ray: node/ray_head.py's modes ("kept", "fresh", "private", "cluster", "verl")
+    ray_note: str = ""  # why it is private where a kept head was asked for
     caches: str = ""  # the shared caches at launch: "warm", "cold", "" (off)
     missed: str = ""  # why the extra steps after the measured one are missing (the run ended first)
     trace: Path | None = None  # NVML's samples of the attempt (memory per moment)
@@ -118,6 +121,7 @@ class VerlRunner(Runner):
         self._reaped = False
         self._orphans: list[str] = []
         self._fatal = ""  # why no further trial can run here (a FATAL failure of the previous trial)
+        self._ray = ray_head.KeptRay(self.options.grace_s)
         self.diagnosis: Diagnosis | None = None  # the doctor's, before the first trial
 
     def describe(self) -> str:
@@ -133,29 +137,16 @@ class VerlRunner(Runner):
 
     def short_run_overrides(self, spec: TrialSpec, log_jsonl: Path, ray_tmp: str, attempt: int) -> dict[str, Any]:
         last = spec.measure_step + self.extra_steps(spec)
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"autotune-{spec.study}-t{spec.number:04d}-a{attempt}")[:120]
+        name = self._name(spec, attempt)
         extra: dict[str, Any] = {
             **verl.SHORT_RUN,
             verl.TOTAL_TRAINING_STEPS: last,
             verl.EXPERIMENT_NAME: name,
             verl.RAY_ENV_VAR_PREFIX + verl.FILE_LOGGER_ENV: str(log_jsonl),
         }
-        if self.options.ray_address:
-            from autotune.verl import ray_hook
-
-            extra[verl.RAY_ADDRESS_KEY] = self.options.ray_address
-            extra[verl.RAY_NAMESPACE_KEY] = ray_hook.NAMESPACE
-            groups = (spec.placement or {}).get("groups")
-            if groups:  # verl adopts the groups the executor reserved (verl/ray_hook.py)
-                extra[verl.RAY_SETUP_HOOK_KEY] = ray_hook.HOOK
-                extra[verl.RAY_ENV_VAR_PREFIX + ray_hook.ENV] = ",".join(groups)
-            else:
-                extra[verl.RAY_SETUP_HOOK_KEY] = shims.SETUP_HOOK
-        elif self._own_ray(spec):
-            extra[verl.RAY_SETUP_HOOK_KEY] = shims.SETUP_HOOK  # the stack's fixes in every Ray worker
-            extra[verl.RAY_ADDRESS_KEY] = "local"
-            extra[verl.RAY_INIT_PREFIX + "_temp_dir"] = ray_tmp
-            extra[verl.RAY_INIT_PREFIX + "include_dashboard"] = False
+        head = self._ray.head  # none yet at the pre-flight check: the address is a placeholder there
+        extra.update(ray_head.overrides(self._ray_mode(spec)[0], self.options.ray_address or (
+            head.address if head else "local"), ray_tmp, ray_head.mark(name), (spec.placement or {}).get("groups")))
         # what the node's software needs (the doctor's findings), where the job says nothing
         for key, value in self.job_defaults(spec).items():
             extra[key] = value
@@ -262,10 +253,19 @@ class VerlRunner(Runner):
         log_path, jsonl = trial_dir / f"verl{sfx}.log", trial_dir / f"metrics{sfx}.jsonl"
         for p in (log_path, jsonl):
             p.unlink(missing_ok=True)
-        ray_tmp = tempfile.mkdtemp(prefix="at-ray-", dir="/tmp")  # short: Ray's socket paths must stay < 108 bytes
-        argv = self.argv(spec, self.short_run_overrides(spec, jsonl, ray_tmp, attempt))
-        env = self._env(jsonl, ray_tmp, self._own_ray(spec))
+        how, ray_note = self._ray_mode(spec)
+        env = ray_head.trial_env(self._env(jsonl), how, "")
         caches, bytecode = self._caches(spec, env)  # "warm", "cold", or "" (off); bytecode kept there
+        paid = 0.0  # seconds this attempt spent starting the kept head: the first trial that needs it starts it
+        if how == "kept":
+            how, paid, ray_note = self._ray.join(env, spec.cluster.gpus_per_node, spec.job.get(verl.RAY_NUM_CPUS),
+                                                 self._study_dir(spec))
+        timings: dict[str, float] = {"ray_head_start_s": paid} if paid else {}
+        mark = ray_head.mark(self._name(spec, attempt)) if how in ("kept", "fresh") else ""
+        head_tmp = self._ray.head.temp_dir if mark and self._ray.head else ""
+        ray_tmp = "" if mark else ray_head.private_tmp()
+        ray_head.trial_env(env, how, ray_tmp)
+        argv = self.argv(spec, self.short_run_overrides(spec, jsonl, ray_tmp, attempt))
         (trial_dir / f"command{sfx}.json").write_text(json.dumps({"argv": argv, "cwd": str(trial_dir), "env": {
             k: env[k] for k in (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "HYDRA_FULL_ERROR", "CUDNN_PATH",
                                 verl.VLLM_COMPILE_CACHE_OFF_ENV, *verl.SHARED_CACHE_ENV, verl.BYTECODE_PREFIX_ENV)
@@ -285,7 +285,6 @@ class VerlRunner(Runner):
         write_record(trial_dir / RECORD, tracker)
         last_progress, last_scan, last_shown = started, 0.0, 0.0
         seen_at: dict[int, float] = {}  # step -> seconds after launch it appeared (the live line's estimate)
-        timings: dict[str, float] = {}
         status: TrialStatus | None = None
         reason, failure, excerpt = "", "", ""
         hung_after_fatal = False
@@ -350,14 +349,13 @@ class VerlRunner(Runner):
                 time.sleep(opts.poll_s)
         except BaseException:  # Ctrl-C, or a bug here: nothing of the trial may outlive this call
             log.close()
-            self._stop_and_clean(tracker, monitor, log, trial_dir)
+            self._stop_and_clean(tracker, monitor, log, trial_dir, mark)
             monitor.stop()
-            if not any(Path(ray_tmp).iterdir()):
-                shutil.rmtree(ray_tmp, ignore_errors=True)
+            self._ray.logs_kept(ray_tmp, "", True)
             raise
         rc = proc.poll()
         killed_by_us = rc is None
-        cleanup = self._stop_and_clean(tracker, monitor, log, trial_dir)
+        cleanup = self._stop_and_clean(tracker, monitor, log, trial_dir, mark)
         gpu = monitor.stop()
         rc = proc.returncode
         log.poll(final=True)
@@ -386,13 +384,9 @@ class VerlRunner(Runner):
         if measured and status != TrialStatus.OK:
             missed = f"{failure or status.value}: {units.clip(reason, 300)}"
             status, failure, reason = TrialStatus.OK, "", ""
-        if (status != TrialStatus.OK or opts.keep_ray_tmp) and any(Path(ray_tmp).iterdir()):
-            kept = ray_tmp  # Ray's session logs (every worker's output) for the post-mortem
-        else:
-            shutil.rmtree(ray_tmp, ignore_errors=True)
-            kept = ""
-        return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, caches,
-                        missed, monitor.trace if gpu.available else None, bytecode)
+        kept = self._ray.logs_kept(ray_tmp, head_tmp, status != TrialStatus.OK or opts.keep_ray_tmp)
+        return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, how,
+                        ray_note, caches, missed, monitor.trace if gpu.available else None, bytecode)
 
     @staticmethod
     def _show(spec: TrialSpec, log: RunLog, seen_at: dict[int, float], elapsed: float, monitor: GpuMonitor,
@@ -415,18 +409,28 @@ class VerlRunner(Runner):
     def _window_done(log: RunLog, first: int, last: int) -> bool:
         return all(s in log.steps and verl.M_THROUGHPUT in log.steps[s] for s in range(first, last + 1))
 
-    def _own_ray(self, spec: TrialSpec) -> bool:
-        """A fresh local Ray per trial on one node; several nodes use the Ray cluster in RAY_ADDRESS."""
-        return self.options.own_ray and not self.options.ray_address and spec.cluster.nodes == 1
+    def _ray_mode(self, spec: TrialSpec) -> tuple[str, str]:
+        """Autotune's own local Ray on one node (a kept head, or a private one per trial); several nodes use the Ray
+        cluster in RAY_ADDRESS (ray_head.mode)."""
+        keep = self.options.keep_ray if self.options.keep_ray is not None else self.entry is None
+        own = self.options.own_ray and spec.cluster.nodes == 1
+        how, why = ray_head.mode(keep and not self._ray.failed, own, self.options.ray_address, spec.job)
+        return how, why or (self._ray.failed if how == "private" else "")
 
-    def _env(self, jsonl: Path, ray_tmp: str, own_ray: bool) -> dict[str, str]:
+    @staticmethod
+    def _name(spec: TrialSpec, attempt: int) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"autotune-{spec.study}-t{spec.number:04d}-a{attempt}")[:120]
+
+    @staticmethod
+    def _study_dir(spec: TrialSpec) -> Path:
+        here = spec.workdir.resolve()  # <workdir>/<study>/trial_NNNN, or deeper for a confirmation run
+        return next((p for p in here.parents if p.name == spec.study), here.parent)
+
+    def _env(self, jsonl: Path) -> dict[str, str]:
         env = stack_env({**os.environ, **self.env})  # autotune's Ray hook importable; torch's cuDNN first
         env[verl.FILE_LOGGER_ENV] = str(jsonl)
         env["PYTHONUNBUFFERED"] = "1"
         env["HYDRA_FULL_ERROR"] = "1"  # whole tracebacks: the failure classes read them
-        if own_ray:
-            env.pop("RAY_ADDRESS", None)
-            env["RAY_TMPDIR"] = ray_tmp
         return env
 
     def _caches(self, spec: TrialSpec, env: dict[str, str]) -> tuple[str, bool]:
@@ -436,23 +440,23 @@ class VerlRunner(Runner):
         "" when shared caches are off, and whether the trial keeps its bytecode there."""
         if not self.options.shared_caches:
             return "", False
-        here = spec.workdir.resolve()  # <workdir>/<study>/trial_NNNN, or deeper for a confirmation run
-        study = next((p for p in here.parents if p.name == spec.study), here.parent)
-        return share_caches(env, study.parent / "cache", has_bytecode)
+        return share_caches(env, self._study_dir(spec).parent / "cache", has_bytecode)
 
     def _gpu(self) -> GpuMonitor:
         if self.options.ray_address:  # the GPUs are on the cluster's nodes; Ray's accounting frees them
-            return _RemoteGpus(interval_s=self.options.gpu_sample_s)
+            return RemoteGpus(interval_s=self.options.gpu_sample_s)
         if self._monitor is None:
             self._monitor = self._gpu_factory(interval_s=self.options.gpu_sample_s)
         return self._monitor
 
     # clean-up -------------------------------------------------------------------------------------------------
-    def _stop_and_clean(self, tracker: ProcessTracker, monitor: GpuMonitor, log: RunLog,
-                        trial_dir: Path) -> dict[str, Any]:
+    def _stop_and_clean(self, tracker: ProcessTracker, monitor: GpuMonitor, log: RunLog, trial_dir: Path,
+                        mark: str) -> dict[str, Any]:
         info = tracker.stop(self.options.grace_s)
         if not info["remaining"]:
             (trial_dir / RECORD).unlink(missing_ok=True)
+        if mark:  # its Ray workers on the kept head go with its job; those that stay stop the head (node/ray_head.py)
+            info.update(self._ray.settle(mark, self.options.cleanup_timeout_s))
         log.poll()
         baseline = monitor.baseline
         if monitor.available:
@@ -462,8 +466,9 @@ class VerlRunner(Runner):
             if busy:
                 info["gpu_busy"] = busy
                 self._dirty = (baseline, "; ".join(busy))
-        if info["remaining"]:
-            self._dirty = (baseline, f"processes of the trial still alive after SIGKILL: {info['remaining']}")
+        if info["remaining"] or info.get("ray_workers_remaining"):
+            left = info["remaining"] + info.get("ray_workers_remaining", [])
+            self._dirty = (baseline, f"processes of the trial still alive after SIGKILL: {left}")
         return info
 
     def _ensure_gpus_free(self) -> None:
@@ -533,6 +538,9 @@ class VerlRunner(Runner):
             extra[BYTECODE_EXTRA] = True
         if att.ray_tmp:
             extra["ray_tmp"] = att.ray_tmp
+        extra["ray"] = att.ray
+        if att.ray_note:
+            extra["ray_note"] = att.ray_note
         if self._orphans:
             extra["orphans_stopped_before"], self._orphans = self._orphans, []
         if len(extra["attempts"]) > 1:
@@ -556,15 +564,7 @@ class VerlRunner(Runner):
 
     def close(self) -> None:
         self._monitor = None
-
-
-class _RemoteGpus(GpuMonitor):
-    """A trial on a Ray cluster: its GPUs are not this host's, so NVML here says nothing about them."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.nvml, self._handles = None, []
-        self.reason = "trial on a Ray cluster: GPU memory is not sampled from the tuner's host"
+        self._ray.stop()
 
 
 _CLI_OPTIONS = {f for f in VerlOptions.__dataclass_fields__}

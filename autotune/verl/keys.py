@@ -437,6 +437,9 @@ RAY_POOL_MODULE = "verl.single_controller.ray.base"
 RAY_SETUP_HOOK_KEY = RAY_INIT_PREFIX + "runtime_env.worker_process_setup_hook"
 RAY_NAMESPACE_KEY = RAY_INIT_PREFIX + "namespace"
 RAY_ADDRESS_KEY = RAY_INIT_PREFIX + "address"
+# In verl's config (null: Ray counts the node's CPUs); ray.init refuses it when it joins a running cluster, so the
+# verl runner's kept Ray head takes the job's value instead (autotune/runners/node/ray_head.py).
+RAY_NUM_CPUS = "ray_kwargs.ray_init.num_cpus"
 
 # ---------------------------------------------------------------------------------------------------------------
 # verl's profiler (verl/utils/profiler/, trainer/config/_generated_ppo_megatron_trainer.yaml; verl 0.9.1), as

@@ -18,7 +18,8 @@ Behaviour: env FAKE_VERL_MODE, or FAKE_VERL_RULES = JSON [{"when": {override key
 matched on the overrides (first match wins; default "ok"). Modes: ok, slow, no_gpus, gpu_oom, vllm_start_oom,
 vllm_wakeup_oom, kv_cache, host_oom, sigkill, nccl, config_error, crash, crash_once, hang, hang_after_step,
 rollout_loop, early_exit, leave_child, ignore_sigterm, late_oom (OOM at step 5), vllm_start_hang, import_error,
-attention_backend, tokenizer_error (at FAKE_VERL_FAIL_STEP).
+attention_backend, tokenizer_error (at FAKE_VERL_FAIL_STEP), leak_actor (on a Ray cluster: runs as ok, and leaves a
+detached actor, whose worker outlives the job).
 With verl's profiler on (`global_profiler.tool=torch`, `global_profiler.steps=[N]`) it writes step N's traces with
 verl's own profiler code (profiled.py).
 Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STEP_JITTER (steps after the first run at
@@ -254,6 +255,9 @@ class TaskRunnerV1:
         ).remote() for pg in pgs]
         out(f"resource pool global_pool: {nnodes} x {gpn} GPUs in placement groups "
             f"{[pg.id.hex()[:12] for pg in pgs]}")
+        if choose_mode(ov) == "leak_actor":  # a detached actor: Ray does not end it with the job (a leaked worker)
+            leak = ray.remote(num_cpus=0)(_Worker).options(name=f"leak-{os.getpid()}", lifetime="detached").remote()
+            ray.get(leak.step.remote(0))
         try:
             train(argv, ov, choose_mode(ov), pre="", children=[],
                   barrier=lambda step: ray.get([w.step.remote(step) for w in workers]))

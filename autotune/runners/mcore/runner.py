@@ -26,7 +26,7 @@ from autotune.estimate.memory import estimate_memory
 from autotune.job import Job
 from autotune.model import ModelArch
 from autotune.runners.base import Runner, TrialResult, TrialSpec, TrialStatus
-from autotune.runners.procs import ProcessTracker, spawn
+from autotune.runners.node.procs import ProcessTracker, spawn
 from autotune.verl.doctor import stack_env
 
 MAX_PROBE_MICROBATCHES = 8  # enough to fill the pipeline and time a step; memory peaks at min(PP, M) in flight

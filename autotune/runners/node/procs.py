@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -152,12 +153,14 @@ class ProcessTracker:
 RECORD = "procs.json"
 
 
-def write_record(path: Path, tracker: ProcessTracker) -> None:
+def write_record(path: Path, tracker: ProcessTracker, remove: str = "") -> None:
+    """`remove`: a folder of the session's own under /tmp (a kept Ray head's temp dir), removed with it."""
     me = read_proc(os.getpid())
     root = read_proc(tracker.root.pid)
     path.write_text(json.dumps({
         "host": socket.gethostname(), "tuner_pid": os.getpid(), "tuner_start": me.start if me else None,
         "root_pid": tracker.root.pid, "root_start": root.start if root else None, "sid": tracker.sid,
+        **({"remove": remove} if remove else {}),
     }))
 
 
@@ -191,5 +194,8 @@ def reap_orphans(study_dir: Path, grace_s: float = 5.0) -> list[str]:
                 time.sleep(0.1)
         if members:
             stopped.append(f"{rec_path.parent.name}: {len(members)} processes of session {rec['sid']}")
+        remove = Path(rec.get("remove") or "/nonexistent")
+        if remove.parent == Path("/tmp") and remove.name.startswith("at-ray-"):  # a kept Ray head's, nothing else
+            shutil.rmtree(remove, ignore_errors=True)
         rec_path.unlink(missing_ok=True)
     return stopped

@@ -169,3 +169,12 @@ class GpuMonitor:
             if not busy or time.monotonic() >= deadline:
                 return busy
             time.sleep(poll_s)
+
+
+class RemoteGpus(GpuMonitor):
+    """A trial on a Ray cluster: its GPUs are not this host's, so NVML here says nothing about them."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.nvml, self._handles = None, []
+        self.reason = "trial on a Ray cluster: GPU memory is not sampled from the tuner's host"
