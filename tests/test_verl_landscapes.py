@@ -53,7 +53,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert not any(k in fused.meta["job"] for k in vl._MACHINE_PATHS)
     assert fused.setup().model.name == "qwen2.5-0.5b"
     report = (tmp_path / "fl.md").read_text()
-    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 6 |" in report
+    # lease 26's four 1.5B trials on an H100 join the six before
+    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 10 |" in report
     # lease 25's three 3B trials join lease 10's five, #2 read from its log (cut in its extra step, after step 3)
     assert "| verl-qwen2.5-3b-h100-g1-fused.csv | 8 |" in report
     assert abs(rows["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2"].throughput - 3830.96) < 0.1
@@ -63,7 +64,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
     assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 7 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    assert "19 of 22 real studies' first launches ran (8 of 11 the model's own picks;" in report
+    assert "20 of 23 real studies' first launches ran (8 of 11 the model's own picks;" in report
     assert "7 of 7 tables: the replayed first launch runs and is within 90% of the best." in report
 
 
