@@ -9,20 +9,24 @@ where the trial kept one) and whether the shared compile caches were cold or war
 Compares the trials before the start-up work (leases 3 and 3b: a fresh vLLM compile in every trial, three steps)
 with the trials after it (lease 4 on, the same 0.5B job: vLLM's compile cache kept under the work dir, one extra
 step for the noise), and says where a warm trial's time goes, stage by stage, against issue 24's target (steps 1-3 at
-60% of the wall).
+60% of the wall). The trials that ran through the runner's kept Ray head (extra["ray"] "fresh" or "kept":
+autotune/runners/node/ray_head.py) are a group of their own: the head's start before the first launch
+(`ray_head_start_s`, in the tuner's record of the trial that started it, not in its launch-to-step-1) is shown as its
+own figure, and how long each trial's Ray workers took to go after its driver (`cleanup.ray_workers_s`).
 
     python -m benchmarks.trial_cost      # writes benchmarks/results/trial_cost.md
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from autotune import verl
-from autotune.results.timeline import Timeline
+from autotune.results.timeline import KEPT_RAY, Timeline
 from autotune.verl.caches import BYTECODE_EXTRA
 from benchmarks import real_studies
 
@@ -40,6 +44,15 @@ class Cost:
     wall_s: float  # the tuner's record of the trial, launch to result
     steps_s: dict[int, float]  # verl's timing_s/step per step run
     timeline: Timeline | None  # its start-up milestones and step spans (time-stamped console), where recorded
+    config: str = ""  # its candidate's key: the same configuration in another study has the same
+    ray: str = ""  # how it got its Ray (extra["ray"]; "" where not recorded: a private Ray per trial)
+    ray_head_start_s: float = 0.0  # it started the kept head before its launch (in wall_s, not in its timeline)
+    ray_workers_s: float | None = None  # its Ray workers gone this long after its driver (kept head only)
+
+    @property
+    def kept_ray(self) -> bool:
+        """It ran through the runner's kept Ray head (started it, or joined it)."""
+        return self.ray in KEPT_RAY
 
     @property
     def startup_s(self) -> float | None:
@@ -59,20 +72,29 @@ def costs(dbs: list[Path]) -> list[Cost]:
                 continue  # a trial cut after its measured step ran no whole trial: its wall is not a trial's cost
             steps = {s.step: float(s.metrics[STEP]) for s in store.steps(row.id) if STEP in s.metrics}
             tl = Timeline.from_extra(row.extra)
+            extra = row.extra or {}
+            settle = (extra.get("cleanup") or {}).get("ray_workers_s")
             out.append(Cost(f"{db.parent.name}/{study.name}#{row.number}", int(study.model["num_layers"]),
-                            (row.extra or {}).get("caches", ""), bool((row.extra or {}).get(BYTECODE_EXTRA)),
+                            extra.get("caches", ""), bool(extra.get(BYTECODE_EXTRA)),
                             float(row.duration_s), steps,
-                            tl if tl and tl.steps else None))
+                            tl if tl and tl.steps else None, row.candidate_key or "", str(extra.get("ray") or ""),
+                            tl.ray_head_start_s if tl else 0.0,
+                            float(settle) if isinstance(settle, (int, float)) else None))
     return out
 
 
+HEAD_START = "Ray head started (before launch)"
+
+
 def stages(c: Cost) -> list[tuple[str, float]]:
-    """Where a trial's wall time went, stage by stage: launch to each start-up milestone from the one before, step 1,
-    the later steps, and the last step's end to the tuner's record (stopping verl and Ray, the GPUs given back)."""
+    """Where a trial's wall time went, stage by stage: the kept Ray head's start where this trial paid it (before its
+    launch), launch to each start-up milestone from the one before, step 1, the later steps, and the last step's end
+    to the tuner's record (stopping verl and Ray, the GPUs given back)."""
     tl = c.timeline
     if tl is None:
         return []
-    out, last = [], 0.0
+    out: list[tuple[str, float]] = [(HEAD_START, c.ray_head_start_s)] if c.ray_head_start_s else []
+    last = 0.0
     for e in tl.milestones:
         out.append((e.label, e.at_s - last))
         last = e.at_s
@@ -81,7 +103,7 @@ def stages(c: Cost) -> list[tuple[str, float]]:
     out.append(("step 1", first.seconds))
     if later:
         out.append((f"steps {later[0].step}-{later[-1].step}", later[-1].end_s - first.end_s))
-    out.append(("after the last step", c.wall_s - tl.steps[-1].end_s))
+    out.append(("after the last step", c.wall_s - c.ray_head_start_s - tl.steps[-1].end_s))
     return out
 
 
@@ -162,35 +184,148 @@ def study_of_eight(before: list[Cost], cold: list[Cost], warm: list[Cost]) -> tu
 def _group(name: str, cold: list[Cost], warm: list[Cost]) -> list[str]:
     def starts(cs: list[Cost]) -> str:
         return ", ".join(f"{c.startup_s:.0f} s" for c in cs if c.startup_s is not None) or "-"
+
+    def ray(cs: list[Cost]) -> str:
+        """The kept Ray head: its start where a trial paid it, its Ray workers' settle after its driver."""
+        head = [f"{c.ray_head_start_s:.1f} s" for c in cs if c.ray_head_start_s]
+        settle = [f"{c.ray_workers_s:.1f} s" for c in cs if c.ray_workers_s is not None]
+        return ((f"; the kept Ray head's start {', '.join(head)} before launch (in the wall, not in the start-up)"
+                 if head else "")
+                + (f"; its Ray workers gone {', '.join(settle)} after its driver" if settle else ""))
     out = []
     if cold:
         out.append(f"- {name}, cold (a study's first trial, {len(cold)}): wall "
-                   + ", ".join(f"{c.wall_s:.0f} s" for c in cold) + "; steps 1-3 "
-                   + ", ".join(f"{100 * c.share():.0f}%" for c in cold) + f"; start-up {starts(cold)}")
+                   + ", ".join(f"{c.wall_s:.0f} s" + (" (steps 1-3 only: no extra step)" if max(c.steps_s) <= 3
+                                                      else "") for c in cold) + "; steps 1-3 "
+                   + ", ".join(f"{100 * c.share():.0f}%" for c in cold) + f"; start-up {starts(cold)}" + ray(cold))
     if warm:
         out.append(f"- {name}, warm ({len(warm)} trials): median wall {statistics.median(c.wall_s for c in warm):.0f}"
                    f" s, steps 1-3 {100 * statistics.median(c.share() for c in warm):.0f}% of it "
-                   f"(best {100 * max(c.share() for c in warm):.0f}%), start-up {starts(warm)}")
+                   f"(best {100 * max(c.share() for c in warm):.0f}%), start-up {starts(warm)}" + ray(warm))
     return out
 
 
-def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None) -> str:
+def _milestones(c: Cost) -> dict[str, tuple[str, float]]:
+    """Launch to each start-up milestone, each from the one before it: key -> (label, seconds)."""
+    out, last = {}, 0.0
+    for e in c.timeline.milestones if c.timeline else ():
+        out[e.key] = (e.label, e.at_s - last)
+        last = e.at_s
+    return out
+
+
+RAY_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\s")
+RAY_STARTED = "Ray runtime started."
+
+
+def head_log_s(c: Cost, data: Path = DATA) -> float | None:
+    """Seconds from the first line of the kept head's `ray start` log (`<study>_ray_head/ray_start.log`, committed with
+    the lease) to its "Ray runtime started." line: Ray's own start; the rest of ray_head_start_s is before it (the
+    `ray start` process's imports). None where the log is not committed."""
+    lease, trial = c.source.split("/", 1)
+    log = data / lease / f"{trial.rsplit('#', 1)[0]}_ray_head" / "ray_start.log"
+    if not log.is_file():
+        return None
+    stamps = [(dt.datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f"), ln) for ln in log.read_text().splitlines()
+              if (m := RAY_LOG_TIME.match(ln))]
+    started = next((t for t, ln in stamps if RAY_STARTED in ln), None)
+    return (started - stamps[0][0]).total_seconds() if stamps and started else None
+
+
+def kept_head_report(cs: list[Cost], data: Path = DATA) -> list[str]:
+    """Each trial that started the kept Ray head against a trial of the same configuration, on caches as cold, that
+    started a private Ray: stage by stage, the head's start apart, and what its Ray workers took to go."""
+    pairs = []
+    for c in cs:
+        if not c.ray_head_start_s or c.timeline is None:
+            continue
+        ref = [r for r in cs if not r.kept_ray and r.timeline is not None and r.config == c.config
+               and r.caches == c.caches and r.bytecode == c.bytecode]
+        if ref:
+            pairs.append((ref[-1], c))
+    if not pairs:
+        return []
+    lines = ["## The kept Ray head (issue 24)", "",
+             "One `ray start --head` per `autotune run`; its trials join it (`--keep-ray`, "
+             "`autotune/runners/node/ray_head.py`). The trial that starts it pays the head's start before its launch "
+             "(`ray_head_start_s`: in the tuner's record of the trial, not in its launch-to-step-1); the later trials "
+             "of a study join it without that start. Seconds per stage, each milestone from the one before it, "
+             "against a trial of the same configuration on caches as cold that started a private Ray:", ""]
+    for ref, c in pairs:
+        a, b = _milestones(ref), _milestones(c)
+        name = {k: v[0] for k, v in {**a, **b}.items()}
+        name["ray_up"] = f"{a['ray_up'][0]} / {b['ray_up'][0]}" if "ray_up" in a and "ray_up" in b else name.get(
+            "ray_up", "ray_up")
+        ra, rb = ref.timeline, c.timeline
+        lines += [f"| stage | {ref.source} (private Ray) | {c.source} (kept head) |", "|---|---|---|",
+                  f"| {HEAD_START} | - | {c.ray_head_start_s:.1f} |"]
+        for k in dict.fromkeys([*a, *b]):
+            lines.append(f"| {name[k]} | " + " | ".join(f"{m[k][1]:.1f}" if k in m else "-" for m in (a, b)) + " |")
+        lines += [f"| to step 1's start | {ra.startup_s - ra.milestones[-1].at_s:.1f} | "
+                  f"{rb.startup_s - rb.milestones[-1].at_s:.1f} |",
+                  f"| **launch to step 1** | **{ra.startup_s:.1f}** | **{rb.startup_s:.1f}** |",
+                  f"| **with the head's start** | **{ra.startup_s:.1f}** | "
+                  f"**{rb.startup_s + c.ray_head_start_s:.1f}** |",
+                  f"| last step's end to exit (stop; Ray's stop, or its Ray workers' settle) | {ra.after_s:.1f} | "
+                  f"{rb.after_s:.1f} |", ""]
+        inside = ra.startup_s - rb.startup_s
+        ray_a = a.get("ray_up", ("", 0.0))[1]
+        ray_b = b.get("ray_up", ("", 0.0))[1]
+        moved = [(name[k], b[k][1] - a[k][1]) for k in a if k in b and k != "ray_up" and abs(b[k][1] - a[k][1]) >= 1]
+        gained = ra.startup_s - rb.startup_s - c.ray_head_start_s
+        ray_s = head_log_s(c, data)
+        if ray_s is not None:
+            lines.append(f"- The head's start, {c.ray_head_start_s:.1f} s: its `ray start` log says Ray's runtime "
+                         f"started {ray_s:.1f} s after its first line; the other {c.ray_head_start_s - ray_s:.1f} s "
+                         "are the `ray start` process's own start (its imports, on a fresh machine).")
+        lines += [f"- {c.source}, the study's first trial (it started the head), reached step 1 {inside:.1f} s sooner "
+                  f"after launch than {ref.source}: its Ray stage {ray_b:.1f} s against {ray_a:.1f} s (it joined "
+                  f"the head: Ray joined at the instant its config was validated); the other "
+                  f"{inside - (ray_a - ray_b):.1f} s net are stages the head does not run ("
+                  + ", ".join(f"{n} {d:+.1f} s" for n, d in moved)
+                  + "): work the head's start may have done ahead of the launch (`ray start`'s own imports on a "
+                  "fresh machine, in the trials' environment and bytecode cache) or the other machine: one trial on "
+                  "each of two.",
+                  f"- Paid once before the study's first launch, the head's start ({c.ray_head_start_s:.1f} s) "
+                  f"makes launch to step 1 {rb.startup_s + c.ray_head_start_s:.1f} s against "
+                  f"{ra.startup_s:.1f} s: **{gained:.1f} s {'gained' if gained >= 0 else 'lost'} by the first "
+                  "trial**, within what one machine's start-up differs from another's."]
+        if c.ray_workers_s is not None:
+            lines.append(f"- Its Ray workers (vLLM's engine among them) were gone {c.ray_workers_s:.1f} s after its "
+                         "driver stopped (`cleanup.ray_workers_s`: the runner waits for them before the next trial; "
+                         f"last step's end to exit {rb.after_s:.1f} s against {ra.after_s:.1f} s with a private Ray).")
+    joined = [c for c in cs if c.ray == "kept"]
+    lines.append("- " + (f"Trials that joined a head an earlier trial started: {len(joined)}, launch to step 1 "
+                         + ", ".join(f"{c.startup_s:.0f} s" for c in joined if c.startup_s is not None) + "."
+                         if joined else
+                         "No trial has joined a head an earlier trial started yet: what the kept head saves each "
+                         "later trial of a study (no Ray start in its launch, no Ray stop after its steps) is not "
+                         "measured, nor is a study of eight with it."))
+    return [*lines, ""]
+
+
+def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None, data: Path = DATA) -> str:
     small = [c for c in cs if c.model_layers == 24]  # the 0.5B smoke job, before and after
     before = [c for c in small if not c.caches]
     groups = {  # the start-up work, in the order it landed
-        "compile caches": [c for c in small if c.caches and not c.bytecode],
-        "compile caches and bytecode cache": [c for c in small if c.caches and c.bytecode],
+        "compile caches": [c for c in small if c.caches and not c.bytecode and not c.kept_ray],
+        "compile caches and bytecode cache": [c for c in small if c.caches and c.bytecode and not c.kept_ray],
+        "compile caches, bytecode cache and the kept Ray head": [c for c in small if c.caches and c.kept_ray],
     }
     lines = ["# What a real trial costs (real verl 0.9.1 on the lent H100s and H200s)", "",
              "Written by `python -m benchmarks.trial_cost` from the study databases under `tests/data/real_verl_gpu/`."
              " Wall: the tuner's record of a trial (launch to result, the doctor's pre-flight of a study's first trial"
              " included). Steps: verl's `timing_s/step`. Start-up: launch to the first step's start. Caches: the "
-             "shared compile caches (cold: the study's first trial), + bytecode: the bytecode cache too.", "",
+             "shared compile caches (cold: the study's first trial), + bytecode: the bytecode cache too, + Ray head: "
+             "it started (or joined) the runner's kept Ray head, whose start is in its wall, not in its start-up.",
+             "",
              "| trial | caches | wall s | start-up s | steps (s) | steps 1-3 / wall |", "|---|---|---|---|---|---|"]
     for c in cs:
         steps = ", ".join(f"{k}: {v:.1f}" for k, v in sorted(c.steps_s.items()))
         start = f"{c.startup_s:.0f}" if c.startup_s is not None else "-"
-        caches = (c.caches + (" + bytecode" if c.bytecode else "")) or "compiled anew"
+        caches = (c.caches + (" + bytecode" if c.bytecode else "")
+                  + ({"fresh": " + Ray head (started)", "kept": " + Ray head (joined)"}.get(c.ray, ""))) \
+            or "compiled anew"
         lines.append(f"| {c.source} ({c.model_layers} layers) | {caches} | {c.wall_s:.0f} | "
                      f"{start} | {steps} | {100 * c.share():.0f}% |")
     lines.append("")
@@ -207,7 +342,11 @@ def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None) ->
                 lines.append(f"- a study of eight trials with the {name}: {hours[0]:.2f} GPU-hours before, "
                              f"{hours[1]:.2f} after (one cold, seven warm; each now runs one extra step for the noise):"
                              f" **{hours[1] / hours[0]:.2f}x**")
+            elif cold:
+                lines.append(f"- a study of eight trials with the {name}: not computed: it needs a warm trial of it "
+                             "(none has run)")
         lines.append("")
+    lines += kept_head_report(small, data)
     lines += startup_report([c for g in groups.values() for c in g if c.caches == "warm"])
     lines += probe_report(probes or {}, measured=bool(groups["compile caches and bytecode cache"]))
     return "\n".join(lines)
@@ -215,7 +354,7 @@ def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None) ->
 
 def main(argv: list[str] | None = None) -> None:
     real_studies.write_report(__doc__, HERE / "results" / "trial_cost.md",
-                              lambda data: report(costs(list(data.glob("*/*.db"))), import_probes(data)) + "\n",
+                              lambda data: report(costs(list(data.glob("*/*.db"))), import_probes(data), data) + "\n",
                               argv)
 
 

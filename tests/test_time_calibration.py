@@ -74,11 +74,12 @@ def test_the_decode_step_overheads_are_what_the_trials_fit(zeroed: list[cal.Case
 
 def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held: list[cal.Case]) -> None:
     """Every phase, the step and the ordering over all sizes, held out: since lease 20 (full recompute's second
-    forward priced) gen too, at 17% with the decode step's overhead refitted without each size (51 trials since lease
-    26's four 1.5B trials on an H100, 47 since lease 25's three 3B trials, 18% over the 44 before; Spearman 0.93 over
-    them all, 0.92 before lease 25, 0.81 before micro-batches of one sequence were priced)."""
+    forward priced) gen too, at 17% with the decode step's overhead refitted without each size (52 trials since lease
+    27's 0.5B trial through the kept Ray head, 51 since lease 26's four 1.5B trials on an H100, 47 since lease 25's
+    three 3B trials, 18% over the 44 before; the step 8%, 7% over the 51; Spearman 0.94 over them all, 0.93 before
+    lease 27, 0.92 before lease 25, 0.81 before micro-batches of one sequence were priced)."""
     fit = cal.errors(held)
-    assert fit.trials == 51
+    assert fit.trials == 52
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -173,7 +174,7 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
     lease 11's first launch (budgets 16k and 12k) 0.4% apart, and lease 11's gen ran 2 s shorter on its machine
     (0.77 over nine trials since lease 26, 0.70 over the five before; every other misordered pair has lease 26's 4k
     budget in it, a known miss of SMALL_MICRO_BATCHES: without lease 26's two such trials 0.86 over seven). The 0.5B
-    on the H100 is ordered (0.97 over twelve trials). On the H200s
+    on the H100 is ordered (0.96 over thirteen trials since lease 27, 0.97 over the twelve before). On the H200s
     both sizes are ordered (1.5B 0.93 over thirteen trials; 3B 0.82 over seven), and so is the 7B (1.00 over
     three)."""
     cases = [c for c in held if c.size == size]
@@ -206,9 +207,9 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     syncs: 0.40 s in lease 18 and 0.37-0.44 s on lease 20's node, against 0.52-0.60 s for its others; the model says
     0.61 s); three 0.5B steps of 0.66-0.67 s (lease 3's two, lease 24's #1) are a third under (36%, 35% before lease
     26, 34% before lease 25: the fit without the 0.5B went to 0.40 s with lease 25's 3B syncs of 0.46-0.54 s and
-    lease 26's 1.5B syncs of 0.37-0.53 s)."""
+    lease 26's 1.5B syncs of 0.37-0.53 s; lease 27's 0.5B sync of 0.54 s is 20% under)."""
     errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)]
-    assert len(errs) == 51 and max(errs) < 0.67 and min(errs) > -0.37
+    assert len(errs) == 52 and max(errs) < 0.67 and min(errs) > -0.37
     assert statistics.median(abs(e) for e in errs) <= cal.PHASE_TARGET
 
 

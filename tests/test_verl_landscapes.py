@@ -34,12 +34,14 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
                 measured[f"{db.parent.name}/{db.name}/{r.study}#{r.number}"] = r
     rows = {r.extra["trial"]: r for t in tables.values() for r in t.rows}
     # no trial lost, none invented: lease 22 re-ran two configurations on the H200 (its plan meant them for an H100)
-    # and lease 24 lease 4's three 0.5B ones (their start-up with the bytecode cache), each table keeping the later
-    # trial
+    # and lease 24 lease 4's three 0.5B ones (their start-up with the bytecode cache), lease 27 lease 24's #0 (its
+    # start-up through the kept Ray head), each table keeping the later trial
     reruns = {"h200_2026-11-26_l19/c-3b-g0.db/c-3b-g0#0": "h200_2026-11-26_l22/c-3b-h2.db/c-3b-h2#2",
               "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#0": "h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#1",
               **{f"h100_2026-11-25_l4/c-0.5b.db/c-0.5b#{n}": f"h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc#{n}"
-                 for n in (0, 1, 2)}}
+                 for n in (1, 2)},
+              **{f"{old}#0": "h100_2026-11-27_l27/c-0.5b-kr.db/c-0.5b-kr#0"
+                 for old in ("h100_2026-11-25_l4/c-0.5b.db/c-0.5b", "h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc")}}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
     assert all(measured[a].params == measured[b].params for a, b in reruns.items())
     for source, r in rows.items():
@@ -64,7 +66,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
     assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 7 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    assert "20 of 23 real studies' first launches ran (8 of 11 the model's own picks;" in report
+    assert "21 of 24 real studies' first launches ran (9 of 12 the model's own picks;" in report
     assert "7 of 7 tables: the replayed first launch runs and is within 90% of the best." in report
 
 
@@ -84,7 +86,7 @@ def test_the_first_launch_is_read_from_the_replay(tmp_path):
     src = vl.OUT / "verl-qwen2.5-0.5b-h100-g1-fused.csv"
     # the best row made to have run out of memory: the model's pick is the same, the verdict must turn
     lines = src.read_text().splitlines()
-    best = next(i for i, ln in enumerate(lines) if "9461.5" in ln)  # lease 24's re-run of lease 4's #0
+    best = next(i for i, ln in enumerate(lines) if "8487.1" in ln)  # lease 27's re-run of lease 4's and 24's #0
     cells = lines[best].split(",")
     status = lines[0].split(",").index("status")
     cells[status], cells[status + 1] = "oom", ""
