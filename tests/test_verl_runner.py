@@ -20,8 +20,9 @@ from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import visible_gpus
 from autotune.runners import RunnerUnavailable, make_runner
-from autotune.runners.base import RunnerFatal, TrialStatus
+from autotune.runners.base import MeasuredThenInterrupted, RunnerFatal, TrialStatus
 from autotune.runners.node.gpu_monitor import GpuMonitor
+from autotune.runners.progress import TrialProgress
 from autotune.runners.verl import VerlRunner, make_verl_runner
 from autotune.verl.doctor import has_bytecode
 from tests.conftest import make_setup
@@ -214,6 +215,44 @@ def test_ctrl_c_inside_run_cleans_up_and_propagates(tmp_path: Path) -> None:
     runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok"))
     with pytest.raises(KeyboardInterrupt):
         runner.run(make_spec(make_setup(), tmp_path, report=report))
+    assert records(rec) and leftovers(rec) == []
+
+
+def test_a_stop_after_the_measured_step_keeps_the_measurement_and_still_stops(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM in the extra (noise) step: the trial is measured (lease 25's last 3B trial lost its
+    recorded result this way, SIGTERMed in step 4), the run is stopped and cleaned up, and the stop still reaches the
+    study, with the measured result on it (MeasuredThenInterrupted) and the signal's name kept."""
+    rec, hold = tmp_path / "rec.jsonl", tmp_path / "step4"  # step 4 (the extra step) waits: the stop lands in it
+    seen: list[int] = []
+
+    def progress(p: TrialProgress) -> None:
+        if p.step >= 3:
+            seen.append(p.step)
+            if len(seen) == 2:  # a look after the one that brought step 3: the measured step is in
+                raise KeyboardInterrupt("SIGTERM")
+
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok", FAKE_VERL_HOLD_FILE=str(hold), FAKE_VERL_HOLD_STEP="4"))
+    with pytest.raises(MeasuredThenInterrupted) as caught:
+        runner.run(make_spec(make_setup(), tmp_path, progress=progress))
+    assert str(caught.value) == "SIGTERM" and isinstance(caught.value, KeyboardInterrupt)
+    res = caught.value.result
+    assert res.status == TrialStatus.OK and res.throughput == res.steps[2][verl.M_THROUGHPUT]
+    assert [s["step"] for s in res.steps] == [1, 2, 3]
+    assert "interrupted by SIGTERM" in res.extra["noise"]["note"]
+    assert records(rec) and leftovers(rec) == []
+
+
+def test_a_stop_before_the_measured_step_is_a_plain_interrupt(tmp_path: Path) -> None:
+    rec, hold = tmp_path / "rec.jsonl", tmp_path / "step3"
+
+    def progress(p: TrialProgress) -> None:
+        if p.step >= 2:
+            raise KeyboardInterrupt
+
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok", FAKE_VERL_HOLD_FILE=str(hold), FAKE_VERL_HOLD_STEP="3"))
+    with pytest.raises(KeyboardInterrupt) as caught:
+        runner.run(make_spec(make_setup(), tmp_path, progress=progress))
+    assert not isinstance(caught.value, MeasuredThenInterrupted)
     assert records(rec) and leftovers(rec) == []
 
 

@@ -205,6 +205,30 @@ def test_ctrl_c_records_interrupted_and_resume_requeues(tmp_path: Path, sqlite_u
     assert leftovers(rec) == []
 
 
+def test_ctrl_c_in_the_extra_step_records_the_trial_measured(tmp_path: Path, sqlite_url: str) -> None:
+    """A stop in the steps run for the noise, after the measured one, keeps the measurement (lease 25's last 3B
+    trial, SIGTERMed there, was recorded interrupted and would have been re-run): the trial is ok, its extra steps
+    missing, and the tuner still stops (130)."""
+    rec, hold = tmp_path / "rec.jsonl", tmp_path / "never"  # step 4, the extra step, waits for a file never made
+    proc = _start_tuner(tmp_path, sqlite_url, 3, FAKE_VERL_MODE="ok", FAKE_VERL_STEP_S="0.05",
+                        FAKE_VERL_HOLD_FILE=str(hold), FAKE_VERL_HOLD_STEP="4")
+    deadline = time.monotonic() + 300  # a hang guard (ranking and the double's imports on a loaded machine)
+    while not any('"training/global_step": 3' in f.read_text() for f in (tmp_path / "t").rglob("metrics.jsonl")):
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "no trial reached its measured step"
+        time.sleep(0.1)
+    time.sleep(1.0)  # the runner reads step 3 within its poll
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 130, output
+    assert leftovers(rec) == []
+    store = Store(sqlite_url)
+    (row,) = store.trials("ctrl-c")
+    assert row.status == "ok" and row.throughput, (row.status, row.reason)
+    assert "interrupted by the user (Ctrl-C)" in row.extra["noise"]["note"]
+    assert not store.running("ctrl-c")
+
+
 @pytest.mark.slow
 def test_killed_tuner_leaves_nothing_running_after_resume(tmp_path: Path, sqlite_url: str) -> None:
     rec = tmp_path / "rec.jsonl"

@@ -138,7 +138,8 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
                 say.print(f"confirmation skipped: {summary['confirm']['skipped']}")
         except KeyboardInterrupt as e:
             how = " by SIGTERM" if stopping.exit_code(e) == 143 else ""
-            err.print(f"autotune: interrupted{how}; the running trials are recorded as interrupted and every Optuna "
+            err.print(f"autotune: interrupted{how}; the running trials are recorded as interrupted (measured where "
+                      "their measured step was in) and every Optuna "
                       "trial this run asked is told. Re-run the same command to resume the study.")
             return stopping.exit_code(e)
         finally:  # also when the study stops on a RunnerFatal: the verl runner's kept Ray head ends with the run

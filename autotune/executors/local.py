@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from autotune.executors.base import Executor, Finished, interrupted, run_trial
-from autotune.runners.base import Runner, TrialSpec
+from autotune.runners.base import MeasuredThenInterrupted, Runner, TrialResult, TrialSpec
 
 
 class LocalExecutor(Executor):
@@ -22,6 +22,7 @@ class LocalExecutor(Executor):
         super().__init__(1)
         self._queued: tuple[TrialSpec, Runner] | None = None
         self._t0 = 0.0
+        self._measured: TrialResult | None = None  # the running trial's, where a stop came after its measured step
 
     def submit(self, spec: TrialSpec, runner: Runner) -> None:
         if self._queued is not None:
@@ -33,7 +34,11 @@ class LocalExecutor(Executor):
             return []
         spec, runner = self._queued
         self._t0 = time.monotonic()
-        result, fatal = run_trial(runner, spec)  # KeyboardInterrupt: the trial stays queued for stop_all
+        try:
+            result, fatal = run_trial(runner, spec)  # KeyboardInterrupt: the trial stays queued for stop_all
+        except MeasuredThenInterrupted as e:  # stopped after its measured step: stop_all returns it measured
+            self._measured = e.result
+            raise
         self._queued = None
         return [Finished(spec.number, result, time.monotonic() - self._t0, None, fatal)]
 
@@ -42,7 +47,8 @@ class LocalExecutor(Executor):
             return []
         spec, runner = self._queued
         self._queued = None  # the runner cleaned up on its way out (it saw the interrupt first)
-        return [Finished(spec.number, interrupted(runner, reason), time.monotonic() - self._t0)]
+        result, self._measured = self._measured or interrupted(runner, reason), None
+        return [Finished(spec.number, result, time.monotonic() - self._t0)]
 
     @property
     def running(self) -> int:

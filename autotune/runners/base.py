@@ -103,6 +103,16 @@ class TrialResult:
     launched: bool = True  # False when a cheaper stage (the mcore probe) stopped it before the full trial
 
 
+class MeasuredThenInterrupted(KeyboardInterrupt):
+    """A stop (Ctrl-C, SIGTERM) that came after the trial's measured step, in the steps run for its noise: the study
+    records `result` (measured, its extra steps missing) instead of re-queueing a trial that already cost its GPU time,
+    and stops as for any KeyboardInterrupt (its message is the original's: "SIGTERM" or empty)."""
+
+    def __init__(self, original: BaseException, result: TrialResult):
+        super().__init__(*original.args)
+        self.result = result
+
+
 class RunnerFatal(RuntimeError):
     """The runner cannot go on (GPUs still held after a trial, data missing): the study stops and says why."""
 

@@ -24,7 +24,15 @@ from autotune import units, verl
 from autotune.model import ModelArch
 from autotune.results import memory_trace, noise, timeline
 from autotune.results.export import launch_argv
-from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.base import (
+    MeasuredThenInterrupted,
+    Runner,
+    RunnerFatal,
+    RunnerUnavailable,
+    TrialResult,
+    TrialSpec,
+    TrialStatus,
+)
 from autotune.runners.node import ray_head
 from autotune.runners.node.gpu_monitor import GpuMonitor, GpuUsage, RemoteGpus
 from autotune.runners.node.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
@@ -96,6 +104,7 @@ class _Attempt:
     missed: str = ""  # why the extra steps after the measured one are missing (the run ended first)
     trace: Path | None = None  # NVML's samples of the attempt (memory per moment)
     bytecode_cache: bool = False  # its processes kept their bytecode under the shared caches
+    stopped_by: KeyboardInterrupt | None = None  # a stop that came after the measured step: run() re-raises it
 
 
 class VerlRunner(Runner):
@@ -245,7 +254,10 @@ class VerlRunner(Runner):
             self._fatal = (f"trial {spec.number} failed: {att.reason[:300]}; every other candidate would fail the "
                            "same way. Fix it (`autotune doctor` checks the node's stack; the trial's log: "
                            f"{att.log_path}), then re-run the same command to resume the study")
-        return self._result(spec, att, first, extra_info)
+        result = self._result(spec, att, first, extra_info)
+        if att.stopped_by is not None:
+            raise MeasuredThenInterrupted(att.stopped_by, result)
+        return result
 
     def _attempt(self, spec: TrialSpec, trial_dir: Path, attempt: int, first: int, reported: set[int]) -> _Attempt:
         opts = self.options
@@ -288,6 +300,7 @@ class VerlRunner(Runner):
         status: TrialStatus | None = None
         reason, failure, excerpt = "", "", ""
         hung_after_fatal = False
+        stopped_by: KeyboardInterrupt | None = None  # a stop after the measured step (MeasuredThenInterrupted)
         measured = False  # the measured window is in: the run goes on for its extra steps (the noise)
         last = spec.measure_step + self.extra_steps(spec)
         try:
@@ -347,11 +360,16 @@ class VerlRunner(Runner):
                     tracker.scan()  # remember every process of the trial while its tree is intact
                     last_scan = now
                 time.sleep(opts.poll_s)
-        except BaseException:  # Ctrl-C, or a bug here: nothing of the trial may outlive this call
-            log.close()
-            self._stop_and_clean(tracker, monitor, log, trial_dir, mark)
-            monitor.stop()
-            self._ray.logs_kept(ray_tmp, "", True)
+        except KeyboardInterrupt as e:
+            if not measured:
+                self._abandon(log, tracker, monitor, trial_dir, mark, ray_tmp)
+                raise
+            # the measured step is in: stop the run as after it, record it measured, then stop the study (run())
+            stopped_by = e
+            how = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
+            status, failure, reason = TrialStatus.INTERRUPTED, "interrupted", f"interrupted {how}"
+        except BaseException:  # a bug here: nothing of the trial may outlive this call
+            self._abandon(log, tracker, monitor, trial_dir, mark, ray_tmp)
             raise
         rc = proc.poll()
         killed_by_us = rc is None
@@ -386,7 +404,15 @@ class VerlRunner(Runner):
             status, failure, reason = TrialStatus.OK, "", ""
         kept = self._ray.logs_kept(ray_tmp, head_tmp, status != TrialStatus.OK or opts.keep_ray_tmp)
         return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, how,
-                        ray_note, caches, missed, monitor.trace if gpu.available else None, bytecode)
+                        ray_note, caches, missed, monitor.trace if gpu.available else None, bytecode, stopped_by)
+
+    def _abandon(self, log: RunLog, tracker: ProcessTracker, monitor: GpuMonitor, trial_dir: Path, mark: str,
+                 ray_tmp: str) -> None:
+        """A trial left before its measured step (Ctrl-C, or a bug here): nothing of it may outlive the call."""
+        log.close()
+        self._stop_and_clean(tracker, monitor, log, trial_dir, mark)
+        monitor.stop()
+        self._ray.logs_kept(ray_tmp, "", True)
 
     @staticmethod
     def _show(spec: TrialSpec, log: RunLog, seen_at: dict[int, float], elapsed: float, monitor: GpuMonitor,

@@ -28,7 +28,7 @@ from autotune.executors.local import LocalExecutor
 from autotune.results.labels import Labeller
 from autotune.results.report import prune_kind
 from autotune.runners import stopping
-from autotune.runners.base import Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
+from autotune.runners.base import MeasuredThenInterrupted, Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.progress import TrialProgress
 from autotune.search.learning import Learning, measured_lengths
 from autotune.search.plan import REFERENCES, Plan
@@ -368,8 +368,9 @@ class Tuner:
             faults.point("ran")
         except KeyboardInterrupt as e:
             how = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
-            self.finish(pending, TrialResult(TrialStatus.INTERRUPTED, f"interrupted {how}; re-queued on resume",
-                                             simulated=self.runner.simulated), time.monotonic() - t0)
+            self.finish(pending, e.result if isinstance(e, MeasuredThenInterrupted) else TrialResult(
+                TrialStatus.INTERRUPTED, f"interrupted {how}; re-queued on resume", simulated=self.runner.simulated),
+                time.monotonic() - t0)
             raise
         except RunnerFatal as e:  # the runner cannot go on: this trial is re-queued, the study stops
             self.finish(pending, TrialResult(TrialStatus.INTERRUPTED, f"not run: {e}; re-queued on resume",

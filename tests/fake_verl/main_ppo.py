@@ -25,8 +25,8 @@ verl's own profiler code (profiled.py).
 Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STEP_JITTER (steps after the first run at
 1 - j (odd) and 1 + j (even) of their throughput: measured noise; default 0), FAKE_VERL_STARTUP_S (default 0.3),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
-FAKE_VERL_RECORD (append one JSON line: pid, children, mode), FAKE_VERL_HOLD_FILE (step 2 starts only once this file
-exists: a test acts mid-run on an event, not after a guessed delay).
+FAKE_VERL_RECORD (append one JSON line: pid, children, mode), FAKE_VERL_HOLD_FILE (step FAKE_VERL_HOLD_STEP, default 2,
+starts only once this file exists: a test acts mid-run on an event, not after a guessed delay).
 On a Ray cluster (`+ray_kwargs.ray_init.address=HOST:PORT`, as autotune's Ray executor passes it) it behaves as
 verl's driver does there (verl/trainer/main_ppo.py run_ppo, verl/single_controller/ray/base.py): it joins that
 cluster with `ray.init(**ray_kwargs.ray_init)` (namespace and runtime_env with env_vars and the setup hook; no
@@ -392,7 +392,7 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
             while True:
                 out(f"{pre} [AgentLoopManager] pending: 12, failure: 3, retrying")
                 time.sleep(0.2)
-        if step == 2 and os.environ.get("FAKE_VERL_HOLD_FILE"):
+        if step == int(os.environ.get("FAKE_VERL_HOLD_STEP", "2")) and os.environ.get("FAKE_VERL_HOLD_FILE"):
             while not os.path.exists(os.environ["FAKE_VERL_HOLD_FILE"]):
                 time.sleep(0.1)
         if mode == "hang_after_step" and step == 2:
