@@ -24,15 +24,8 @@ from autotune import units, verl
 from autotune.model import ModelArch
 from autotune.results import memory_trace, noise, timeline
 from autotune.results.export import launch_argv
-from autotune.runners.base import (
-    MeasuredThenInterrupted,
-    Runner,
-    RunnerFatal,
-    RunnerUnavailable,
-    TrialResult,
-    TrialSpec,
-    TrialStatus,
-)
+from autotune.runners import base
+from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.node import ray_head
 from autotune.runners.node.gpu_monitor import GpuMonitor, GpuUsage, RemoteGpus
 from autotune.runners.node.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
@@ -256,7 +249,7 @@ class VerlRunner(Runner):
                            f"{att.log_path}), then re-run the same command to resume the study")
         result = self._result(spec, att, first, extra_info)
         if att.stopped_by is not None:
-            raise MeasuredThenInterrupted(att.stopped_by, result)
+            raise base.MeasuredThenInterrupted(att.stopped_by, result)
         return result
 
     def _attempt(self, spec: TrialSpec, trial_dir: Path, attempt: int, first: int, reported: set[int]) -> _Attempt:
@@ -300,7 +293,7 @@ class VerlRunner(Runner):
         status: TrialStatus | None = None
         reason, failure, excerpt = "", "", ""
         hung_after_fatal = False
-        stopped_by: KeyboardInterrupt | None = None  # a stop after the measured step (MeasuredThenInterrupted)
+        stopped_by: KeyboardInterrupt | None = None  # a stop after the measured step (run() re-raises it)
         measured = False  # the measured window is in: the run goes on for its extra steps (the noise)
         last = spec.measure_step + self.extra_steps(spec)
         try:
@@ -573,20 +566,10 @@ class VerlRunner(Runner):
             first_try = extra["attempts"][0]
             att.reason += f" (attempt {len(extra['attempts'])}; attempt 1: {first_try['failure']}: " \
                           f"{first_try['reason'][:200]})"
-        return TrialResult(
-            status=att.status,
-            reason=att.reason,
-            throughput=thr,
-            steps=steps,
-            phase_timings=phases,
-            peak_memory_gib=gpu.peak_max_gib,
-            peak_memory_per_gpu_gib=gpu.peak_gib,
-            framework_memory_gib=max(alloc) if alloc else None,
-            log_path=str(att.log_path),
-            log_excerpt=att.excerpt,
-            simulated=False,
-            extra=extra,
-        )
+        return TrialResult(status=att.status, reason=att.reason, throughput=thr, steps=steps, phase_timings=phases,
+                           peak_memory_gib=gpu.peak_max_gib, peak_memory_per_gpu_gib=gpu.peak_gib,
+                           framework_memory_gib=max(alloc) if alloc else None, log_path=str(att.log_path),
+                           log_excerpt=att.excerpt, simulated=False, extra=extra)
 
     def close(self) -> None:
         self._monitor = None
