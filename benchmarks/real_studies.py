@@ -31,7 +31,7 @@ from autotune import verl
 from autotune.results import memory_trace, timeline
 from autotune.store.schema import TrialRow
 from autotune.store.store import Store
-from autotune.verl.log import parse_jsonl_record
+from autotune.verl.log import parse_jsonl_record, stamp_milestones
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "real_verl_gpu"
 TrialKey = tuple[int, str]  # a trial's number and its start, the same in every copy of its study
@@ -92,7 +92,6 @@ def studies(dbs: Iterable[Path]) -> Iterator[tuple[Path, Any, Any]]:
 CUT = "cut"  # the key of a read-in trial's extra: what stopped it after its measured step, in words
 _STAMP = re.compile(r"^\[\s*(?P<t>[\d.]+)\] (?P<line>.*)$")
 _STEP_LINE = re.compile(r"(?:^|\s)step:(?P<step>\d+) - ")
-_MILESTONES = tuple((name, re.compile(p)) for name, p in verl.STARTUP_MILESTONES.items())
 
 
 def console_times(path: Path) -> tuple[dict[str, float], dict[int, float], float | None]:
@@ -111,9 +110,7 @@ def console_times(path: Path) -> tuple[dict[str, float], dict[int, float], float
             continue
         t, line = float(m["t"]), m["line"]
         last = t
-        for name, pattern in _MILESTONES:
-            if name not in milestones and pattern.search(line):
-                milestones[name] = t
+        stamp_milestones(milestones, t, line)
         if (s := _STEP_LINE.search(line)) is not None:
             step_at.setdefault(int(s["step"]), t)
     return milestones, step_at, last

@@ -35,6 +35,13 @@ _ERROR_LINE = re.compile(
 )
 
 
+def stamp_milestones(milestones: dict[str, float], t: float, line: str) -> None:
+    """Record at `t` (seconds after launch) each start-up milestone `line` is the first to show."""
+    for name, pattern in _MILESTONES:
+        if name not in milestones and pattern.search(line):
+            milestones[name] = t
+
+
 def parse_number(text: str) -> float | None:
     """A value as verl's console logger prints it (pprint of a number): 1.5, -3, nan, True, np.float64(2.0)."""
     text = text.strip()
@@ -170,9 +177,7 @@ class RunLog:
     def _stamp(self, t: float, line: str) -> None:
         if self.fatal_at is None and any(p.search(line) for p in _FATAL):
             self.fatal_at = round(t, 2)
-        for name, pattern in _MILESTONES:
-            if name not in self.milestones and pattern.search(line):
-                self.milestones[name] = round(t, 2)
+        stamp_milestones(self.milestones, round(t, 2), line)
         if self.stamps is not None:
             if self._stamps is None:
                 self._stamps = self.stamps.open("a", encoding="utf-8", errors="replace")
