@@ -42,7 +42,9 @@ OFFLOAD_KEYS = ("param_offload", "optimizer_offload", "ref_param_offload")  # wh
 
 def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.Case, float, float]]:
     """(off, on, measured tokens/s/GPU off, on) of every pair of ok real trials, each trial once, of one model, GPU,
-    job and attention backend whose settings differ only in the offload keys (off: the one offloading less)."""
+    job and attention backend whose settings differ only in the offload keys (off: the one offloading less). A trial
+    whose study holds its partner pairs within its study (one machine, one hour: lease 28 re-ran lease 24's pair
+    with the same job); across studies only where neither has a partner in its own."""
     dbs = list(dbs)
     groups: dict[tuple, list[tuple[str, int, float]]] = defaultdict(list)
     for db, _, setup, row in calibration.measured_trials(dbs):
@@ -54,14 +56,18 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.
                job.attention_backend, rest)
         groups[key].append((f"{db.parent.name}/{db.name}/{row.study}#{row.number}",
                             sum(bool(row.params.get(k)) for k in OFFLOAD_KEYS), float(row.throughput)))
+
+    def study(m: tuple[str, int, float]) -> str:
+        return m[0].rsplit("#", 1)[0]
     if not any(len(g) > 1 for g in groups.values()):
         return []
     cases = {c.source: c for c in calibration.cases(dbs)}
     out = []
     for members in groups.values():
+        paired = {m[0] for m in members if any(study(o) == study(m) and o[1] != m[1] for o in members)}
         for off in members:
             for on in members:
-                if off[1] < on[1]:
+                if off[1] < on[1] and (study(off) == study(on) or not {off[0], on[0]} & paired):
                     out.append((cases[off[0]], cases[on[0]], off[2], on[2]))
     return sorted(out, key=lambda p: (p[0].size, p[0].source, p[1].source))
 

@@ -8,16 +8,17 @@ from benchmarks import calibration, trial_cost
 
 
 def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> None:
-    """59 real trials in 5 groups (each once: leases 10 and 12 resumed lease 7's 3B and lease 8's 7B study; lease 19's
+    """65 real trials in 5 groups (each once: leases 10 and 12 resumed lease 7's 3B and lease 8's 7B study; lease 19's
     ten, lease 20's five and lease 22's six on H200s, lease 21's one, lease 24's four (the 0.5B again, micro-batches
-    of 1/4 among them), lease 25's three 3B trials on an H100, lease 26's four 1.5B trials on an H100 and lease 27's
-    0.5B trial through the kept Ray head (steps 1-3 only: no extra step) join their sizes' groups, lease 25's #2 read
-    from its log: the lease's deadline cut it in its extra step 4, after its
+    of 1/4 among them), lease 25's three 3B trials on an H100, lease 26's four 1.5B trials on an H100, lease 27's
+    0.5B trial through the kept Ray head (steps 1-3 only: no extra step), lease 28's four 0.5B trials through one
+    kept head and lease 29's two (micro-batches of 2/8 and a 4k/8k budget, steps 1-3 only) join their sizes' groups,
+    lease 25's #2 read from its log: the lease's deadline cut it in its extra step 4, after its
     measured step 3); lease 12's 7B first pick, which
     ran out of memory in update_actor, is now predicted not to fit, and every trial that ran is still predicted to
     fit, the three measured 7B trials of leases 13 and 20 among them."""
     cases = calibration.cases(list(calibration.DATA.glob("*/*.db")))
-    assert len(cases) == 59 and {c.status for c in cases} == {"ok", "oom"}
+    assert len(cases) == 65 and {c.status for c in cases} == {"ok", "oom"}
     assert [c.source for c in cases if c.cut] == ["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2"]
     assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 3
     assert all((c.status == "ok") == c.predicted_fits for c in cases), [

@@ -74,12 +74,13 @@ def test_the_decode_step_overheads_are_what_the_trials_fit(zeroed: list[cal.Case
 
 def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held: list[cal.Case]) -> None:
     """Every phase, the step and the ordering over all sizes, held out: since lease 20 (full recompute's second
-    forward priced) gen too, at 17% with the decode step's overhead refitted without each size (52 trials since lease
-    27's 0.5B trial through the kept Ray head, 51 since lease 26's four 1.5B trials on an H100, 47 since lease 25's
-    three 3B trials, 18% over the 44 before; the step 8%, 7% over the 51; Spearman 0.94 over them all, 0.93 before
-    lease 27, 0.92 before lease 25, 0.81 before micro-batches of one sequence were priced)."""
+    forward priced) gen too, at 17% with the decode step's overhead refitted without each size (58 trials since lease
+    28's four and lease 29's two 0.5B trials, 52 since lease 27's 0.5B trial through the kept Ray head, 51 since lease
+    26's four 1.5B trials on an H100, 47 since lease 25's three 3B trials, 18% over the 44 before; the step 8%, 7%
+    over the 51; old_log_prob 17%, 13% over the 52; Spearman 0.93 over them all, 0.94 over the 52, 0.93 before lease
+    27, 0.92 before lease 25, 0.81 before micro-batches of one sequence were priced)."""
     fit = cal.errors(held)
-    assert fit.trials == 52
+    assert fit.trials == 58
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -141,16 +142,22 @@ def test_a_micro_batch_of_one_sequence_costs_what_the_four_trials_fit(zeroed: li
 # measurable. No rule of tokens per micro-batch holds out: a cost falling as (1.2k / tokens)^p, p 0.5-3, fitted on
 # every trial left the held-out step's median error as it was or worse (7-9% against 7%) and the 1.5B's H100
 # ordering at 0.57-0.77, the 7B's at 0.5 for p <= 1. Lease 3b's 0.5B with a 4k budget (unfused attention, whose
-# long GPU work per micro-batch may hide it) left 1.6 s: within the targets, out of the fit by the same rule.
+# long GPU work per micro-batch may hide it) left 1.6 s: within the targets, out of the fit by the same rule. Lease
+# 29 ran the two at a second size, the 0.5B on an H100 (c-0.5b-mb #0, #1): 7.5 and 5.7 s above update_pass_s, 0.117
+# and 0.149 s a micro-batch (the 1.5B's 0.067 and 0.159 s): the 4k budget's cost holds across the two sizes, that of
+# micro-batches of 2 does not (0.10 and 0.135 s over the steady steps). A cost per such micro-batch fitted on the other
+# size (0.116 s) puts the 0.5B's updates within 1-12% held out, but the 1.5B's micro-batches of 2 +23% and their step
+# +30% (-1% without it; the 1.5B's median step error 6.9% -> 8.0%): no rule held out on both sizes, known misses still.
 SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2",
-                       "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#3"}
+                       "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#3", "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#0",
+                       "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#1"}
 
 
 def test_small_micro_batches_are_known_misses_out_of_the_update_fit(zeroed: list[cal.Case]) -> None:
     update_pass_s = cal.fit_pass_costs(zeroed)["update_pass_s"]
     left = dict((c.source, r) for c, r in cal.small_micro_batch_residuals(zeroed, update_pass_s))
     assert set(left) == SMALL_MICRO_BATCHES == {c.source for c in cal.ok_cases(zeroed) if cal.small_micro_batches(c)}
-    assert all(left[s] > 4.0 for s in SMALL_MICRO_BATCHES if "_l26/" in s)
+    assert all(left[s] > 4.0 for s in SMALL_MICRO_BATCHES if "_l26/" in s or "_l29/" in s)
     assert left["h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1"] < 2.0
 
 
@@ -174,9 +181,12 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
     lease 11's first launch (budgets 16k and 12k) 0.4% apart, and lease 11's gen ran 2 s shorter on its machine
     (0.77 over nine trials since lease 26, 0.70 over the five before; every other misordered pair has lease 26's 4k
     budget in it, a known miss of SMALL_MICRO_BATCHES: without lease 26's two such trials 0.86 over seven). The 0.5B
-    on the H100 is ordered (0.96 over thirteen trials since lease 27, 0.97 over the twelve before). On the H200s
-    both sizes are ordered (1.5B 0.93 over thirteen trials; 3B 0.82 over seven), and so is the 7B (1.00 over
-    three)."""
+    on the H100 is ordered (0.90 over nineteen trials since leases 28 and 29, 0.96 over the thirteen before; its
+    misordered pairs model ties of one configuration's re-runs or lease 29's two small-micro-batch trials). On the
+    H200s the 1.5B is ordered (0.91 over thirteen trials, 0.93 before leases 28 and 29 moved the others' refit), the
+    3B at 0.79 over seven (0.82 before: the refit without it takes logprob_pass_s from 2.53 to 2.65 s, which full
+    recompute pays twice), its misordered pairs within a step's noise or predicted within 1%, and the 7B is ordered
+    (1.00 over three)."""
     cases = [c for c in held if c.size == size]
     fit = cal.errors(cases)
     assert fit.trials >= 1 and fit.step is not None and fit.step <= cal.STEP_TARGET
@@ -207,9 +217,10 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     syncs: 0.40 s in lease 18 and 0.37-0.44 s on lease 20's node, against 0.52-0.60 s for its others; the model says
     0.61 s); three 0.5B steps of 0.66-0.67 s (lease 3's two, lease 24's #1) are a third under (36%, 35% before lease
     26, 34% before lease 25: the fit without the 0.5B went to 0.40 s with lease 25's 3B syncs of 0.46-0.54 s and
-    lease 26's 1.5B syncs of 0.37-0.53 s; lease 27's 0.5B sync of 0.54 s is 20% under)."""
+    lease 26's 1.5B syncs of 0.37-0.53 s; lease 27's 0.5B sync of 0.54 s is 20% under; lease 28's and 29's six
+    0.5B syncs of 0.32-0.52 s are 17% under to 32% over)."""
     errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)]
-    assert len(errs) == 52 and max(errs) < 0.67 and min(errs) > -0.37
+    assert len(errs) == 58 and max(errs) < 0.67 and min(errs) > -0.37
     assert statistics.median(abs(e) for e in errs) <= cal.PHASE_TARGET
 
 

@@ -35,13 +35,16 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     rows = {r.extra["trial"]: r for t in tables.values() for r in t.rows}
     # no trial lost, none invented: lease 22 re-ran two configurations on the H200 (its plan meant them for an H100)
     # and lease 24 lease 4's three 0.5B ones (their start-up with the bytecode cache), lease 27 lease 24's #0 (its
-    # start-up through the kept Ray head), each table keeping the later trial
+    # start-up through the kept Ray head), lease 28 lease 24's #1 and #2 (as its #0 and #1) and lease 27's #0 (as its
+    # #2: its study's trials joining the kept head), each table keeping the later trial
+    kw = "h100_2026-11-27_l28/c-0.5b-kw.db/c-0.5b-kw"
     reruns = {"h200_2026-11-26_l19/c-3b-g0.db/c-3b-g0#0": "h200_2026-11-26_l22/c-3b-h2.db/c-3b-h2#2",
               "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#0": "h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#1",
-              **{f"h100_2026-11-25_l4/c-0.5b.db/c-0.5b#{n}": f"h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc#{n}"
-                 for n in (1, 2)},
-              **{f"{old}#0": "h100_2026-11-27_l27/c-0.5b-kr.db/c-0.5b-kr#0"
-                 for old in ("h100_2026-11-25_l4/c-0.5b.db/c-0.5b", "h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc")}}
+              **{f"h100_2026-11-25_l4/c-0.5b.db/c-0.5b#{n}": f"{kw}#{n - 1}" for n in (1, 2)},
+              **{f"h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc#{n}": f"{kw}#{n - 1}" for n in (1, 2)},
+              **{f"{old}#0": f"{kw}#2" for old in ("h100_2026-11-25_l4/c-0.5b.db/c-0.5b",
+                                                     "h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc",
+                                                     "h100_2026-11-27_l27/c-0.5b-kr.db/c-0.5b-kr")}}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
     assert all(measured[a].params == measured[b].params for a, b in reruns.items())
     for source, r in rows.items():
@@ -66,7 +69,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
     assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 7 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    assert "21 of 24 real studies' first launches ran (9 of 12 the model's own picks;" in report
+    # lease 28's and 29's studies launched a configuration the plan enqueued first
+    assert "23 of 26 real studies' first launches ran (9 of 12 the model's own picks;" in report
     assert "7 of 7 tables: the replayed first launch runs and is within 90% of the best." in report
 
 
@@ -84,9 +88,9 @@ def test_the_committed_landscapes_are_what_the_data_give(tmp_path):
 def test_the_first_launch_is_read_from_the_replay(tmp_path):
     table = tmp_path / "t.csv"
     src = vl.OUT / "verl-qwen2.5-0.5b-h100-g1-fused.csv"
-    # the best row made to have run out of memory: the model's pick is the same, the verdict must turn
+    # the first launch's row made to have run out of memory: the model's pick is the same, the verdict must turn
     lines = src.read_text().splitlines()
-    best = next(i for i, ln in enumerate(lines) if "8487.1" in ln)  # lease 27's re-run of lease 4's and 24's #0
+    best = next(i for i, ln in enumerate(lines) if "8982.4" in ln)  # lease 28's re-run of lease 4's, 24's, 27's #0
     cells = lines[best].split(",")
     status = lines[0].split(",").index("status")
     cells[status], cells[status + 1] = "oom", ""
@@ -94,6 +98,6 @@ def test_the_first_launch_is_read_from_the_replay(tmp_path):
     table.write_text("\n".join(lines) + "\n")
     Path(tmp_path / "t.meta.yaml").write_text((vl.OUT / "verl-qwen2.5-0.5b-h100-g1-fused.meta.yaml").read_text())
     fl = vl.first_launch(table)
-    assert fl.status == "oom" and not fl.good and fl.rows == 4
+    assert fl.status == "oom" and not fl.good and fl.rows == 7
     ok = vl.first_launch(src)
     assert ok.status == "ok" and ok.good and ok.share == 1.0
