@@ -201,8 +201,24 @@ def _group(name: str, cold: list[Cost], warm: list[Cost]) -> list[str]:
     if warm:
         out.append(f"- {name}, warm ({len(warm)} trials): median wall {statistics.median(c.wall_s for c in warm):.0f}"
                    f" s, steps 1-3 {100 * statistics.median(c.share() for c in warm):.0f}% of it "
-                   f"(best {100 * max(c.share() for c in warm):.0f}%), start-up {starts(warm)}" + ray(warm))
+                   f"(best {100 * max(c.share() for c in warm):.0f}%), start-up {starts(warm)}" + ray(warm)
+                   + (f"; {n} of them steps 1-3 only (no extra step)" if (n := sum(max(c.steps_s) <= 3 for c in warm))
+                      else ""))
     return out
+
+
+def _targets(name: str, ratio: float, warm: list[Cost], steps_share: float = 0.6, hours: float = 0.6) -> list[str]:
+    """Issue 24's two targets, read plainly off the latest start-up work's study of eight and its warm trials."""
+    share = [c.share() for c in warm]
+    start = [c.startup_s for c in warm if c.startup_s is not None]
+    need = [sum(v for k, v in c.steps_s.items() if k <= 3) / steps_share - c.wall_s + c.timeline.startup_s
+            for c in warm if c.timeline is not None]
+    return [f"- **Issue 24's targets with the {name}**: a study of eight at {ratio:.2f}x the GPU-hours of before the "
+            f"start-up work (target {hours:.1f}x: {'met' if ratio <= hours else 'not met'}); its warm trials "
+            f"{min(c.wall_s for c in warm):.0f}-{max(c.wall_s for c in warm):.0f} s wall, launch to step 1 "
+            f"{min(start):.0f}-{max(start):.0f} s, steps 1-3 {100 * min(share):.0f}-{100 * max(share):.0f}% of the "
+            f"wall (target {100 * steps_share:.0f}%: {'met' if min(share) >= steps_share else 'not met'}: launch to "
+            f"step 1 would have to take {min(need):.0f}-{max(need):.0f} s)"]
 
 
 def _milestones(c: Cost) -> dict[str, tuple[str, float]]:
@@ -301,7 +317,32 @@ def kept_head_report(cs: list[Cost], data: Path = DATA) -> list[str]:
                          "No trial has joined a head an earlier trial started yet: what the kept head saves each "
                          "later trial of a study (no Ray start in its launch, no Ray stop after its steps) is not "
                          "measured, nor is a study of eight with it."))
+    lines += _joined_against_private(joined, cs)
     return [*lines, ""]
+
+
+def _joined_against_private(joined: list[Cost], cs: list[Cost]) -> list[str]:
+    """Each trial that joined a kept head against the last trial of the same configuration on caches as warm that
+    started a private Ray (another lease, another machine): launch to step 1, its Ray stage, the rest by stage."""
+    out = []
+    for c in joined:
+        ref = [r for r in cs if not r.kept_ray and r.timeline is not None and r.config == c.config
+               and r.caches == c.caches and r.bytecode == c.bytecode]
+        if c.timeline is None or not ref:
+            continue
+        r = ref[-1]
+        a, b = _milestones(r), _milestones(c)
+        ray_a, ray_b = a.get("ray_up", ("", 0.0))[1], b.get("ray_up", ("", 0.0))[1]
+        less = r.timeline.startup_s - c.timeline.startup_s
+        moved = [(b[k][0], b[k][1] - a[k][1]) for k in a if k in b and k != "ray_up" and abs(b[k][1] - a[k][1]) >= 1]
+        out.append(f"- {c.source} joined the head its study's first trial started: launch to step 1 "
+                   f"{c.timeline.startup_s:.1f} s against {r.timeline.startup_s:.1f} s for {r.source} (the same "
+                   f"configuration, caches as warm, a private Ray): {less:.1f} s less, its Ray stage {ray_b:.1f} s "
+                   f"against {ray_a:.1f} s; the other {less - (ray_a - ray_b):.1f} s net are stages the head does not "
+                   "run (" + ", ".join(f"{n} {d:+.1f} s" for n, d in moved) + "): the other machine and lease. Last "
+                   f"step's end to exit {c.timeline.after_s:.1f} s against {r.timeline.after_s:.1f} s (no Ray stop; "
+                   f"its Ray workers gone {c.ray_workers_s or 0.0:.1f} s after its driver).")
+    return out
 
 
 def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None, data: Path = DATA) -> str:
@@ -334,17 +375,31 @@ def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None, da
                   f"- before (leases 3/3b, {len(before)} trials): median wall "
                   f"{statistics.median(c.wall_s for c in before):.0f} s, steps 1-3 "
                   f"{100 * statistics.median(c.share() for c in before):.0f}% of it"]
+        last: tuple[str, float, list[Cost]] | None = None
         for name, g in groups.items():
-            cold, warm = [c for c in g if c.caches == "cold"], [c for c in g if c.caches == "warm"]
+            # warm: a study's later trials (through a kept head: those that joined it); a later study's first trial
+            # on caches an earlier study warmed, which started its own head, is neither
+            cold = [c for c in g if c.caches == "cold"]
+            warm = [c for c in g if c.caches == "warm" and c.ray != "fresh"]
             lines += _group(f"with the {name}", cold, warm)
+            first = [c for c in g if c.caches == "warm" and c.ray == "fresh"]
+            if first:
+                lines.append(f"- with the {name}, a later study's first trial on the caches an earlier study warmed "
+                             f"(it started its own head; not in the study of eight, {len(first)}): wall "
+                             + ", ".join(f"{c.wall_s:.0f} s" for c in first) + "; start-up "
+                             + ", ".join(f"{c.startup_s:.0f} s" for c in first if c.startup_s is not None)
+                             + "; the head's start " + ", ".join(f"{c.ray_head_start_s:.1f} s" for c in first))
             hours = study_of_eight(before, cold, warm)
             if hours:
                 lines.append(f"- a study of eight trials with the {name}: {hours[0]:.2f} GPU-hours before, "
                              f"{hours[1]:.2f} after (one cold, seven warm; each now runs one extra step for the noise):"
                              f" **{hours[1] / hours[0]:.2f}x**")
+                last = (name, hours[1] / hours[0], warm)
             elif cold:
                 lines.append(f"- a study of eight trials with the {name}: not computed: it needs a warm trial of it "
                              "(none has run)")
+        if last:  # the latest start-up work with a study of eight
+            lines += _targets(*last)
         lines.append("")
     lines += kept_head_report(small, data)
     lines += startup_report([c for g in groups.values() for c in g if c.caches == "warm"])
