@@ -36,7 +36,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     # no trial lost, none invented: lease 22 re-ran two configurations on the H200 (its plan meant them for an H100)
     # and lease 24 lease 4's three 0.5B ones (their start-up with the bytecode cache), lease 27 lease 24's #0 (its
     # start-up through the kept Ray head), lease 28 lease 24's #1 and #2 (as its #0 and #1) and lease 27's #0 (as its
-    # #2: its study's trials joining the kept head), each table keeping the later trial
+    # #2: its study's trials joining the kept head), lease 30 lease 10's c-3b #0 (its CPU optimizer on another
+    # host), each table keeping the later trial
     kw = "h100_2026-11-27_l28/c-0.5b-kw.db/c-0.5b-kw"
     reruns = {"h200_2026-11-26_l19/c-3b-g0.db/c-3b-g0#0": "h200_2026-11-26_l22/c-3b-h2.db/c-3b-h2#2",
               "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#0": "h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#1",
@@ -44,7 +45,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
               **{f"h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc#{n}": f"{kw}#{n - 1}" for n in (1, 2)},
               **{f"{old}#0": f"{kw}#2" for old in ("h100_2026-11-25_l4/c-0.5b.db/c-0.5b",
                                                      "h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc",
-                                                     "h100_2026-11-27_l27/c-0.5b-kr.db/c-0.5b-kr")}}
+                                                     "h100_2026-11-27_l27/c-0.5b-kr.db/c-0.5b-kr")},
+              "h100_2026-11-26_l10/c-3b.db/c-3b#0": "h100_2026-11-27_l30/c-3b-h5.db/c-3b-h5#0"}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
     assert all(measured[a].params == measured[b].params for a, b in reruns.items())
     for source, r in rows.items():
@@ -69,8 +71,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
     assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 7 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    # lease 28's and 29's studies launched a configuration the plan enqueued first
-    assert "23 of 26 real studies' first launches ran (9 of 12 the model's own picks;" in report
+    # lease 28's, 29's and 30's studies launched a configuration the plan enqueued first
+    assert "24 of 27 real studies' first launches ran (9 of 12 the model's own picks;" in report
     # lease 28's dyn32k/32k (#6) is the 0.5B fused table's best by a step-3 gen one 2 s poll shorter: the model's pick
     # (#2) is at 87% of it, within #6's measured noise (steps 3-4 14% apart): a tie, named as one
     assert ("6 of 7 tables: the replayed first launch runs and is within 90% of the best; 1 more where it runs and "
