@@ -25,7 +25,7 @@ from autotune.cluster import GIB
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.offload import cpu_fraction
-from autotune.estimate.throughput import micro_batches_of_one
+from autotune.estimate.throughput import micro_batches_of_one, unfused_logits
 from autotune.job import Job
 from autotune.model import CATALOG, ModelArch
 from autotune.results.labels import Labeller
@@ -45,7 +45,11 @@ RECOMPUTE_COST = "logprob_pass_s"
 MICRO_BATCH_COST = "micro_batch_of_one_s"
 # ... and what a decode step costs beyond its GPU work with CUDA graphs, per GPU type (gen: seconds per decode step)
 ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_graph_by_gpu": ()}
-ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, MICRO_BATCH_COST: 0.0, **ZERO_OVERHEAD}  # the refit's
+# ... what a logit costs that a pass without verl's fused kernels materialises (old_log_prob and update_actor: ps per
+# logit, Case.unfused_logits) ...
+LOGIT_COST = "unfused_logit_ps"
+ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, MICRO_BATCH_COST: 0.0, LOGIT_COST: 0.0,
+          **ZERO_OVERHEAD}  # the refit's
 # Update micro-batches under this many tokens that are not single sequences (micro-batches of 2 sequences, a 4k
 # dynamic budget: fewer than the 4 sequences of ~1.2k tokens every trial the update's fit holds has at least) cost
 # something the model does not price: lease 26's 1.5B left 4-6 s above update_pass_s with micro-batches of 2 and of a
@@ -86,6 +90,8 @@ class Case:
     micro_batches_of_one: float = 0.0  # update micro-batches of one sequence: what MICRO_BATCH_COST is paid on
     update_micro_batch_tokens: float = 0.0  # tokens of a typical update micro-batch (the time model's)
     cut: str = ""  # what stopped it after its measured step, read in from its log (benchmarks/real_studies.py)
+    # Logits a GPU materialises without fused kernels, per phase that pays LOGIT_COST on them (none with them)
+    unfused_logits: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,9 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
         update_micro_batch_tokens=thr.batching.update_tokens_typical if thr and thr.batching else 0.0,
         cut=(row.extra or {}).get(real_studies.CUT, ""),
+        unfused_logits=({"old_log_prob": logits, "update_actor": job.ppo_epochs * logits}
+                        if thr and (logits := unfused_logits(setup.model, setup.cluster, cand, thr.tokens_per_step))
+                        else {}),
     )
 
 
@@ -206,17 +215,43 @@ def errors(cs: Iterable[Case]) -> Fit:
 
 def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
     """The PASS_COSTS constants from trials predicted with them zeroed: each the median over the trials of measured
-    minus predicted (the update's over trials without the CPU optimizer, whose step is priced on its own, without
-    full recompute, whose second forward is priced as a log-prob pass: `recompute_residual` checks it, without
-    micro-batches of one sequence, priced per micro-batch: `fit_micro_batch_cost`, and without the small micro-batches
-    the model does not price: `small_micro_batches`)."""
+    minus predicted, less what their unfused logits cost (`fit_logit_cost`; the update's over trials without the CPU
+    optimizer, whose step is priced on its own, without full recompute, whose second forward is priced as a log-prob
+    pass: `recompute_residual` checks it, without micro-batches of one sequence, priced per micro-batch:
+    `fit_micro_batch_cost`, and without the small micro-batches the model does not price: `small_micro_batches`)."""
     out = {}
+    logit_ps = fit_logit_cost(zeroed) or 0.0
     for phase, name in PASS_COSTS.items():
-        res = [c.measured_phases[phase] - c.predicted_phases[phase] for c in ok_cases(zeroed)
+        res = [_left(c, phase, logit_ps) for c in ok_cases(zeroed)
                if c.measured_phases.get(phase)
                and not (phase == "update_actor" and _update_priced_apart(c))]
         out[name] = statistics.median(res)
     return out
+
+
+def _left(c: Case, phase: str, logit_ps: float) -> float:
+    """Measured minus predicted (zeroed) of a phase, less what its unfused logits cost at `logit_ps`."""
+    return (c.measured_phases[phase] - c.predicted_phases[phase]
+            - c.unfused_logits.get(phase, 0.0) * logit_ps * 1e-12)
+
+
+def logit_costs(zeroed: list[Case]) -> list[tuple[Case, float]]:
+    """Each ok trial without fused kernels, with what its old_log_prob left above the median of the trials with them
+    of its size, GPU type and attention backend (the unfused attention is priced apart), per logit (ps); a trial
+    without such trials beside it: none."""
+    ok = [c for c in ok_cases(zeroed) if c.measured_phases.get("old_log_prob")]
+    fused: dict[tuple[str, str, str], list[float]] = {}
+    for c in ok:
+        if not c.unfused_logits:
+            fused.setdefault((c.size, c.gpu, c.model), []).append(_left(c, "old_log_prob", 0.0))
+    return [(c, (_left(c, "old_log_prob", 0.0) - statistics.median(fused[c.size, c.gpu, c.model]))
+             / c.unfused_logits["old_log_prob"] * 1e12)
+            for c in ok if c.unfused_logits and (c.size, c.gpu, c.model) in fused]
+
+
+def fit_logit_cost(zeroed: list[Case]) -> float | None:
+    """LOGIT_COST: the median of `logit_costs` (None: no such trial)."""
+    return _median(logit_costs(zeroed))
 
 
 def _update_priced_apart(c: Case) -> bool:
@@ -231,15 +266,17 @@ def small_micro_batches(c: Case) -> bool:
 
 def small_micro_batch_residuals(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
     """Each ok trial with `small_micro_batches` (without the CPU optimizer or full recompute), with what its update
-    leaves above update_pass_s beyond its FLOPs (seconds)."""
-    return [(c, _update_left(c, update_pass_s)) for c in ok_cases(zeroed)
+    leaves above update_pass_s beyond its FLOPs and unfused logits (seconds)."""
+    logit_ps = fit_logit_cost(zeroed) or 0.0
+    return [(c, _update_left(c, update_pass_s, logit_ps)) for c in ok_cases(zeroed)
             if small_micro_batches(c) and not (c.cpu_optimizer or c.full_recompute)
             and c.measured_phases.get("update_actor")]
 
 
-def _update_left(c: Case, update_pass_s: float) -> float:
-    """What a trial's update leaves above update_pass_s beyond its FLOPs (predicted with the costs zeroed)."""
-    return c.measured_phases["update_actor"] - c.predicted_phases["update_actor"] - update_pass_s
+def _update_left(c: Case, update_pass_s: float, logit_ps: float) -> float:
+    """What a trial's update leaves above update_pass_s beyond its FLOPs and its unfused logits at `logit_ps`
+    (predicted with the costs zeroed)."""
+    return _left(c, "update_actor", logit_ps) - update_pass_s
 
 
 def _median(pairs: list[tuple[Case, float]]) -> float | None:
@@ -248,8 +285,9 @@ def _median(pairs: list[tuple[Case, float]]) -> float | None:
 
 def micro_batch_costs(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
     """Each trial whose update micro-batches are single sequences (without the CPU optimizer or full recompute), with
-    what its update leaves above update_pass_s beyond its FLOPs, per such micro-batch (seconds)."""
-    return [(c, _update_left(c, update_pass_s) / c.micro_batches_of_one) for c in ok_cases(zeroed)
+    what its update leaves above update_pass_s beyond its FLOPs and unfused logits, per such micro-batch (seconds)."""
+    logit_ps = fit_logit_cost(zeroed) or 0.0
+    return [(c, _update_left(c, update_pass_s, logit_ps) / c.micro_batches_of_one) for c in ok_cases(zeroed)
             if c.micro_batches_of_one and not (c.cpu_optimizer or c.full_recompute)
             and c.measured_phases.get("update_actor")]
 
@@ -261,8 +299,9 @@ def fit_micro_batch_cost(zeroed: list[Case], update_pass_s: float) -> float | No
 
 def recompute_residuals(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
     """Each full-recompute trial without the CPU optimizer, with what its update leaves above update_pass_s beyond
-    its FLOPs. The model prices that as one more log-prob pass (RECOMPUTE_COST)."""
-    return [(c, _update_left(c, update_pass_s)) for c in ok_cases(zeroed)
+    its FLOPs and unfused logits. The model prices that as one more log-prob pass (RECOMPUTE_COST)."""
+    logit_ps = fit_logit_cost(zeroed) or 0.0
+    return [(c, _update_left(c, update_pass_s, logit_ps)) for c in ok_cases(zeroed)
             if c.full_recompute and not c.cpu_optimizer and c.measured_phases.get("update_actor")]
 
 
@@ -290,6 +329,9 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
         added["update_actor"] += costs[RECOMPUTE_COST]
     if "update_actor" in added:
         added["update_actor"] += c.micro_batches_of_one * costs.get(MICRO_BATCH_COST, 0.0)
+    for p, logits in c.unfused_logits.items():
+        if p in added:
+            added[p] += logits * costs.get(LOGIT_COST, 0.0) * 1e-12
     if "gen" in phases:
         added["gen"] = c.decode_steps * (overhead or {}).get(c.gpu, 0.0)
     for phase, v in added.items():
@@ -299,9 +341,10 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
 
 
 def held_out(zeroed: list[Case]) -> tuple[list[Case], dict[str, dict[str, float]]]:
-    """Every case predicted with the PASS_COSTS, the micro-batch cost and the decode-step overheads refitted on the
-    other model sizes only (a GPU type only this size ran on: the others' H100 figure, as the model takes for a GPU
-    type it has none of; no other size with micro-batches of one sequence: none), and each size's refit."""
+    """Every case predicted with the PASS_COSTS, the micro-batch and logit costs and the decode-step overheads refitted
+    on the other model sizes only (a GPU type only this size ran on: the others' H100 figure, as the model takes for a
+    GPU type it has none of; no other size with micro-batches of one sequence or trials without fused kernels: none),
+    and each size's refit."""
     out, fits = [], {}
     for size in sorted({c.size for c in zeroed}):
         others = [c for c in zeroed if c.size != size]
@@ -309,6 +352,7 @@ def held_out(zeroed: list[Case]) -> tuple[list[Case], dict[str, dict[str, float]
         overhead = {g: overhead.get(g, overhead.get("h100", 0.0)) for g in {c.gpu for c in zeroed}}
         costs = fit_pass_costs(others)
         costs[MICRO_BATCH_COST] = fit_micro_batch_cost(others, costs["update_pass_s"]) or 0.0
+        costs[LOGIT_COST] = fit_logit_cost(others) or 0.0
         fits[size] = {**costs, **{f"overhead_{g}_ms": 1e3 * v for g, v in sorted(overhead.items())}}
         out += [with_pass_costs(c, fits[size], overhead) for c in zeroed if c.size == size]
     return out, fits
@@ -322,6 +366,7 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     recompute = recompute_residual(zeroed, update_pass_s) or 0.0
     one = micro_batch_costs(zeroed, update_pass_s)
     small = small_micro_batch_residuals(zeroed, update_pass_s)
+    logit = logit_costs(zeroed)
     sizes = sorted({c.size for c in ok_cases(all_cases)})
     lines = ["## Summary: per model size, leave one size out", "",
              "The fixed costs (" + ", ".join(PASS_COSTS.values()) + ") are fitted on these trials "
@@ -336,7 +381,12 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
              f"{MICRO_BATCH_COST} (`fit_micro_batch_cost`: what each update micro-batch of one sequence costs, the "
              "median over the trials without dynamic batching at ppo_micro_batch_size_per_gpu=1 of what their update "
              "leaves above update_pass_s per micro-batch: "
-             + (", ".join(f"{c.source} {r:.3f} s" for c, r in one) or "no such trial") + ") "
+             + (", ".join(f"{c.source} {r:.3f} s" for c, r in one) or "no such trial") + "), "
+             f"{LOGIT_COST} (`fit_logit_cost`: what a logit materialised without verl's fused kernels costs in "
+             "each log-prob pass and update, the median over the trials without them of what their old_log_prob "
+             "left above the median of those with them of the same size, GPU type and attention backend, per "
+             "logit: " + (", ".join(f"{c.source} {r:.0f} ps" for c, r in logit) or "no such trial") + "; the "
+             "pass costs are fitted on what is left once it is priced) "
              "and the decode step's overhead with CUDA graphs, per GPU "
              "type (`fit_decode_overhead`: the median of what each trial's gen leaves per decode step with it zeroed; "
              "overhead_<gpu>_ms). Held out: each size predicted with them refitted on the other sizes. One more "

@@ -17,6 +17,7 @@ from autotune.estimate.throughput import (
     moe_dispatch_s,
     reshard_seconds,
     step_time_label,
+    unfused_logits,
 )
 from autotune.job import Job
 from autotune.model import get_model
@@ -171,6 +172,46 @@ def test_only_update_micro_batches_of_one_sequence_pay_their_cost():
     constants = dataclasses.replace(s.constants, efficiency=zero)
     train = evaluate(s.model, s.cluster, job, one, "train").throughput
     assert train.phases == evaluate(s.model, s.cluster, job, one, "train", constants=constants).throughput.phases
+
+
+def test_without_fused_kernels_each_log_prob_pass_and_update_pays_its_logits():
+    """use_fused_kernels=false costs unfused_logit_ps per logit a GPU materialises (tokens x vocabulary / TP, of its
+    DP share) in old_log_prob, ref and the update, nothing in gen or the weight sync; the attention backend is another
+    knob (unfused_attn_tflops), which neither adds nor takes away from it; the training-only objective (a Megatron-core
+    probe, not verl's log-prob path) does not pay it."""
+    from autotune.estimate import evaluate
+
+    job = Job.from_mapping({"actor_rollout_ref.actor.use_kl_loss": True})
+    eff = DEFAULT_EFFICIENCY
+    assert eff.unfused_logit_ps > 0
+    for name, tp in (("qwen2.5-0.5b", 1), ("qwen2.5-7b", 4)):
+        s = make_setup(model=name, job=job)
+        for backend in ("fused", "unfused"):
+            j = s.job.with_node_defaults({verl.ATTENTION_BACKEND: backend})
+            assert j.attention_backend == backend
+            on, off = (Candidate.from_params({**BASE, "tp": tp, "use_fused_kernels": f}) for f in (True, False))
+            a = estimate_throughput(s.model, s.cluster, j, on)
+            b = estimate_throughput(s.model, s.cluster, j, off)
+            logits = a.tokens_per_step * s.model.vocab_size / s.cluster.world_size
+            assert unfused_logits(s.model, s.cluster, off, a.tokens_per_step) == pytest.approx(logits)
+            assert unfused_logits(s.model, s.cluster, on, a.tokens_per_step) == 0.0
+            cost = logits * eff.unfused_logit_ps * 1e-12
+            pa, pb = dict(a.phases), dict(b.phases)
+            for phase in ("old_log_prob", "ref", "update_actor"):
+                assert pb[phase] - pa[phase] == pytest.approx(cost), (name, backend, phase)
+            assert pa["gen"] == pb["gen"] and pa["update_weights"] == pb["update_weights"]
+            assert b.throughput < a.throughput
+        # the attention backend's cost is the same with fused kernels or without
+        fused_attn, unfused_attn = (s.job.with_node_defaults({verl.ATTENTION_BACKEND: b}) for b in ("fused", "unfused"))
+        kernels = (Candidate.from_params({**BASE, "tp": tp, "use_fused_kernels": f}) for f in (True, False))
+        extra = [dict(estimate_throughput(s.model, s.cluster, unfused_attn, c).phases)["old_log_prob"]
+                 - dict(estimate_throughput(s.model, s.cluster, fused_attn, c).phases)["old_log_prob"]
+                 for c in kernels]
+        assert extra[0] > 0 and extra[0] == pytest.approx(extra[1])
+    s = make_setup(model="qwen2.5-0.5b", gpus=1)
+    on, off = (Candidate.from_params({**BASE, "tp": 1, "use_fused_kernels": f}) for f in (True, False))
+    train = [evaluate(s.model, s.cluster, s.job, c, "train").throughput.phases for c in (on, off)]
+    assert train[0] == train[1]
 
 
 def test_the_cpu_optimizer_steps_once_per_mini_batch():

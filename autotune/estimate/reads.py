@@ -104,11 +104,11 @@ def reads_for(objective: str, job: Job) -> Reads:
     asleep = frozenset() if job.free_cache_engine else _UTIL
     log_prob = ((_LAYOUT - {"vpp"}) | _LP_MB | {"recompute", "recompute_modules", "use_fused_kernels"} | _OFFLOAD
                 | _CPU_OPT | ref | asleep)
-    lp_time = (_LAYOUT - {"sequence_parallel", "vpp"}) | _LP_MB
+    lp_time = (_LAYOUT - {"sequence_parallel", "vpp"}) | _LP_MB | {"use_fused_kernels"}  # unfused logits
     phases = {
         "gen": _VLLM,
         "old_log_prob": lp_time | _OFFLOAD,
-        "update_actor": update_time,
+        "update_actor": update_time | {"use_fused_kernels"},
         "update_weights": _STATES | {"rollout_tp", "param_offload"},
         "adv": frozenset(),
     }

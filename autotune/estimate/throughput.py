@@ -117,8 +117,10 @@ class Efficiency:
     # three 3B trials on an H100 left 1.9-2.1 s, and 5.3 s where its log-prob pass ran micro-batches of 4
     # sequences without dynamic batching), 2.40 s on the forty before lease 24 and the
     # thirty-four before lease 22 (2.53 s on the twenty-eight before lease 20, 2.73 s on the eighteen before lease
-    # 19, 3.0 s on the thirteen before lease 11).
-    logprob_pass_s: float = 2.40
+    # 19, 3.0 s on the thirteen before lease 11). Since the passes without fused kernels pay their logits apart
+    # (unfused_logit_ps), whose 1 s a pass this median took in, it is 2.27 s over the fifty-eight steps of leases 3 to
+    # 29 (2.42 s with it unpriced; held out without the 7B 2.35 s, 2.63 s before).
+    logprob_pass_s: float = 2.27
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
     # reductions): 3.3-6.9 s above the FLOP time over the twenty trials without the CPU optimizer, full recompute
     # (whose second forward is priced on its own: estimate_throughput), micro-batches of one sequence (priced on
@@ -131,8 +133,9 @@ class Efficiency:
     # 23.0 and 24.9 s; 4.54 s over the twenty-eight steps before lease 20 with the full-recompute ones in, 4.73 s on
     # the eighteen before lease 19, 4.9 s on the twelve before lease 11). Leases 28's four 0.5B trials (4.40-5.96 s,
     # two with their parameters and optimizer offloaded) take the median over twenty-five to 4.45 s: within the
-    # constant's 0.1 s, kept.
-    update_pass_s: float = 4.36
+    # constant's 0.1 s, kept. With the updates without fused kernels paying their logits apart (unfused_logit_ps), the
+    # median is 4.30 s.
+    update_pass_s: float = 4.30
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -160,6 +163,19 @@ class Efficiency:
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
     # (lease 4 #0) at the same budgets: 3.7 s for its 3.9e12 attention FLOPs (benchmarks/results/calibration.md).
     unfused_attn_tflops: float = 1.1
+    # Without verl's fused kernels (use_fused_kernels=false; the attention backend is another knob, priced above) a
+    # log-prob pass materialises the logits over the whole vocabulary and computes log-probs and entropy from them in
+    # separate fp32 elementwise kernels, where the fused kernel takes them from the hidden states in chunks: this much
+    # per logit a GPU holds (picoseconds; tokens x vocabulary / TP, of its DP and CP share, on the last PP stage), in
+    # each log-prob pass and once in each update epoch (its forward and backward over the logits cost about what the
+    # log-prob pass's do beyond the fused kernel's own backward). Fitted on the real verl 0.9.1 trials
+    # (benchmarks/calibration.py fit_logit_cost): the median over the eleven without fused kernels (0.5B and 1.5B, one
+    # H100) of what each old_log_prob left above the median of the trials with them of its size, GPU and attention
+    # backend, per logit; at ~2.3e10 logits a step (150k tokens, 152k vocabulary) 1.0-1.1 s a pass on the 0.5B, 0.7 s
+    # on the 1.5B. The updates of the 0.5B's seven such trials ran a median 1.1-1.2 s over those with fused kernels
+    # beside them, the 1.5B's one as fast as its two. Every trial held about as many logits: per logit (not per pass)
+    # is the form of the work, not a fit; nor is the H100's figure measured on other GPUs.
+    unfused_logit_ps: float = 48.0
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
@@ -314,6 +330,12 @@ def micro_batches_of_one(job: Job, c: Candidate, plan: BatchingPlan) -> float:
     return plan.update_micro_batches * job.train_batch_size / job.ppo_mini_batch_size * job.ppo_epochs
 
 
+def unfused_logits(m: ModelArch, cl: Cluster, c: Candidate, tokens: float) -> float:
+    """Logits one GPU materialises in a pass over `tokens` without verl's fused kernels (none with them): the last
+    pipeline stage's, its tokens split over DP and CP, the vocabulary over TP (Efficiency.unfused_logit_ps)."""
+    return 0.0 if c.use_fused_kernels else tokens * m.vocab_size * c.pp / cl.world_size
+
+
 def reshard_seconds(m: ModelArch, c: Candidate, params_gpu: float, eff: Efficiency) -> float:
     """verl's update_weights: the actor's bf16 weights to vLLM. Whole on the GPU (no shard to gather): a CUDA IPC
     hand-over to the colocated engine. Sharded: each tensor gathered across the ranks, then vLLM's loader."""
@@ -418,6 +440,9 @@ def estimate_throughput(
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
     fwd += unfused_s / 3
     fwd += eff.logprob_pass_s
+    logits_s = unfused_logits(m, cl, c, tokens) * eff.unfused_logit_ps * 1e-12
+    fwd += logits_s
+    update += job.ppo_epochs * logits_s
 
     # Offload: what verl moves in and out around each phase, and Megatron's CPU optimizer step (estimate/offload.py).
     hc = HostCopy(eff.host_link_share, eff.gpus_per_uplink, eff.cpu_adam_params_per_s)
