@@ -86,10 +86,11 @@ def test_parallel_verl_trials_hang_and_oom_end_as_in_the_local_runner(cluster, t
     # runner shows four at once in test_ray_executor.py.
     ex = RayExecutor(parallel=2, address=cluster.address)
     try:
-        # The hanging trial's stall timeout counts from its launch until its first step, then from that step: it
-        # ends "no progress" either way; the OOM trial's failure class never depends on how slowly it started.
+        # The hanging trial's start-up has the PATIENT watchdog (its start-up timeout); its short stall timeout counts
+        # from step 1, after which it hangs (no step is ever late there); the OOM trial's failure class never depends
+        # on how slowly it started.
         runner = PerTrial(ray_runner(ex.gcs_address, tmp_path / "rec.jsonl", FAKE_VERL_RULES=json.dumps(rules)),
-                          short_stall_s=15.0, hangs=0)
+                          short_stall_s=5.0, hangs=0)
         tuner = Tuner(make_setup(gpus=8), runner, sqlite_url, "par", executor=ex, workdir=tmp_path)
         tuner.run(n_trials=2)
         rows = [r for r in tuner.store.trials("par") if r.launched]
