@@ -135,8 +135,9 @@ def test_mbridge_fails_without_the_shim(tmp_path: Path) -> None:
 
 
 def test_a_hanging_import_is_named(tmp_path: Path) -> None:
-    d = doctor(tmp_path, timeout_s=8.0, modules={"vllm": "import time\ntime.sleep(600)"})
-    assert "did not finish in 8 s while importing vLLM" in fixes(d)["probe"]
+    # the probe reaches vLLM's import in well under a second (stub packages); the time limit waits out the hang
+    d = doctor(tmp_path, timeout_s=4.0, modules={"vllm": "import time\ntime.sleep(600)"})
+    assert "did not finish in 4 s while importing vLLM" in fixes(d)["probe"]
 
 
 def test_a_crashing_import_is_named(tmp_path: Path) -> None:
