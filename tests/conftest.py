@@ -132,3 +132,30 @@ def postgres_url() -> str:
     yield url
     subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared_ray_cluster() -> object:
+    """A real local Ray cluster of 2 nodes x 8 declared GPUs (tests/ray_cluster.py), one for the Ray test modules that
+    run one after another (test_ray_executor, test_ray_faults, test_ray_verl: each test leaves it as it found it):
+    started by the first test that needs it, stopped after the last one (the hooks below)."""
+    from tests.ray_cluster import shared_cluster
+
+    return shared_cluster()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if "shared_ray_cluster" not in item.fixturenames:
+        return
+    items = item.session.items
+    if not any("shared_ray_cluster" in later.fixturenames for later in items[items.index(item) + 1:]):
+        from tests.ray_cluster import stop_shared_cluster
+
+        stop_shared_cluster()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.ray_cluster import stop_shared_cluster
+
+    stop_shared_cluster()  # a run stopped early (-x, Ctrl-C) leaves no cluster behind

@@ -147,6 +147,26 @@ def ray_cluster(nodes: int = 2) -> Iterator[object]:
         c.shutdown()
 
 
+_SHARED: dict[str, object] = {}
+
+
+def shared_cluster() -> object:
+    """The 2-node cluster (ray_cluster(2)) that the Ray test modules share through conftest's `shared_ray_cluster`:
+    started by the first test that asks for it, running until stop_shared_cluster()."""
+    if "cluster" not in _SHARED:
+        stack = contextlib.ExitStack()
+        _SHARED["cluster"] = stack.enter_context(ray_cluster(2))
+        _SHARED["stack"] = stack
+    return _SHARED["cluster"]
+
+
+def stop_shared_cluster() -> None:
+    stack = _SHARED.pop("stack", None)
+    _SHARED.pop("cluster", None)
+    if stack is not None:
+        stack.close()
+
+
 def free_gpus(address: str, timeout: float = HANG_GUARD_S, want: float | None = None) -> float:
     """The cluster's available GPUs, once they reach `want` (or after `timeout`), from a separate connection."""
     import ray

@@ -208,8 +208,19 @@ def test_trial_page_plots_and_log(page, server):
     assert page.errors == []
 
 
+# The study page polls the server every 3 s (study.js POLL_MS); this test waits for six changes to show, and polls
+# every 0.2 s instead: only the poll's own timer is shortened, the page's code runs as it is.
+FAST_POLL = """(() => {
+  const setTimeout_ = window.setTimeout;
+  window.setTimeout = function (f, ms, ...args) {
+    return setTimeout_.call(window, f, f && f.name === 'poll' ? 200 : ms, ...args);
+  };
+})();"""
+
+
 def test_running_study_page_updates(page, server):
     base, tuner = server
+    page.add_init_script(FAST_POLL)
     open_study(page, base)
     n0 = int(page.evaluate("document.body.dataset.trials"))
     before = len(tuner.store.trials(STUDY))

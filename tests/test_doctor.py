@@ -135,8 +135,9 @@ def test_mbridge_fails_without_the_shim(tmp_path: Path) -> None:
 
 
 def test_a_hanging_import_is_named(tmp_path: Path) -> None:
-    d = doctor(tmp_path, timeout_s=8.0, modules={"vllm": "import time\ntime.sleep(600)"})
-    assert "did not finish in 8 s while importing vLLM" in fixes(d)["probe"]
+    # the probe reaches vLLM's import in well under a second (stub packages); the time limit waits out the hang
+    d = doctor(tmp_path, timeout_s=4.0, modules={"vllm": "import time\ntime.sleep(600)"})
+    assert "did not finish in 4 s while importing vLLM" in fixes(d)["probe"]
 
 
 def test_a_crashing_import_is_named(tmp_path: Path) -> None:
@@ -261,60 +262,6 @@ def test_the_job_defaults_pass_verls_own_config_checks(tmp_path: Path) -> None:
     assert f"{verl.ATTENTION_BACKEND}=fused" in ov and f"{verl.VANILLA_MBRIDGE}=true" in ov
     res = validate_overrides(ov)
     assert res.ok, res.message
-
-
-@pytest.mark.slow
-def test_the_shim_reaches_verls_ray_workers_through_the_setup_hook(tmp_path: Path) -> None:
-    """In a real local Ray cluster, a driver that joins with the runner's setup hook in its runtime_env (as verl's
-    driver does with ray_kwargs.ray_init) gets workers in which mbridge 0.15.1's use of the removed ModelType name
-    works; without the hook it fails."""
-    import os
-    import subprocess
-    import sys
-
-    from autotune.verl import shims as verl_shims
-    from tests.ray_cluster import SYSTEM_CONFIG, ray_cluster
-    from tests.stub_stack import ENUMS, GPT_MODEL, MBRIDGE_UTIL, ROOT
-
-    root = tmp_path / "pkgs"
-    for rel, src in {"megatron/__init__.py": "", "megatron/core/__init__.py": "", "megatron/core/enums.py": ENUMS,
-                     "megatron/core/transformer/__init__.py": "", "megatron/core/transformer/enums.py": ENUMS,
-                     "megatron/core/models/__init__.py": "", "megatron/core/models/gpt/__init__.py": "",
-                     "megatron/core/models/gpt/gpt_model.py": GPT_MODEL,
-                     "mbridge/__init__.py": "", "mbridge/core/__init__.py": "", "mbridge/core/util.py": MBRIDGE_UTIL
-                     }.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(src)
-    script = f"""
-import ray, sys
-hook = sys.argv[1] or None
-env = {{"env_vars": {{"PYTHONPATH": {str(root) + os.pathsep + str(ROOT)!r}}}}}
-if hook:
-    env["worker_process_setup_hook"] = hook
-ray.init(address=sys.argv[2], log_to_driver=False, runtime_env=env)
-@ray.remote
-def build():
-    from ray._raylet import Config
-    try:
-        import mbridge.core.util as u
-        return repr(u.IS_ENC_DEC), Config.worker_register_timeout_seconds()
-    except AttributeError as e:
-        return "AttributeError: " + str(e), Config.worker_register_timeout_seconds()
-result, register_s = ray.get(build.remote())
-print("RESULT", result, flush=True)
-print("REGISTER", register_s, flush=True)
-ray.shutdown()
-"""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("RAY_ADDRESS", None)
-    with ray_cluster(nodes=1) as cluster:
-        for hook, want in ((verl_shims.SETUP_HOOK, "RESULT False"),
-                           ("", "RESULT AttributeError: encoder_and_decoder")):
-            proc = subprocess.run([sys.executable, "-c", script, hook, cluster.address], env=env,
-                                  capture_output=True, text=True, timeout=300)
-            assert want in proc.stdout, proc.stdout + proc.stderr[-2000:]
-            # the worker had the cluster's patience: Ray's 60 s to register failed it on a loaded machine
-            assert f"REGISTER {SYSTEM_CONFIG['worker_register_timeout_seconds']}" in proc.stdout, proc.stdout
 
 
 def test_trials_and_the_doctor_find_torchs_cudnn_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,9 @@ import subprocess
 import sys
 import termios
 import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from autotune.runners.progress import STARTUP, estimate, phase_at
 from tests.conftest import REPO
@@ -67,8 +70,24 @@ def _screen_lines(text: str) -> list[str]:
     return [ln.strip() for ln in ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n").split("\n")]
 
 
-def test_live_line_on_a_terminal(tmp_path):
-    code, text, _ = _in_pty(_argv(tmp_path))
+def _in_pipe(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The three `autotune run`s of this module at once (each is mostly the double's 0.8 s steps, asleep): on a
+    terminal, in a pipe, and on a terminal with --json; each in a folder of its own."""
+    dirs = [tmp_path_factory.mktemp(name) for name in ("terminal", "pipe", "json")]
+    with ThreadPoolExecutor(3) as pool:
+        terminal = pool.submit(_in_pty, _argv(dirs[0]))
+        pipe = pool.submit(_in_pipe, _argv(dirs[1]))
+        doc = pool.submit(_in_pty, _argv(dirs[2], "--json"), stderr_apart=True)
+        return {"terminal": terminal.result(), "pipe": pipe.result(), "json": doc.result()}
+
+
+def test_live_line_on_a_terminal(runs):
+    code, text, _ = runs["terminal"]
     lines = _screen_lines(text)
     assert code == 0, "\n".join(lines[-30:])
     live = [m.groupdict() for m in map(LIVE.match, lines) if m]
@@ -89,15 +108,15 @@ def test_live_line_on_a_terminal(tmp_path):
     assert any(ln.startswith("GPU time: ") and "GPU-hours" in ln for ln in lines)
 
 
-def test_quiet_in_a_pipe(tmp_path):
-    proc = subprocess.run(_argv(tmp_path), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+def test_quiet_in_a_pipe(runs):
+    proc = runs["pipe"]
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^  #0\s+ok\s", proc.stdout, re.M) and "best: trial 0" in proc.stdout
     assert "elapsed" not in proc.stdout + proc.stderr and "\x1b[" not in proc.stdout
 
 
-def test_json_on_a_terminal_is_the_document_alone(tmp_path):
-    code, text, err = _in_pty(_argv(tmp_path, "--json"), stderr_apart=True)
+def test_json_on_a_terminal_is_the_document_alone(runs):
+    code, text, err = runs["json"]
     assert code == 0, err
     doc = json.loads(text.replace("\r\n", "\n"))
     assert doc["launched"] == 1 and doc["report"]["best_trial"] == 0 and doc["report"]["gpu_hours"] > 0

@@ -20,15 +20,14 @@ from autotune.runners.simulate import SimulateRunner
 from autotune.study import study
 from autotune.study.study import Tuner
 from tests.conftest import REPO, make_setup
-from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, add_node, free_gpus, ray_cluster, token_cluster
+from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, add_node, free_gpus, token_cluster
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with ray_cluster(2) as c:
-        yield c
+def cluster(shared_ray_cluster):
+    return shared_ray_cluster  # 2 nodes x 8 GPUs, shared with the other Ray modules (conftest)
 
 
 def test_parallel_trials_hold_their_own_gpus_and_give_them_back(cluster, sqlite_url, capsys):

@@ -16,16 +16,15 @@ import pytest
 from autotune.store.store import Store
 from autotune.study.study import Tuner
 from tests.conftest import REPO, make_setup
-from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, free_gpus, ray_cluster
+from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, free_gpus
 
 pytestmark = pytest.mark.slow
 ALL_GPUS = 2 * NODE_GPUS
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with ray_cluster(2) as c:
-        yield c
+def cluster(shared_ray_cluster):
+    return shared_ray_cluster  # 2 nodes x 8 GPUs, shared with the other Ray modules (conftest)
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """verl trials on a real local Ray cluster (the documented double of main_ppo as entry point): the driver joins the
 cluster, verl's own ResourcePoolManager adopts the executor's placement groups, multi-node trials, parallel trials,
-watchdogs, and a node that leaves mid-trial."""
+watchdogs, a node that leaves mid-trial, and the stack's shims reaching verl's Ray workers through the setup hook."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,15 +18,14 @@ from autotune.runners.verl import VerlRunner
 from autotune.study.study import Tuner
 from tests.conftest import make_setup
 from tests.fake_verl import ENTRY, env_for, fast_options, leftovers
-from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, add_node, free_gpus, ray_cluster
+from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, add_node, free_gpus
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with ray_cluster(2) as c:
-        yield c
+def cluster(shared_ray_cluster):
+    return shared_ray_cluster  # 2 nodes x 8 GPUs, shared with the other Ray modules (conftest)
 
 
 # Watchdogs that never fire in a trial that makes progress, however loaded the machine (a trial's start-up, Ray
@@ -86,10 +86,11 @@ def test_parallel_verl_trials_hang_and_oom_end_as_in_the_local_runner(cluster, t
     # runner shows four at once in test_ray_executor.py.
     ex = RayExecutor(parallel=2, address=cluster.address)
     try:
-        # The hanging trial's stall timeout counts from its launch until its first step, then from that step: it
-        # ends "no progress" either way; the OOM trial's failure class never depends on how slowly it started.
+        # The hanging trial's start-up has the PATIENT watchdog (its start-up timeout); its short stall timeout counts
+        # from step 1, after which it hangs (no step is ever late there); the OOM trial's failure class never depends
+        # on how slowly it started.
         runner = PerTrial(ray_runner(ex.gcs_address, tmp_path / "rec.jsonl", FAKE_VERL_RULES=json.dumps(rules)),
-                          short_stall_s=15.0, hangs=0)
+                          short_stall_s=5.0, hangs=0)
         tuner = Tuner(make_setup(gpus=8), runner, sqlite_url, "par", executor=ex, workdir=tmp_path)
         tuner.run(n_trials=2)
         rows = [r for r in tuner.store.trials("par") if r.launched]
@@ -194,3 +195,54 @@ def test_the_hook_adopts_only_groups_in_verls_own_bundle_shape(cluster, monkeypa
     finally:
         ray.shutdown()
     assert free_gpus(cluster.address, want=2 * NODE_GPUS) == 2 * NODE_GPUS
+
+
+def test_the_shim_reaches_verls_ray_workers_through_the_setup_hook(cluster, tmp_path: Path) -> None:
+    """The stack's shims (autotune/verl/shims.py, tests/test_doctor.py's subject): in a real local Ray cluster, a driver
+    that joins with the runner's setup hook in its runtime_env (as verl's driver does with ray_kwargs.ray_init) gets
+    workers in which mbridge 0.15.1's use of the removed ModelType name works; without the hook it fails."""
+    import os
+    import subprocess
+    import sys
+
+    from autotune.verl import shims as verl_shims
+    from tests.ray_cluster import SYSTEM_CONFIG
+    from tests.stub_stack import ENUMS, GPT_MODEL, MBRIDGE_UTIL, ROOT
+
+    root = tmp_path / "pkgs"
+    for rel, src in {"megatron/__init__.py": "", "megatron/core/__init__.py": "", "megatron/core/enums.py": ENUMS,
+                     "megatron/core/transformer/__init__.py": "", "megatron/core/transformer/enums.py": ENUMS,
+                     "megatron/core/models/__init__.py": "", "megatron/core/models/gpt/__init__.py": "",
+                     "megatron/core/models/gpt/gpt_model.py": GPT_MODEL,
+                     "mbridge/__init__.py": "", "mbridge/core/__init__.py": "", "mbridge/core/util.py": MBRIDGE_UTIL
+                     }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(src)
+    script = f"""
+import ray, sys
+hook = sys.argv[1] or None
+env = {{"env_vars": {{"PYTHONPATH": {str(root) + os.pathsep + str(ROOT)!r}}}}}
+if hook:
+    env["worker_process_setup_hook"] = hook
+ray.init(address=sys.argv[2], log_to_driver=False, runtime_env=env)
+@ray.remote
+def build():
+    from ray._raylet import Config
+    try:
+        import mbridge.core.util as u
+        return repr(u.IS_ENC_DEC), Config.worker_register_timeout_seconds()
+    except AttributeError as e:
+        return "AttributeError: " + str(e), Config.worker_register_timeout_seconds()
+result, register_s = ray.get(build.remote())
+print("RESULT", result, flush=True)
+print("REGISTER", register_s, flush=True)
+ray.shutdown()
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    for hook, want in ((verl_shims.SETUP_HOOK, "RESULT False"), ("", "RESULT AttributeError: encoder_and_decoder")):
+        proc = subprocess.run([sys.executable, "-c", script, hook, cluster.address], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert want in proc.stdout, proc.stdout + proc.stderr[-2000:]
+        # the worker had the cluster's patience: Ray's 60 s to register failed it on a loaded machine
+        assert f"REGISTER {SYSTEM_CONFIG['worker_register_timeout_seconds']}" in proc.stdout, proc.stdout

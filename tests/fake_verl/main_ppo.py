@@ -23,7 +23,8 @@ detached actor, whose worker outlives the job).
 With verl's profiler on (`global_profiler.tool=torch`, `global_profiler.steps=[N]`) it writes step N's traces with
 verl's own profiler code (profiled.py).
 Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STEP_JITTER (steps after the first run at
-1 - j (odd) and 1 + j (even) of their throughput: measured noise; default 0), FAKE_VERL_STARTUP_S (default 0.3),
+1 - j (odd) and 1 + j (even) of their throughput: measured noise; default 0), FAKE_VERL_STARTUP_S (default 0.05:
+a test that needs a start-up phase to watch sets its own),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
 FAKE_VERL_RECORD (append one JSON line: pid, children, mode), FAKE_VERL_HOLD_FILE (step FAKE_VERL_HOLD_STEP, default 2,
 starts only once this file exists: a test acts mid-run on an event, not after a guessed delay).
@@ -329,7 +330,7 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
             "'actor_rollout_ref.actor.megatron.grad_offload'.",
             "To append to your config use +actor_rollout_ref.actor.megatron.grad_offload=True",
         ])
-    time.sleep(float(os.environ.get("FAKE_VERL_STARTUP_S", "0.3")))
+    time.sleep(float(os.environ.get("FAKE_VERL_STARTUP_S", "0.05")))
     for ln in pprint.pformat(printed_config(ov)).split("\n"):  # TaskRunnerV1.run: pprint of the resolved config
         out(f"{pre} {ln}")
     if mode == "no_gpus":  # verl on a machine without GPUs (tests/data/real_verl_cpu.log): data loaded, then this
