@@ -22,7 +22,7 @@ attention_backend, tokenizer_error (at FAKE_VERL_FAIL_STEP), leak_actor (on a Ra
 detached actor, whose worker outlives the job).
 With verl's profiler on (`global_profiler.tool=torch`, `global_profiler.steps=[N]`) it writes step N's traces with
 verl's own profiler code (profiled.py).
-Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.05), FAKE_VERL_STEP_JITTER (steps after the first run at
+Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.02), FAKE_VERL_STEP_JITTER (steps after the first run at
 1 - j (odd) and 1 + j (even) of their throughput: measured noise; default 0), FAKE_VERL_STARTUP_S (default 0.05:
 a test that needs a start-up phase to watch sets its own),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
@@ -309,7 +309,7 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
     """The run after Ray is up: start-up noise, failures by mode, step lines, the JSONL file."""
     env_path = os.environ.get("VERL_FILE_LOGGER_PATH")
     total = int(ov["trainer.total_training_steps"])
-    step_s = float(os.environ.get("FAKE_VERL_STEP_S", "0.05"))
+    step_s = float(os.environ.get("FAKE_VERL_STEP_S", "0.02"))
     fail_step = int(os.environ.get("FAKE_VERL_FAIL_STEP", "2"))
     t_main = t_main or time.time()
     task_pid = children[1] if len(children) > 1 else os.getpid()
