@@ -25,7 +25,7 @@ from autotune.cluster import GIB
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.offload import cpu_fraction
-from autotune.estimate.throughput import micro_batches_of_one, unfused_logits
+from autotune.estimate.throughput import micro_batches_of_one, unfused_logits_by_phase
 from autotune.job import Job
 from autotune.model import CATALOG, ModelArch
 from autotune.results.labels import Labeller
@@ -168,9 +168,8 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
         update_micro_batch_tokens=thr.batching.update_tokens_typical if thr and thr.batching else 0.0,
         cut=(row.extra or {}).get(real_studies.CUT, ""),
-        unfused_logits=({"old_log_prob": logits, "update_actor": job.ppo_epochs * logits}
-                        if thr and (logits := unfused_logits(setup.model, setup.cluster, cand, thr.tokens_per_step))
-                        else {}),
+        unfused_logits=(unfused_logits_by_phase(setup.model, setup.cluster, job, cand, thr.tokens_per_step)
+                        if thr else {}),
     )
 
 

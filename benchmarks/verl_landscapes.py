@@ -212,7 +212,7 @@ class FirstLaunch:
     def tied(self) -> bool:
         """Under GOOD of the best, but within the measured noise of it: which is faster the trials do not say."""
         return (self.status == "ok" and self.share < GOOD and self.noise is not None
-                and 1 - self.share <= self.noise)
+                and noise.within_noise(self.best, self.throughput or 0.0, self.noise))
 
     @property
     def good(self) -> bool:

@@ -336,6 +336,15 @@ def unfused_logits(m: ModelArch, cl: Cluster, c: Candidate, tokens: float) -> fl
     return 0.0 if c.use_fused_kernels else tokens * m.vocab_size * c.pp / cl.world_size
 
 
+def unfused_logits_by_phase(m: ModelArch, cl: Cluster, job: Job, c: Candidate, tokens: float) -> dict[str, float]:
+    """The phases that pay Efficiency.unfused_logit_ps, with their logits: each log-prob pass (old_log_prob, and ref
+    where the job has a reference model) once, the update once per epoch; none with fused kernels."""
+    n = unfused_logits(m, cl, c, tokens)
+    if not n:
+        return {}
+    return {"old_log_prob": n, **({"ref": n} if job.has_ref_model else {}), "update_actor": job.ppo_epochs * n}
+
+
 def reshard_seconds(m: ModelArch, c: Candidate, params_gpu: float, eff: Efficiency) -> float:
     """verl's update_weights: the actor's bf16 weights to vLLM. Whole on the GPU (no shard to gather): a CUDA IPC
     hand-over to the colocated engine. Sharded: each tensor gathered across the ranks, then vLLM's loader."""
@@ -440,9 +449,9 @@ def estimate_throughput(
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
     fwd += unfused_s / 3
     fwd += eff.logprob_pass_s
-    logits_s = unfused_logits(m, cl, c, tokens) * eff.unfused_logit_ps * 1e-12
-    fwd += logits_s
-    update += job.ppo_epochs * logits_s
+    logits = unfused_logits_by_phase(m, cl, job, c, tokens)
+    fwd += logits.get("old_log_prob", 0.0) * eff.unfused_logit_ps * 1e-12  # ref's pass is the same
+    update += logits.get("update_actor", 0.0) * eff.unfused_logit_ps * 1e-12
 
     # Offload: what verl moves in and out around each phase, and Megatron's CPU optimizer step (estimate/offload.py).
     hc = HostCopy(eff.host_link_share, eff.gpus_per_uplink, eff.cpu_adam_params_per_s)

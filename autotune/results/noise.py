@@ -103,6 +103,11 @@ class Tie:
                 "decided": self.decided, "words": self.words()}
 
 
+def within_noise(best: float, other: float, noise: float) -> bool:
+    """Two measured-step throughputs are a tie where they differ by no more than the measured noise of the best."""
+    return abs(best - other) / best <= noise
+
+
 def leaders_tie(rows: Iterable[Any]) -> Tie | None:
     """The tie among a study's fastest ok trials, if the best's nearest rivals are within the measured noise."""
     ok = [r for r in rows if r.status == "ok" and at_measured_step(r) is not None and not r.simulated]
@@ -117,7 +122,7 @@ def leaders_tie(rows: Iterable[Any]) -> Tie | None:
         if not spreads or not b:
             continue
         g = abs(b - at_measured_step(r)) / b
-        if g <= max(spreads):
+        if within_noise(b, at_measured_step(r), max(spreads)):
             tied.append(r)
             if len(tied) == 2:
                 gap, noise = g, max(spreads)
