@@ -48,6 +48,13 @@ class Cost:
     ray: str = ""  # how it got its Ray (extra["ray"]; "" where not recorded: a private Ray per trial)
     ray_head_start_s: float = 0.0  # it started the kept head before its launch (in wall_s, not in its timeline)
     ray_workers_s: float | None = None  # its Ray workers gone this long after its driver (kept head only)
+    gpu: str = ""  # the GPU type it ran on
+
+    @property
+    def smoke_job(self) -> bool:
+        """The 0.5B smoke job on a one-H100 machine, the job issue 24's before and after are measured on (lease 32's
+        0.5B trials ran on an H200 node, in one lane of four whose start-ups shared its host)."""
+        return self.model_layers == 24 and self.gpu == "h100"
 
     @property
     def kept_ray(self) -> bool:
@@ -79,7 +86,8 @@ def costs(dbs: list[Path]) -> list[Cost]:
                             float(row.duration_s), steps,
                             tl if tl and tl.steps else None, row.candidate_key or "", str(extra.get("ray") or ""),
                             tl.ray_head_start_s if tl else 0.0,
-                            float(settle) if isinstance(settle, (int, float)) else None))
+                            float(settle) if isinstance(settle, (int, float)) else None,
+                            real_studies.setup(study).cluster.gpu.name))
     return out
 
 
@@ -346,7 +354,7 @@ def _joined_against_private(joined: list[Cost], cs: list[Cost]) -> list[str]:
 
 
 def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None, data: Path = DATA) -> str:
-    small = [c for c in cs if c.model_layers == 24]  # the 0.5B smoke job, before and after
+    small = [c for c in cs if c.smoke_job]  # before and after
     before = [c for c in small if not c.caches]
     groups = {  # the start-up work, in the order it landed
         "compile caches": [c for c in small if c.caches and not c.bytecode and not c.kept_ray],

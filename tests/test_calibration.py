@@ -14,13 +14,14 @@ def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> No
     0.5B trial through the kept Ray head (steps 1-3 only: no extra step), lease 28's four 0.5B trials through one
     kept head and lease 29's two (micro-batches of 2/8 and a 4k/8k budget, steps 1-3 only) join their sizes' groups,
     lease 25's #2 read from its log: the lease's deadline cut it in its extra step 4, after its
-    measured step 3); lease 12's 7B first pick, which
+    measured step 3), lease 30's 3B and lease 32's fourteen (four lanes of an H200 node: two 7B, three 3B, four 1.5B,
+    five 0.5B); lease 12's 7B first pick, which
     ran out of memory in update_actor, is now predicted not to fit, and every trial that ran is still predicted to
-    fit, the three measured 7B trials of leases 13 and 20 among them."""
+    fit, the five measured 7B trials of leases 13, 20 and 32 among them."""
     cases = calibration.cases(list(calibration.DATA.glob("*/*.db")))
-    assert len(cases) == 66 and {c.status for c in cases} == {"ok", "oom"}
+    assert len(cases) == 80 and {c.status for c in cases} == {"ok", "oom"}
     assert [c.source for c in cases if c.cut] == ["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2"]
-    assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 3
+    assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 5
     assert all((c.status == "ok") == c.predicted_fits for c in cases), [
         (c.source, c.status, c.predicted_peak_gib) for c in cases if (c.status == "ok") != c.predicted_fits]
     groups = {c.model for c in cases}
@@ -34,7 +35,7 @@ def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> No
 
 
 def _small() -> list[trial_cost.Cost]:
-    return [c for c in trial_cost.costs(list(trial_cost.DATA.glob("*/*.db"))) if c.model_layers == 24]
+    return [c for c in trial_cost.costs(list(trial_cost.DATA.glob("*/*.db"))) if c.smoke_job]
 
 
 def test_each_start_up_change_made_the_0_5b_trials_start_sooner() -> None:

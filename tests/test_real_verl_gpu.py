@@ -4,6 +4,7 @@ what each trial was)."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -225,11 +226,16 @@ def test_the_extra_step_measured_the_noise_and_the_offload_pair_is_within_it() -
 def test_every_real_gen_is_the_rollout_at_verl_s_next_2_s_poll() -> None:
     """verl 0.9.1's V1 trainer times `gen` around ReplayBuffer.sample(), which checks for the finished rollout every
     2 s (autotune.verl.SAMPLE_POLL_S): each gen of every committed real trial, at every step, is a multiple of 2 s
-    plus the batch's hand-over. The model prices the wait (half an interval on average) only where verl polls."""
-    gens = [float(m) for f in sorted(LEASE1.parent.glob("*/*/metrics.jsonl"))
-            for m in re.findall(r'"timing_s/gen":([0-9.]+)', f.read_text())]
+    plus the batch's hand-over (under 0.3 s; a trial's first step under 0.7 s: lease 32's cold 0.5B, one lane of four
+    starting together on an H200 node, handed its first batch over in 0.68 s). The model prices the wait (half an
+    interval on average) only where verl polls."""
+    steps = [json.loads(line) for f in sorted(LEASE1.parent.glob("*/*/metrics.jsonl"))
+             for line in f.read_text().splitlines() if line.strip()]
+    gens = [(s["step"], float(s["data"]["timing_s/gen"])) for s in steps if "timing_s/gen" in s.get("data", {})]
     assert len(gens) >= 60
-    assert all(0.05 < g % verl.SAMPLE_POLL_S < 0.3 for g in gens), sorted(g % verl.SAMPLE_POLL_S for g in gens)
+    assert all(0.05 < g % verl.SAMPLE_POLL_S < (0.7 if n == 1 else 0.3) for n, g in gens), sorted(
+        (g % verl.SAMPLE_POLL_S, n) for n, g in gens)
+    gens = [g for _, g in gens]
     assert len({round(g // verl.SAMPLE_POLL_S) for g in gens}) >= 5  # from 6 to 18 s: not one value by chance
     m, cl, c = get_model("qwen2.5-0.5b"), make_cluster(1, 1, "h100"), Candidate.from_params({"rollout_tp": 1})
     polled, awaited = (Job.from_mapping({verl.USE_V1: v}) for v in (True, False))

@@ -37,17 +37,20 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     before lease 22), more on the H100 nodes (median 3.4 s: 3.4-3.7 s for the 0.5B and 1.5B, 3.8 s before their
     logits were priced, 2.4 s for lease 25's 3B with its optimizer offloaded) than on the H200s (median 1.6 s, 1.1-2.6
     s; lease 22's 3B with its optimizer offloaded 1.8 s), as their decode steps' host overhead is larger too: a spread
-    the model does not price. Lease 20's two-by-two on the 1.5B
-    (H200) says the cost is the recompute's and not the 8k token budget every earlier full-recompute trial also had:
-    without recompute the budgets' updates differ by 0.3 s, with it they cost 2.1-2.8 s more, where the model said
-    1.0-1.2 s before it priced the second forward's fixed cost (3.4-3.5 s now)."""
+    the model does not price. Lease 32's 0.5B (rc:full on an H200, on the node whose small models' updates ran 10-30%
+    slow: HOST_MISSES) left 6.3 s, the most of any: its host's, out of the per-GPU comparison. Lease 20's two-by-two
+    on the 1.5B (H200) says the cost is the recompute's and not the 8k token budget every earlier full-recompute trial
+    also had: without recompute the budgets' updates differ by 0.3 s, with it they cost 2.1-2.8 s more, where the model
+    said 1.0-1.2 s before it priced the second forward's fixed cost (3.4-3.5 s now)."""
     costs = cal.fit_pass_costs(zeroed)
     assert cal.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
         DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
     residuals = cal.recompute_residuals(zeroed, costs["update_pass_s"])
-    per_gpu = {g: [r for c, r in residuals if c.gpu == g] for g in ("h100", "h200")}
+    per_gpu = {g: [r for c, r in residuals if c.gpu == g and c.source not in HOST_MISSES] for g in ("h100", "h200")}
     assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (4, 4)
     assert statistics.median(per_gpu["h100"]) > 2 * statistics.median(per_gpu["h200"])
+    slow = [r for c, r in residuals if c.source in HOST_MISSES]  # lease 32's 0.5B on its slow-update host: 6.3 s
+    assert len(slow) == 1 and slow[0] > max(per_gpu["h100"])
     two_by_two = {c.source.rsplit("#", 1)[1]: cal.steady(c)
                   for c in cal.cases([cal.DATA / "h200_2026-11-26_l20" / "c-1.5b-rc.db"])}
     assert len(two_by_two) == 4
@@ -62,12 +65,14 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
 
 
 def test_a_logit_without_fused_kernels_costs_what_the_eleven_trials_fit(zeroed: list[cal.Case]) -> None:
-    """unfused_logit_ps is the fit (to 1 ps) over the eleven trials without fused kernels (0.5B and 1.5B on H100s),
-    each against the trials with them of its size, GPU type and attention backend: their log-prob passes ran ~1 s
-    (0.7-1.1 s by group) over those with fused kernels at ~2.3e10 logits a step. Every other trial pays nothing."""
+    """unfused_logit_ps is the fit (to 1 ps) over the twelve trials without fused kernels (0.5B and 1.5B on H100s,
+    lease 32's 1.5B on an H200: 69 ps), each against the trials with them of its size, GPU type and attention backend:
+    their log-prob passes ran ~1 s (0.7-1.1 s by group) over those with fused kernels at ~2.3e10 logits a step. Every
+    other trial pays nothing."""
     costs = cal.logit_costs(zeroed)
     assert DEFAULT_EFFICIENCY.unfused_logit_ps == pytest.approx(cal.fit_logit_cost(zeroed), abs=1.0)
-    assert len(costs) == 11 and all(c.gpu == "h100" and "no-fused" in c.label for c, _ in costs)
+    assert len(costs) == 12 and all("no-fused" in c.label for c, _ in costs)
+    assert [c.source for c, _ in costs if c.gpu != "h100"] == ["h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#0"]
     assert {c.source for c, _ in costs} == {c.source for c in cal.ok_cases(zeroed) if c.unfused_logits}
     assert all(bool(c.unfused_logits) == ("no-fused" in c.label) for c in cal.ok_cases(zeroed))
 
@@ -86,14 +91,16 @@ def test_the_decode_step_overheads_are_what_the_trials_fit(zeroed: list[cal.Case
 
 def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held: list[cal.Case]) -> None:
     """Every phase, the step and the ordering over all sizes, held out: since lease 20 (full recompute's second
-    forward priced) gen too, at 17% with the decode step's overhead refitted without each size (58 trials since lease
+    forward priced) gen too, at 15% with the decode step's overhead refitted without each size (73 trials since lease
+    32's fourteen on an H200 node, 17% over the 59 before; 58 trials since lease
     28's four and lease 29's two 0.5B trials, 52 since lease 27's 0.5B trial through the kept Ray head, 51 since lease
     26's four 1.5B trials on an H100, 47 since lease 25's three 3B trials, 18% over the 44 before; the step 7% since
     the logits of the passes without fused kernels are priced, 8% before, 7% over the 51; old_log_prob 11%, 17%
     before, 13% over the 52; Spearman 0.92 over them all, 0.93 before, 0.94 over the 52, 0.93 before lease 27, 0.92
-    before lease 25, 0.81 before micro-batches of one sequence were priced)."""
+    before lease 25, 0.81 before micro-batches of one sequence were priced; since lease 32 the step 8%, old_log_prob
+    10%, Spearman 0.91)."""
     fit = cal.errors(held)
-    assert fit.trials == 59
+    assert fit.trials == 73
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -113,8 +120,9 @@ MODEL_TIE = 0.01  # two predictions this close are a tie the model cannot order
 # (three) and 10.1 s as lease 4's did, bring it to 17.3%: within the target since. 7B's old_log_prob (leases 13 and
 # 20, H200): the forward passes ran faster than the H100-fitted compute share (x0.77); 28% held out since the passes
 # without fused kernels pay their logits (unfused_logit_ps), 32% before, when their ~1 s a pass lifted the others' fit
-# of logprob_pass_s to 2.63 s (2.35 s since).
-KNOWN = {("qwen2.5-7b", "old_log_prob"): 0.3}
+# of logprob_pass_s to 2.63 s (2.35 s since). Lease 32's two 7B trials (7.2 and 6.9 s against 8.3 and 8.2 s
+# predicted) bring it to 21%: within the target, no longer a known miss.
+KNOWN: dict[tuple[str, str], float] = {}
 # The three trials with micro-batches of one sequence (1 for the update, 4 for the log-prob, no dynamic batching):
 # lease 22's 1.5B on an H200 and lease 24's 0.5B on an H100, known step misses until their micro-batches were priced
 # (micro_batch_of_one_s; the 1.5B's update_actor 28.4 s measured, 10.6 s predicted held out, its step 42.2 vs 20.8 s:
@@ -164,16 +172,20 @@ def test_a_micro_batch_of_one_sequence_costs_what_the_four_trials_fit(zeroed: li
 # micro-batches of 2 does not (0.10 and 0.135 s over the steady steps). A cost per such micro-batch fitted on the other
 # size (0.116 s) puts the 0.5B's updates within 1-12% held out, but the 1.5B's micro-batches of 2 +23% and their step
 # +30% (-1% without it; the 1.5B's median step error 6.9% -> 8.0%): no rule held out on both sizes, known misses still.
+# Lease 32 ran them at a third size, the 3B (optimizer offloaded, on an H200 node): 7.1 and 6.8 s above
+# update_pass_s (38 and 64 micro-batches a step: 0.19 and 0.11 s each), on a node whose updates ran 10-30% slow
+# (HOST_MISSES), so a third figure no cost per micro-batch is fitted on.
 SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2",
                        "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#3", "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#0",
-                       "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#1"}
+                       "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#1", "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#0",
+                       "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#1"}
 
 
 def test_small_micro_batches_are_known_misses_out_of_the_update_fit(zeroed: list[cal.Case]) -> None:
     update_pass_s = cal.fit_pass_costs(zeroed)["update_pass_s"]
     left = dict((c.source, r) for c, r in cal.small_micro_batch_residuals(zeroed, update_pass_s))
     assert set(left) == SMALL_MICRO_BATCHES == {c.source for c in cal.ok_cases(zeroed) if cal.small_micro_batches(c)}
-    assert all(left[s] > 4.0 for s in SMALL_MICRO_BATCHES if "_l26/" in s or "_l29/" in s)
+    assert all(left[s] > 4.0 for s in SMALL_MICRO_BATCHES if "_l26/" in s or "_l29/" in s or "_l32/" in s)
     assert left["h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1"] < 2.0
 
 
@@ -187,7 +199,27 @@ def test_small_micro_batches_are_known_misses_out_of_the_update_fit(zeroed: list
 # lease 10's (gen 8.1 vs 18.1 s, update 18.6 vs 21.9 s), 5% under the model's 34.5 s held out; that host's CPU AdamW
 # ran 8.4e8 parameters/s (the model's 6.5e8). So lease 10's host, not the split. Without the three the H100's 3B is
 # ordered (1.00 over the other five).
-HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)}
+# Lease 32's H200 node (four lanes, 2026-11-27): the same configurations as on other nodes, its 0.5B-3B updates ran
+# 10-30% slower (the 1.5B with selective recompute 10.0 s against lease 19's 8.3 s, its step 22.1 against 19.0 s; the
+# 3B at micro-batches of 4 with half the optimizer on the CPU 21.0 against 17.7 s; the 0.5B at dyn32k/96k 7.4 s against
+# 5.0-5.8 s on four H100 trials), its steps 3 and 4 up to 27% apart, while its 7B ran as lease 13's (update 35.7
+# against 35.2 s): a host slow where the GPU waits on the CPU. Its twelve 0.5B-3B trials order among themselves, not
+# against other nodes' (as lease 10's three).
+HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
+    f"h200_2026-11-27_l32/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-t", range(5)), ("c-1.5b-h7", range(4)),
+                                                                     ("c-3b-mb", range(3))) for n in ns}
+
+
+# A trial the model misorders on its node beyond a step's noise, a known miss: on lease 32's node the 1.5B at
+# dyn12k/96k util 0.4 (c-1.5b-h7 #1; lease 11's first launch, 18.4 s a step on an H100, the fastest there) ran its
+# updates in 9.3, 14.7 and 11.7 s over steps 2-4 where selective recompute beside it (#2) ran 9.7-10.0 s and the
+# offloaded one (#3) 9.0-11.0 s: its step 3 20-24% slower than theirs, which the model puts 4-5% faster.
+KNOWN_OUTLIERS = {"h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#1"}
+
+
+def host(c: cal.Case) -> str:
+    """The node a known host miss ran on (its lease's folder), "" for the others."""
+    return c.source.split("/")[0] if c.source in HOST_MISSES else ""
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -209,7 +241,12 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
     (0.93 over thirteen trials, 0.91 before the logits were priced, 0.93 before leases 28 and 29 moved the others'
     refit), the 3B at 0.89 over seven (0.79 before the logits were priced, 0.82 before leases 28 and 29: the refit
     without it took logprob_pass_s from 2.53 to 2.65 s, which full recompute pays twice; 2.27 s since), its misordered
-    pairs within a step's noise or predicted within 1%, and the 7B is ordered (1.00 over three)."""
+    pairs within a step's noise or predicted within 1%, and the 7B is ordered (1.00 over three).
+    Lease 32's node (HOST_MISSES: its 0.5B-3B updates 10-30% slower than other nodes' for the same configurations)
+    takes the H200's 1.5B to 0.71 over seventeen (0.93 over the thirteen off it), the 3B to 0.48 over ten (0.89 over
+    the seven off it, its two small-micro-batch trials among its three), and its own 0.5B, the H200's first, is at 0.60
+    over five, each misordered pair within a step's noise; the 7B is at 0.90 over five (its two on that node as lease
+    13's). Among themselves its four 1.5B are at -0.40: c-1.5b-h7 #1, a known outlier (KNOWN_OUTLIERS)."""
     cases = [c for c in held if c.size == size]
     fit = cal.errors(cases)
     assert fit.trials >= 1 and fit.step is not None and fit.step <= cal.STEP_TARGET
@@ -222,14 +259,17 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
         wrong = [(a, b) for a in ok for b in ok
                  if a.predicted_step_s < b.predicted_step_s and a.measured_step_s > b.measured_step_s]
         assert wrong
+        rest = [c for c in ok if c.source not in HOST_MISSES | SMALL_MICRO_BATCHES]
         for a, b in wrong:
-            across_hosts = (a.source in HOST_MISSES) != (b.source in HOST_MISSES)
+            if len(rest) >= 3 and a in rest and b in rest:
+                continue  # the rest's ordering is judged whole, below
+            across_hosts = host(a) != host(b)
             small = a.source in SMALL_MICRO_BATCHES or b.source in SMALL_MICRO_BATCHES
             assert (a.measured_step_s / b.measured_step_s - 1 < STEP_NOISE
-                    or b.predicted_step_s / a.predicted_step_s - 1 < MODEL_TIE or across_hosts or small), (
+                    or b.predicted_step_s / a.predicted_step_s - 1 < MODEL_TIE or across_hosts or small
+                    or a.source in KNOWN_OUTLIERS or b.source in KNOWN_OUTLIERS), (
                         a.source, b.source)
-        rest = [c for c in ok if c.source not in HOST_MISSES | SMALL_MICRO_BATCHES]
-        if len(rest) < len(ok):  # without them the rest is ordered
+        if 3 <= len(rest) < len(ok):  # without them the rest is ordered
             rho = cal.spearman([c.predicted_step_s for c in rest], [c.measured_step_s for c in rest])
             assert rho is not None and rho >= cal.SPEARMAN_TARGET, (size, gpu, rho)
 
@@ -241,9 +281,14 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     0.61 s); three 0.5B steps of 0.66-0.67 s (lease 3's two, lease 24's #1) are a third under (36%, 35% before lease
     26, 34% before lease 25: the fit without the 0.5B went to 0.40 s with lease 25's 3B syncs of 0.46-0.54 s and
     lease 26's 1.5B syncs of 0.37-0.53 s; lease 27's 0.5B sync of 0.54 s is 20% under; lease 28's and 29's six
-    0.5B syncs of 0.32-0.52 s are 17% under to 32% over)."""
-    errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)]
-    assert len(errs) == 59 and max(errs) < 0.67 and min(errs) > -0.37
+    0.5B syncs of 0.32-0.52 s are 17% under to 32% over). Off the known host misses (lease 10's and lease 32's nodes);
+    on lease 32's node a 0.5B sync took 0.94 s at step 3 (0.6-0.9 s over its steps), 52% under."""
+    errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
+            if c.source not in HOST_MISSES]
+    assert len(errs) == 58 and max(errs) < 0.67 and min(errs) > -0.37
+    slow = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
+            if c.source in HOST_MISSES]
+    assert len(slow) == 15 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
     assert statistics.median(abs(e) for e in errs) <= cal.PHASE_TARGET
 
 

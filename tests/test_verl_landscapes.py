@@ -19,14 +19,16 @@ DATA = REPO / "tests" / "data" / "real_verl_gpu"
 def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     vl.main(["--out", str(tmp_path / "land"), "--report", str(tmp_path / "fl.md")])
     tables = {p.name: ReplayTable.load(p) for p in sorted((tmp_path / "land").glob("verl-*.csv"))}
-    # The 7B's seven trials: four out of memory (c-7b #0 on the GPU, #2, #3 and c-7b-fl #0 the host's RAM) and the
-    # three measured ones of leases 13 and 20, the rows that make its table replayable.
+    # The 7B's nine trials: four out of memory (c-7b #0 on the GPU, #2, #3 and c-7b-fl #0 the host's RAM) and the
+    # five measured ones of leases 13, 20 and 32, the rows that make its table replayable. Lease 32's 0.5B on an H200
+    # node is a table of its own.
     assert set(tables) == {"verl-qwen2.5-0.5b-h100-g1-fused.csv", "verl-qwen2.5-0.5b-h100-g1-unfused.csv",
+                           "verl-qwen2.5-0.5b-h200-g1-fused.csv",
                            "verl-qwen2.5-1.5b-h100-g1-fused.csv", "verl-qwen2.5-3b-h100-g1-fused.csv",
                            "verl-qwen2.5-1.5b-h200-g1-fused.csv", "verl-qwen2.5-3b-h200-g1-fused.csv",
                            "verl-qwen2.5-7b-h200-g1-fused.csv"}
     seven = tables["verl-qwen2.5-7b-h200-g1-fused.csv"].rows
-    assert sorted(r.status.value for r in seven) == ["ok", "ok", "ok", "oom", "oom", "oom", "oom"]
+    assert sorted(r.status.value for r in seven) == ["ok"] * 5 + ["oom"] * 4
     measured = {}
     for db, store, study in real_studies.studies(DATA.glob("*/*.db")):  # each trial once, from its newest copy
         for r in store.trials(study.name):
@@ -37,7 +39,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     # and lease 24 lease 4's three 0.5B ones (their start-up with the bytecode cache), lease 27 lease 24's #0 (its
     # start-up through the kept Ray head), lease 28 lease 24's #1 and #2 (as its #0 and #1) and lease 27's #0 (as its
     # #2: its study's trials joining the kept head), lease 30 lease 10's c-3b #0 (its CPU optimizer on another
-    # host), each table keeping the later trial
+    # host), lease 32 two of lease 19's 1.5B and one of its 3B (on another H200 node), each table keeping the later
+    # trial
     kw = "h100_2026-11-27_l28/c-0.5b-kw.db/c-0.5b-kw"
     reruns = {"h200_2026-11-26_l19/c-3b-g0.db/c-3b-g0#0": "h200_2026-11-26_l22/c-3b-h2.db/c-3b-h2#2",
               "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#0": "h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#1",
@@ -46,7 +49,10 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
               **{f"{old}#0": f"{kw}#2" for old in ("h100_2026-11-25_l4/c-0.5b.db/c-0.5b",
                                                      "h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc",
                                                      "h100_2026-11-27_l27/c-0.5b-kr.db/c-0.5b-kr")},
-              "h100_2026-11-26_l10/c-3b.db/c-3b#0": "h100_2026-11-27_l30/c-3b-h5.db/c-3b-h5#0"}
+              "h100_2026-11-26_l10/c-3b.db/c-3b#0": "h100_2026-11-27_l30/c-3b-h5.db/c-3b-h5#0",
+              "h200_2026-11-26_l19/c-1.5b-g1.db/c-1.5b-g1#0": "h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#2",
+              "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#1": "h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#3",
+              "h200_2026-11-26_l19/c-3b-h.db/c-3b-h#1": "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#2"}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
     assert all(measured[a].params == measured[b].params for a, b in reruns.items())
     for source, r in rows.items():
@@ -70,14 +76,22 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert "c-7b.db/c-7b#0: tp1 rtp1 dyn8k/96k util0.4 offload:params cpu-adam0.5 | model-seed | **oom** |" in report
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
-    assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 7 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    # lease 28's, 29's and 30's studies launched a configuration the plan enqueued first
-    assert "24 of 27 real studies' first launches ran (9 of 12 the model's own picks;" in report
+    assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 9 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
+    # lease 28's, 29's, 30's and 32's studies launched a configuration the plan enqueued first
+    assert "28 of 31 real studies' first launches ran (9 of 12 the model's own picks;" in report
     # lease 28's dyn32k/32k (#6) is the 0.5B fused table's best by a step-3 gen one 2 s poll shorter: the model's pick
     # (#2) is at 87% of it, within #6's measured noise (steps 3-4 14% apart): a tie, named as one
-    assert ("6 of 7 tables: the replayed first launch runs and is within 90% of the best; 1 more where it runs and "
+    # Lease 32's 0.5B on an H200 node: the model's pick (dyn32k/96k) at 87% of selective recompute's 16k budget, whose
+    # steps 3 and 4 are 20% apart: a tie too. Its 3B there ran a 4k dynamic budget (c-3b-mb #0): micro-batches under
+    # 4.5k tokens, a known miss the model prices as larger ones (test_time_calibration SMALL_MICRO_BATCHES), so its
+    # uncorrected first launch on that table is that row, at 80% of the best: issue 23.5 does not hold there, the one
+    # table it misses, through that known miss alone.
+    assert ("5 of 8 tables: the replayed first launch runs and is within 90% of the best; 2 more where it runs and "
             "is under 90% of the best but within the measured noise of it") in report
-    assert "verl-qwen2.5-0.5b-h100-g1-fused.csv at 87%, the noise 14%." in report
+    assert ("verl-qwen2.5-0.5b-h100-g1-fused.csv at 87%, the noise 14%; verl-qwen2.5-0.5b-h200-g1-fused.csv at 87%, "
+            "the noise 20%.") in report
+    assert ("| verl-qwen2.5-3b-h200-g1-fused.csv | 8 | tp1 rtp1 dyn4k/8k util0.4 offload:optim | ok | 4194.5 | 80% "
+            "| tp1 rtp1 rc:full:u1 dyn16k/96k util0.4 offload:optim (5229.8) | **no** |") in report
     assert "| 8982.4 | 87% | tp1 rtp1 dyn32k/32k util0.4 (10307.0) | yes: a tie within the measured noise (14%) |" \
         in report
 

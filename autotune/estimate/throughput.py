@@ -77,7 +77,9 @@ class Efficiency:
     # ...), one interval is 2 ms a decode step. The H200 nodes' CPUs as much as their GPUs: a GPU type without its
     # own figure takes the H100's.
     decode_step_overhead_graph_s: float = 0.0061
-    decode_step_overhead_graph_by_gpu: tuple[tuple[str, float], ...] = (("h200", 0.0034),)
+    # Lease 32's fourteen trials on an H200 node of slower gen (8.1 s where earlier H200 nodes ran 6.1 s, up to 12.1 s
+    # from step to step) take the H200's median over thirty-seven to 4.2 ms.
+    decode_step_overhead_graph_by_gpu: tuple[tuple[str, float], ...] = (("h200", 0.0042),)
     longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
     rope_fusion: float = 0.817  # update and log-prob time with apply_rope_fusion over without (fitted, paired rows)
     # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
@@ -134,8 +136,9 @@ class Efficiency:
     # the eighteen before lease 19, 4.9 s on the twelve before lease 11). Leases 28's four 0.5B trials (4.40-5.96 s,
     # two with their parameters and optimizer offloaded) take the median over twenty-five to 4.45 s: within the
     # constant's 0.1 s, kept. With the updates without fused kernels paying their logits apart (unfused_logit_ps), the
-    # median is 4.30 s.
-    update_pass_s: float = 4.30
+    # median is 4.30 s. Lease 32's twelve 0.5B-3B trials on an H200 node whose small models' updates ran 10-30% over
+    # the same configurations on other nodes (the 7B's alike) take it to 4.45 s: fitted on every host, as users' vary.
+    update_pass_s: float = 4.45
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -175,7 +178,8 @@ class Efficiency:
     # on the 1.5B. The updates of the 0.5B's seven such trials ran a median 1.1-1.2 s over those with fused kernels
     # beside them, the 1.5B's one as fast as its two. Every trial held about as many logits: per logit (not per pass)
     # is the form of the work, not a fit; nor is the H100's figure measured on other GPUs.
-    unfused_logit_ps: float = 48.0
+    # Lease 32's 1.5B without them at micro-batches of 4 on an H200 (the twelfth) takes the median to 49.5 ps.
+    unfused_logit_ps: float = 49.5
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
