@@ -74,6 +74,7 @@ class Cost:
 def costs(dbs: list[Path]) -> list[Cost]:
     out = []
     for db, store, study in real_studies.studies(dbs):
+        gpu = real_studies.setup(study).cluster.gpu.name
         for row in store.trials(study.name):
             if row.status != "ok" or not row.launched or not row.duration_s or real_studies.CUT in (row.extra or {}):
                 continue  # a trial cut after its measured step ran no whole trial: its wall is not a trial's cost
@@ -86,8 +87,7 @@ def costs(dbs: list[Path]) -> list[Cost]:
                             float(row.duration_s), steps,
                             tl if tl and tl.steps else None, row.candidate_key or "", str(extra.get("ray") or ""),
                             tl.ray_head_start_s if tl else 0.0,
-                            float(settle) if isinstance(settle, (int, float)) else None,
-                            real_studies.setup(study).cluster.gpu.name))
+                            float(settle) if isinstance(settle, (int, float)) else None, gpu))
     return out
 
 

@@ -64,7 +64,7 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
         assert 2.0 < measured < 3.0 and flops_only < 1.5 and predicted == pytest.approx(measured, abs=1.5)
 
 
-def test_a_logit_without_fused_kernels_costs_what_the_eleven_trials_fit(zeroed: list[cal.Case]) -> None:
+def test_a_logit_without_fused_kernels_costs_what_the_twelve_trials_fit(zeroed: list[cal.Case]) -> None:
     """unfused_logit_ps is the fit (to 1 ps) over the twelve trials without fused kernels (0.5B and 1.5B on H100s,
     lease 32's 1.5B on an H200: 69 ps), each against the trials with them of its size, GPU type and attention backend:
     their log-prob passes ran ~1 s (0.7-1.1 s by group) over those with fused kernels at ~2.3e10 logits a step. Every
