@@ -25,7 +25,12 @@ from autotune.cluster import GIB
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.offload import cpu_fraction
-from autotune.estimate.throughput import micro_batches_of_one, unfused_logits_by_phase
+from autotune.estimate.throughput import (
+    SMALL_MICRO_BATCH_TOKENS,
+    micro_batches_of_one,
+    small_micro_batches,
+    unfused_logits_by_phase,
+)
 from autotune.job import Job
 from autotune.model import CATALOG, ModelArch
 from autotune.results.labels import Labeller
@@ -43,22 +48,21 @@ PASS_COSTS = {"old_log_prob": "logprob_pass_s", "update_actor": "update_pass_s",
 RECOMPUTE_COST = "logprob_pass_s"
 # ... what an update micro-batch of one sequence costs beyond them (added to update_actor per such micro-batch) ...
 MICRO_BATCH_COST = "micro_batch_of_one_s"
+# ... and one under SMALL_MICRO_BATCH_TOKENS of more than one sequence, fixed or of a dynamic budget (Case.small_kind)
+SMALL_COSTS = {"fixed": "small_micro_batch_s", "dynamic": "small_budget_micro_batch_s"}
 # ... and what a decode step costs beyond its GPU work with CUDA graphs, per GPU type (gen: seconds per decode step)
 ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_graph_by_gpu": ()}
 # ... what a logit costs that a pass without verl's fused kernels materialises (old_log_prob and update_actor: ps per
 # logit, Case.unfused_logits) ...
 LOGIT_COST = "unfused_logit_ps"
-ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, MICRO_BATCH_COST: 0.0, LOGIT_COST: 0.0,
-          **ZERO_OVERHEAD}  # the refit's
-# Update micro-batches under this many tokens that are not single sequences (micro-batches of 2 sequences, a 4k
+ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, MICRO_BATCH_COST: 0.0,
+          **{name: 0.0 for name in SMALL_COSTS.values()}, LOGIT_COST: 0.0, **ZERO_OVERHEAD}  # the refit's
+# Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences (micro-batches of 2 sequences, a 4k
 # dynamic budget: fewer than the 4 sequences of ~1.2k tokens every trial the update's fit holds has at least) cost
-# something the model does not price: lease 26's 1.5B left 4-6 s above update_pass_s with micro-batches of 2 and of a
-# 4k budget (64 and 38 a step). No rule of tokens per micro-batch holds out over the campaign (the 4k budget's
-# micro-batches cost as much more each as micro-batches of one sequence, 0.16 s, where those of 4 sequences, 4.7k
-# tokens, cost nothing at four sizes): they are left out of update_pass_s's fit, known misses (`small_micro_batches`).
-# Lease 29's 0.5B with the same two (7.5 and 5.7 s, 0.117 and 0.149 s a micro-batch) did not change that: the 4k
-# budget's cost per micro-batch held across the two sizes, that of micro-batches of 2 did not (0.067 s on the 1.5B).
-SMALL_MICRO_BATCH_TOKENS = 4500
+# something per micro-batch, as those of one sequence do: lease 26's 1.5B, lease 29's 0.5B and lease 32's 3B left
+# 4-7.5 s above update_pass_s with micro-batches of 2 and of a 4k budget (64 and 38 a step). Priced per micro-batch,
+# the two kinds apart (SMALL_COSTS, `fit_small_micro_batch_costs`), they are kept out of update_pass_s's fit, as
+# micro-batches of one are: their cost is fitted against it.
 PHASE_TARGET, STEP_TARGET, SPEARMAN_TARGET = 0.25, 0.20, 0.8  # issue 23's targets for the base time model
 
 
@@ -89,6 +93,8 @@ class Case:
     decode_steps: float = 0.0  # the predicted gen's decode steps: seconds gen gains per second of per-step overhead
     micro_batches_of_one: float = 0.0  # update micro-batches of one sequence: what MICRO_BATCH_COST is paid on
     update_micro_batch_tokens: float = 0.0  # tokens of a typical update micro-batch (the time model's)
+    small_micro_batches: float = 0.0  # small update micro-batches (throughput.small_micro_batches): SMALL_COSTS's
+    small_kind: str = ""  # which of SMALL_COSTS they pay: "dynamic" (a token budget) or "fixed"; "" without them
     cut: str = ""  # what stopped it after its measured step, read in from its log (benchmarks/real_studies.py)
     # Logits a GPU materialises without fused kernels, per phase that pays LOGIT_COST on them (none with them)
     unfused_logits: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -147,6 +153,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
     step_metric = verl.PHASE_TIMINGS["step"]
     step_s = float(at[step_metric]) if at.get(step_metric) is not None else None
     steady = [dict(s.metrics) for s in store.steps(row.id) if s.step >= 2]
+    small = small_micro_batches(job, cand, thr.batching) if thr and thr.batching else 0.0
     steady_phases = {p: statistics.median(vs) for p in (*PHASES, "step")
                      if (vs := [float(m[verl.PHASE_TIMINGS[p]]) for m in steady
                                 if m.get(verl.PHASE_TIMINGS[p]) is not None])}
@@ -167,6 +174,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         decode_steps=thr.decode_steps if thr else 0.0,
         micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
         update_micro_batch_tokens=thr.batching.update_tokens_typical if thr and thr.batching else 0.0,
+        small_micro_batches=small, small_kind=("dynamic" if cand.use_dynamic_bsz else "fixed") if small else "",
         cut=(row.extra or {}).get(real_studies.CUT, ""),
         unfused_logits=(unfused_logits_by_phase(setup.model, setup.cluster, job, cand, thr.tokens_per_step)
                         if thr else {}),
@@ -217,7 +225,8 @@ def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
     minus predicted, less what their unfused logits cost (`fit_logit_cost`; the update's over trials without the CPU
     optimizer, whose step is priced on its own, without full recompute, whose second forward is priced as a log-prob
     pass: `recompute_residual` checks it, without micro-batches of one sequence, priced per micro-batch:
-    `fit_micro_batch_cost`, and without the small micro-batches the model does not price: `small_micro_batches`)."""
+    `fit_micro_batch_cost`, and without the small micro-batches, priced per micro-batch too:
+    `fit_small_micro_batch_costs`)."""
     out = {}
     logit_ps = fit_logit_cost(zeroed) or 0.0
     for phase, name in PASS_COSTS.items():
@@ -254,22 +263,26 @@ def fit_logit_cost(zeroed: list[Case]) -> float | None:
 
 
 def _update_priced_apart(c: Case) -> bool:
-    return c.cpu_optimizer or c.full_recompute or bool(c.micro_batches_of_one) or small_micro_batches(c)
+    return c.cpu_optimizer or c.full_recompute or bool(c.micro_batches_of_one) or bool(c.small_micro_batches)
 
 
-def small_micro_batches(c: Case) -> bool:
-    """The update's micro-batches are under SMALL_MICRO_BATCH_TOKENS and not single sequences: a cost the model does
-    not price (known misses), left out of update_pass_s's fit."""
-    return not c.micro_batches_of_one and 0 < c.update_micro_batch_tokens < SMALL_MICRO_BATCH_TOKENS
-
-
-def small_micro_batch_residuals(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
-    """Each ok trial with `small_micro_batches` (without the CPU optimizer or full recompute), with what its update
-    leaves above update_pass_s beyond its FLOPs and unfused logits (seconds)."""
+def small_micro_batch_costs(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
+    """Each ok trial whose update micro-batches are small (under SMALL_MICRO_BATCH_TOKENS, not single sequences;
+    without the CPU optimizer or full recompute), with what its update leaves above update_pass_s beyond its FLOPs and
+    unfused logits, per such micro-batch (seconds)."""
     logit_ps = fit_logit_cost(zeroed) or 0.0
-    return [(c, _update_left(c, update_pass_s, logit_ps)) for c in ok_cases(zeroed)
-            if small_micro_batches(c) and not (c.cpu_optimizer or c.full_recompute)
+    return [(c, _update_left(c, update_pass_s, logit_ps) / c.small_micro_batches) for c in ok_cases(zeroed)
+            if c.small_micro_batches and not (c.cpu_optimizer or c.full_recompute)
             and c.measured_phases.get("update_actor")]
+
+
+def fit_small_micro_batch_costs(zeroed: list[Case], update_pass_s: float) -> dict[str, float]:
+    """SMALL_COSTS: per kind (fixed micro-batches, a dynamic budget) the median of `small_micro_batch_costs` over its
+    trials (a kind without trials: absent)."""
+    per: dict[str, list[float]] = {}
+    for c, r in small_micro_batch_costs(zeroed, update_pass_s):
+        per.setdefault(SMALL_COSTS[c.small_kind], []).append(r)
+    return {name: statistics.median(v) for name, v in per.items()}
 
 
 def _update_left(c: Case, update_pass_s: float, logit_ps: float) -> float:
@@ -328,6 +341,8 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
         added["update_actor"] += costs[RECOMPUTE_COST]
     if "update_actor" in added:
         added["update_actor"] += c.micro_batches_of_one * costs.get(MICRO_BATCH_COST, 0.0)
+        if c.small_kind:
+            added["update_actor"] += c.small_micro_batches * costs.get(SMALL_COSTS[c.small_kind], 0.0)
     for p, logits in c.unfused_logits.items():
         if p in added:
             added[p] += logits * costs.get(LOGIT_COST, 0.0) * 1e-12
@@ -342,8 +357,8 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
 def held_out(zeroed: list[Case]) -> tuple[list[Case], dict[str, dict[str, float]]]:
     """Every case predicted with the PASS_COSTS, the micro-batch and logit costs and the decode-step overheads refitted
     on the other model sizes only (a GPU type only this size ran on: the others' H100 figure, as the model takes for a
-    GPU type it has none of; no other size with micro-batches of one sequence or trials without fused kernels: none),
-    and each size's refit."""
+    GPU type it has none of; no other size with micro-batches of one sequence, small micro-batches of a kind or trials
+    without fused kernels: none), and each size's refit."""
     out, fits = [], {}
     for size in sorted({c.size for c in zeroed}):
         others = [c for c in zeroed if c.size != size]
@@ -351,6 +366,8 @@ def held_out(zeroed: list[Case]) -> tuple[list[Case], dict[str, dict[str, float]
         overhead = {g: overhead.get(g, overhead.get("h100", 0.0)) for g in {c.gpu for c in zeroed}}
         costs = fit_pass_costs(others)
         costs[MICRO_BATCH_COST] = fit_micro_batch_cost(others, costs["update_pass_s"]) or 0.0
+        costs |= {name: 0.0 for name in SMALL_COSTS.values()} | fit_small_micro_batch_costs(others,
+                                                                                          costs["update_pass_s"])
         costs[LOGIT_COST] = fit_logit_cost(others) or 0.0
         fits[size] = {**costs, **{f"overhead_{g}_ms": 1e3 * v for g, v in sorted(overhead.items())}}
         out += [with_pass_costs(c, fits[size], overhead) for c in zeroed if c.size == size]
@@ -364,23 +381,26 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     update_pass_s = fit_pass_costs(zeroed)["update_pass_s"]
     recompute = recompute_residual(zeroed, update_pass_s) or 0.0
     one = micro_batch_costs(zeroed, update_pass_s)
-    small = small_micro_batch_residuals(zeroed, update_pass_s)
+    small = small_micro_batch_costs(zeroed, update_pass_s)
     logit = logit_costs(zeroed)
     sizes = sorted({c.size for c in ok_cases(all_cases)})
     lines = ["## Summary: per model size, leave one size out", "",
              "The fixed costs (" + ", ".join(PASS_COSTS.values()) + ") are fitted on these trials "
              "(`fit_pass_costs`: the median of measured minus predicted with them zeroed; the update's without the "
              "CPU-optimizer, full-recompute and micro-batch-of-one trials and those whose update micro-batches are "
-             f"under {SMALL_MICRO_BATCH_TOKENS} tokens, which the model does not price (`small_micro_batches`, known "
-             "misses; what each update left above update_pass_s: "
-             + (", ".join(f"{c.source} {r:.1f} s" for c, r in small) or "no such trial") + "), full recompute's "
-             "second forward being "
+             f"under {SMALL_MICRO_BATCH_TOKENS} tokens and not single sequences, priced apart (below), full "
+             "recompute's second forward being "
              f"priced as one more log-prob pass: the full-recompute trials without the CPU optimizer left "
              f"{recompute:.2f} s above update_pass_s, `recompute_residual`), and so are "
              f"{MICRO_BATCH_COST} (`fit_micro_batch_cost`: what each update micro-batch of one sequence costs, the "
              "median over the trials without dynamic batching at ppo_micro_batch_size_per_gpu=1 of what their update "
              "leaves above update_pass_s per micro-batch: "
              + (", ".join(f"{c.source} {r:.3f} s" for c, r in one) or "no such trial") + "), "
+             + " and ".join(SMALL_COSTS.values()) + " (`fit_small_micro_batch_costs`: what each update micro-batch "
+             f"under {SMALL_MICRO_BATCH_TOKENS} tokens of more than one sequence costs, fixed micro-batches and those "
+             "of a dynamic token budget apart, each the median over its trials of what their update leaves above "
+             "update_pass_s per micro-batch: "
+             + (", ".join(f"{c.source} ({c.small_kind}) {r:.3f} s" for c, r in small) or "no such trial") + "), "
              f"{LOGIT_COST} (`fit_logit_cost`: what a logit materialised without verl's fused kernels costs in "
              "each log-prob pass and update, the median over the trials without them of what their old_log_prob "
              "left above the median of those with them of the same size, GPU type and attention backend, per "

@@ -83,9 +83,11 @@ def test_each_real_group_has_its_own_name():
 # lease 24's 0.5B: 27.0 s, 6.5 s): a correction fitted on one of them alone then lifted its group's other steps by up
 # to 29%, past WORSE_LIMIT. Priced, they are trials like the others: every correction stays within it, lease 25's 3B
 # (priced before it ran: update 38.1 s predicted, 37.6 measured) and lease 26's 1.5B on an H100 (30.1, 30.4) among
-# them. Lease 26's micro-batches of 2 and 4k budget (test_time_calibration SMALL_MICRO_BATCHES, not priced: updates
-# 29-39% over the model) join the same group: the worst correction is +2% (+1% at k = 1 and 2 before them); with
-# lease 29's two at the 0.5B (updates 50-56% over the model) and lease 28's four +3%, +4% and +3% at k = 1, 2, 3.
+# them. Lease 26's micro-batches of 2 and 4k budget (test_time_calibration SMALL_MICRO_BATCHES, unpriced then: updates
+# 29-39% over the model) join the same group: the worst correction was +2% (+1% at k = 1 and 2 before them); with
+# lease 29's two at the 0.5B (updates 50-56% over the model) and lease 28's four +3%, +4% and +3% at k = 1, 2, 3, and
+# +3%, +4% and +2% after lease 32. With the small micro-batches priced (small_micro_batch_s,
+# small_budget_micro_batch_s) +2.2%, +1.5% and +1.5%.
 MICRO_BATCHES_OF_ONE = {"h200_2026-11-26_l22/c-1.5b-h2#2", "h100_2026-11-26_l24/c-0.5b-bc#4",
                         "h100_2026-11-27_l25/c-3b-h3#1", "h100_2026-11-27_l26/c-1.5b-h4#0"}
 
@@ -99,12 +101,14 @@ def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: i
     assert sum(c.better or c.tie for c in cases) / len(cases) >= BETTER_SHARE
     assert MICRO_BATCHES_OF_ONE <= {p.label for g in groups for p in g.points}
     assert max(c.worse_by for c in cases) <= WORSE_LIMIT
-    # Strictly better in about half the cases only (2,775 of 4,984 at k = 3 after leases 28 and 29, 2,076 of 3,684 after
-    # lease 27, 2,063 of 3,668 after lease 26, 1,834 of 3,184 after lease 25, 1,782 of 3,048 after lease 24, 1,834 of
-    # 3,044 after lease 22, 427 of 872 after lease 20, 66 of 92 after lease 19): the base model's step is now 9% off
-    # (median), about one step's noise, and a correction fitted on three trials moves it by under 1% in nine cases of
-    # ten, so corrected and uncorrected tie (issue 23.4's 80% strictly better is not met; the report says so). What
-    # holds: the median trial's error moves by under one percentage point.
+    assert max(c.worse_by for c in cases) < 0.025  # the small micro-batches priced (above)
+    # Strictly better in about half the cases only (4,741 of 8,604 at k = 3 since the small micro-batches are priced,
+    # 4,705 before, after lease 32; 2,775 of 4,984 after leases 28 and 29, 2,076 of 3,684 after lease 27, 2,063 of
+    # 3,668 after lease 26, 1,834 of 3,184 after lease 25, 1,782 of 3,048 after lease 24, 1,834 of 3,044 after lease 22,
+    # 427 of 872 after lease 20, 66 of 92 after lease 19): the base model's step is now 9% off (median), about one
+    # step's noise, and a correction fitted on three trials moves it by under 1% in nine cases of ten (98% since the
+    # small micro-batches are priced, 96% before), so corrected and uncorrected tie (issue 23.4's 80% strictly better
+    # is not met; the report says so). What holds: the median trial's error moves by under one percentage point.
     med = statistics.median
     assert abs(med(c.corrected for c in cases) - med(c.uncorrected for c in cases)) < 0.01
 

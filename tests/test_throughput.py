@@ -5,6 +5,7 @@ import pytest
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
+from autotune.estimate.lengths import Lengths
 from autotune.estimate.memory import estimate_memory, model_state_bytes
 from autotune.estimate.offload import cpu_optimizer_seconds
 from autotune.estimate.step_error import STEP_TIME_ERROR
@@ -16,6 +17,7 @@ from autotune.estimate.throughput import (
     estimate_throughput,
     moe_dispatch_s,
     reshard_seconds,
+    small_micro_batches,
     step_time_label,
     unfused_logits,
 )
@@ -148,7 +150,8 @@ def test_each_pass_of_verl_engine_pays_its_fixed_cost_once_whatever_the_model():
 def test_only_update_micro_batches_of_one_sequence_pay_their_cost():
     """Without dynamic batching at micro-batches of 1, each of the step's update micro-batches costs
     micro_batch_of_one_s (128 sequences a step: 128 of them), whatever the model size; micro-batches of 2 and dynamic
-    ones none, nor the log-prob passes, nor the training-only objective (a Megatron-core probe, not verl's engine)."""
+    ones none of it, nor the log-prob passes, nor the training-only objective (a Megatron-core probe, not verl's
+    engine)."""
     from autotune.estimate import evaluate
 
     job = Job.from_mapping({"data.train_batch_size": 16, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
@@ -172,6 +175,42 @@ def test_only_update_micro_batches_of_one_sequence_pay_their_cost():
     constants = dataclasses.replace(s.constants, efficiency=zero)
     train = evaluate(s.model, s.cluster, job, one, "train").throughput
     assert train.phases == evaluate(s.model, s.cluster, job, one, "train", constants=constants).throughput.phases
+
+
+def test_only_small_update_micro_batches_of_more_than_one_sequence_pay_their_cost():
+    """Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences each cost
+    small_micro_batch_s (fixed ones) or small_budget_micro_batch_s (a dynamic budget), whatever the model size, on
+    top of what every micro-batch pays: at 1.2k tokens a sequence, 128 a step, micro-batches of 2 (64, 2.4k tokens)
+    and a 4k budget (38) pay; those of 4 (4.8k tokens), an 8k budget and micro-batches of one (priced apart:
+    micro_batch_of_one_s) do not, nor the log-prob passes, nor the training-only objective."""
+    from autotune.estimate import evaluate
+
+    job = Job.from_mapping({"data.train_batch_size": 16, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+                            "actor_rollout_ref.rollout.n": 8})
+    lengths = Lengths(200.0, 200.0, 1000.0, 1000.0, prompt_known=True, response_known=True)
+    zero = dataclasses.replace(DEFAULT_EFFICIENCY, small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0)
+    fixed = {**BASE, "tp": 1, "use_dynamic_bsz": False, "log_prob_micro_batch_size_per_gpu": 4}
+    dynamic = {**BASE, "tp": 1, "log_prob_max_token_len_per_gpu": 8192}
+    cases = [({**fixed, "ppo_micro_batch_size_per_gpu": 2}, 64 * DEFAULT_EFFICIENCY.small_micro_batch_s),
+             ({**dynamic, "ppo_max_token_len_per_gpu": 4096}, 38 * DEFAULT_EFFICIENCY.small_budget_micro_batch_s),
+             ({**fixed, "ppo_micro_batch_size_per_gpu": 4}, 0.0), ({**dynamic, "ppo_max_token_len_per_gpu": 8192}, 0.0),
+             ({**fixed, "ppo_micro_batch_size_per_gpu": 1}, 0.0)]
+    assert DEFAULT_EFFICIENCY.small_micro_batch_s > 0 and DEFAULT_EFFICIENCY.small_budget_micro_batch_s > 0
+    for name in ("qwen2.5-0.5b", "qwen2.5-7b"):
+        s = make_setup(model=name, gpus=1)
+        for params, priced in cases:
+            c = Candidate.from_params(params)
+            a = dict(estimate_throughput(s.model, s.cluster, job, c, lengths=lengths).phases)
+            b = dict(estimate_throughput(s.model, s.cluster, job, c, eff=zero, lengths=lengths).phases)
+            assert a["update_actor"] - b["update_actor"] == pytest.approx(priced), params
+            assert a["old_log_prob"] == b["old_log_prob"]
+    s = make_setup(model="qwen2.5-0.5b", gpus=1)
+    two = Candidate.from_params({**fixed, "ppo_micro_batch_size_per_gpu": 2})
+    train = evaluate(s.model, s.cluster, job, two, "train").throughput
+    constants = dataclasses.replace(s.constants, efficiency=zero)
+    assert train.phases == evaluate(s.model, s.cluster, job, two, "train", constants=constants).throughput.phases
+    plan = estimate_throughput(s.model, s.cluster, job, two, lengths=lengths).batching
+    assert plan is not None and small_micro_batches(job, two, plan) == 64
 
 
 def test_without_fused_kernels_each_log_prob_pass_and_update_pays_its_logits():

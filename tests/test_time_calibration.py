@@ -98,7 +98,7 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     the logits of the passes without fused kernels are priced, 8% before, 7% over the 51; old_log_prob 11%, 17%
     before, 13% over the 52; Spearman 0.92 over them all, 0.93 before, 0.94 over the 52, 0.93 before lease 27, 0.92
     before lease 25, 0.81 before micro-batches of one sequence were priced; since lease 32 the step 8%, old_log_prob
-    10%, Spearman 0.91)."""
+    10%, Spearman 0.91, 0.93 since the small micro-batches are priced, the step 8% still, update_actor 8%)."""
     fit = cal.errors(held)
     assert fit.trials == 73
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
@@ -156,37 +156,62 @@ def test_a_micro_batch_of_one_sequence_costs_what_the_four_trials_fit(zeroed: li
         assert abs(c.predicted_step_s / c.measured_step_s - 1) <= cal.STEP_TARGET, c.source
 
 
-# Update micro-batches under 4.5k tokens that are not single sequences (cal.small_micro_batches): a cost the model
-# does not price, known misses left out of update_pass_s's fit (with them in it moved 4.36 -> 4.73 s). Lease 26's
-# 1.5B on an H100, micro-batches of 2 sequences (64 a step, 2.4k tokens) and a 4k dynamic budget (38 a step), left
-# 4.4 and 6.1 s above update_pass_s (held out: update 9.8 vs 13.8 s, -29%, and 9.1 vs 14.9 s, -39%; step -1% and
-# -26%; their updates ran 13.8-16.5 and 13.1-16.1 s over steps 2-4): 0.07 and 0.16 s a micro-batch, where micro-batches
-# of one sequence cost 0.15 s each and those of 4 sequences (4.7k tokens: the 0.5B to 7B, H100 and H200) nothing
-# measurable. No rule of tokens per micro-batch holds out: a cost falling as (1.2k / tokens)^p, p 0.5-3, fitted on
-# every trial left the held-out step's median error as it was or worse (7-9% against 7%) and the 1.5B's H100
-# ordering at 0.57-0.77, the 7B's at 0.5 for p <= 1. Lease 3b's 0.5B with a 4k budget (unfused attention, whose
-# long GPU work per micro-batch may hide it) left 1.6 s, 0.6 s once its logits without fused kernels are priced:
-# within the targets, out of the fit by the same rule. Lease
-# 29 ran the two at a second size, the 0.5B on an H100 (c-0.5b-mb #0, #1): 7.5 and 5.7 s above update_pass_s, 0.117
-# and 0.149 s a micro-batch (the 1.5B's 0.067 and 0.159 s): the 4k budget's cost holds across the two sizes, that of
-# micro-batches of 2 does not (0.10 and 0.135 s over the steady steps). A cost per such micro-batch fitted on the other
-# size (0.116 s) puts the 0.5B's updates within 1-12% held out, but the 1.5B's micro-batches of 2 +23% and their step
-# +30% (-1% without it; the 1.5B's median step error 6.9% -> 8.0%): no rule held out on both sizes, known misses still.
-# Lease 32 ran them at a third size, the 3B (optimizer offloaded, on an H200 node): 7.1 and 6.8 s above
-# update_pass_s (38 and 64 micro-batches a step: 0.19 and 0.11 s each), on a node whose updates ran 10-30% slow
-# (HOST_MISSES), so a third figure no cost per micro-batch is fitted on.
+# Update micro-batches under 4.5k tokens that are not single sequences (throughput.small_micro_batches), priced per
+# micro-batch since lease 32 ran them at a third size: fixed ones of 2 sequences (64 a step, 2.4k tokens) on the 0.5B
+# (lease 29, H100), the 1.5B (lease 26, H100) and the 3B (lease 32's slow H200 node), and 4k dynamic budgets (38 a step)
+# on the same three and on lease 3b's 0.5B with unfused attention. Unpriced (as larger micro-batches, nothing), they
+# were known misses out of update_pass_s's fit, held out their updates 32-53% under and their steps 2-36% under (the
+# unfused one's update 0%, its step 6% under).
 SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2",
                        "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#3", "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#0",
                        "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#1", "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#0",
                        "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#1"}
+# Priced, two miss a target held out, each named with what it misses and a bound over its error (predicted / measured
+# - 1): lease 3b's 0.5B with a 4k budget ran unfused attention, whose long GPU work per micro-batch (0.32 s, the
+# model's) hid the cost (0.010 s a micro-batch): its update is priced 35% over (6 s), its step 12%. Lease 26's 1.5B at
+# micro-batches of 2 measured its step 3 in 24.2 s, its fastest (steps 2 and 4: 29.6 and 31.3 s; gen 6.1 s where they
+# took 8.1 and 10.1 s, update 13.8 s where they took 16.0 and 16.5 s): its step is 27% over (its steady steps' 4%),
+# its update 20%.
+SMALL_MISSES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1": ("update_actor", 0.36),
+                "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2": ("step", 0.28)}
 
 
-def test_small_micro_batches_are_known_misses_out_of_the_update_fit(zeroed: list[cal.Case]) -> None:
+def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
+    """small_micro_batch_s and small_budget_micro_batch_s are the fit (to 5 ms): per kind the median over its trials
+    of what each update leaves above update_pass_s per micro-batch (fixed micro-batches of 2: 0.117, 0.067 and 0.106 s
+    on the 0.5B, 1.5B and 3B: 0.106 s; a 4k budget: 0.150, 0.159 and 0.186 s, and 0.010 s on the unfused 0.5B: 0.154 s).
+    The two kinds measured apart: every fused 4k budget's micro-batch cost more than any micro-batch of 2 did. Nothing
+    else pays them: every other trial's micro-batches are single sequences or of 4.5k tokens or more."""
     update_pass_s = cal.fit_pass_costs(zeroed)["update_pass_s"]
-    left = dict((c.source, r) for c, r in cal.small_micro_batch_residuals(zeroed, update_pass_s))
-    assert set(left) == SMALL_MICRO_BATCHES == {c.source for c in cal.ok_cases(zeroed) if cal.small_micro_batches(c)}
-    assert all(left[s] > 4.0 for s in SMALL_MICRO_BATCHES if "_l26/" in s or "_l29/" in s or "_l32/" in s)
-    assert left["h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1"] < 2.0
+    fit = cal.fit_small_micro_batch_costs(zeroed, update_pass_s)
+    assert set(fit) == set(cal.SMALL_COSTS.values())
+    for name, value in fit.items():
+        assert getattr(DEFAULT_EFFICIENCY, name) == pytest.approx(value, abs=0.005)
+    costs = cal.small_micro_batch_costs(zeroed, update_pass_s)
+    assert {c.source for c, _ in costs} == SMALL_MICRO_BATCHES == {c.source for c in zeroed if c.small_micro_batches}
+    for c, _ in costs:
+        assert (c.small_kind, c.small_micro_batches) == (("fixed", 64) if "mbs2/" in c.label else ("dynamic", 38))
+    fixed = [r for c, r in costs if c.small_kind == "fixed"]
+    fused_budget = [r for c, r in costs if c.small_kind == "dynamic" and "no-fused" not in c.label]
+    assert len(fixed) == len(fused_budget) == 3 and max(fixed) < min(fused_budget)
+
+
+def test_held_out_small_micro_batches_meet_the_targets_but_two_named(held: list[cal.Case]) -> None:
+    """Held out (each size with the other sizes' fit), every small-micro-batch trial's update is within the phase
+    target (14% at most) and its step within the step target (16% at most) but SMALL_MISSES, each missing only what
+    it names, by less than its bound."""
+    small = [c for c in cal.ok_cases(held) if c.source in SMALL_MICRO_BATCHES]
+    assert len(small) == len(SMALL_MICRO_BATCHES)
+    for c in small:
+        err = {"update_actor": c.predicted_phases["update_actor"] / c.measured_phases["update_actor"] - 1,
+               "step": c.predicted_step_s / c.measured_step_s - 1}
+        target = {"update_actor": cal.PHASE_TARGET, "step": cal.STEP_TARGET}
+        missed = {k for k, e in err.items() if abs(e) > target[k]}
+        if c.source in SMALL_MISSES:
+            what, bound = SMALL_MISSES[c.source]
+            assert missed == {what} and err[what] < bound, (c.source, err)
+        else:
+            assert not missed and abs(err["update_actor"]) < 0.15 and abs(err["step"]) < 0.16, (c.source, err)
 
 
 # Known ordering misses across hosts of one GPU type: lease 10's three 3B trials with half the optimizer on the CPU
@@ -210,11 +235,15 @@ HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
                                                                      ("c-3b-mb", range(3))) for n in ns}
 
 
-# A trial the model misorders on its node beyond a step's noise, a known miss: on lease 32's node the 1.5B at
+# Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at
 # dyn12k/96k util 0.4 (c-1.5b-h7 #1; lease 11's first launch, 18.4 s a step on an H100, the fastest there) ran its
 # updates in 9.3, 14.7 and 11.7 s over steps 2-4 where selective recompute beside it (#2) ran 9.7-10.0 s and the
-# offloaded one (#3) 9.0-11.0 s: its step 3 20-24% slower than theirs, which the model puts 4-5% faster.
-KNOWN_OUTLIERS = {"h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#1"}
+# offloaded one (#3) 9.0-11.0 s: its step 3 20-24% slower than theirs, which the model puts 4-5% faster. Lease 26's
+# 1.5B at micro-batches of 2 (c-1.5b-h4 #2, SMALL_MISSES) measured its step 3 in 24.2 s, its steps 2 and 4 in 29.6 and
+# 31.3 s: held out the model puts it 7-9% slower than the 4k budget beside it (#3) and full recompute's c-1.5b-s #0,
+# which ran step 3 30% and 17% slower than it (over the steady steps it is 6% faster than #3, within a step's noise,
+# and 4% slower than c-1.5b-s #0, as the model says).
+KNOWN_OUTLIERS = {"h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#1", "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2"}
 
 
 def host(c: cal.Case) -> str:
@@ -230,21 +259,24 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
     recompute) before #3 and #4 (selective recompute), which measured 7-8% faster, less than one step's noise; the 1.5B
     predicts lease 5's #0 and lease 11's first launch (budgets 16k and 12k) 0.4% apart, and lease 11's gen ran 2 s
     shorter on its machine (0.77 over nine trials since lease 26, 0.70 over the five before; every other misordered pair
-    has lease 26's 4k budget in it, a known miss of SMALL_MICRO_BATCHES: without lease 26's two such trials 0.86 over
-    seven). Since the passes without fused kernels pay their logits, the 1.5B's H100 trials are at 0.65 (0.89 without
-    the two): lease 18's trial without them at micro-batches of 4 (c-1.5b-s #1), whose log-prob pass ran 0.2 s over the
-    fused ones' where the others' ran ~1 s, is predicted 29% slow (20% before) and now misordered with lease 5's #0,
-    10.9% slower measured, within a step's noise. The 0.5B on the H100 is ordered (0.82 over nineteen trials, 0.90
-    before its trials without fused kernels were priced, 0.96 over the thirteen before leases 28 and 29; its misordered
-    pairs model ties of one configuration's re-runs, within a step's noise, or lease 29's two small-micro-batch trials,
-    which the trials without fused kernels now pass: without those two 0.86 as before). On the H200s the 1.5B is ordered
+    had lease 26's 4k budget in it, unpriced then: without lease 26's two small-micro-batch trials 0.86 over seven).
+    Since the passes without fused kernels pay their logits, lease 18's trial without them at micro-batches of 4
+    (c-1.5b-s #1), whose log-prob pass ran 0.2 s over the fused ones' where the others' ran ~1 s, is predicted 30% slow
+    (20% before) and misordered with lease 5's #0, 10.7% slower measured, within a step's noise. With the small
+    micro-batches priced the 1.5B's H100 trials are at 0.78 (0.65 before): its misordered pairs beyond those are with
+    lease 26's micro-batches of 2, whose step 3 ran 18-23% faster than its steps 2 and 4 (KNOWN_OUTLIERS): without it
+    0.93 over eight.
+    The 0.5B on the H100 is ordered (0.90 over nineteen trials since the small micro-batches are priced, 0.82 before,
+    0.90 before its trials without fused kernels were priced, 0.96 over the thirteen before leases 28 and 29). On the
+    H200s the 1.5B is ordered
     (0.93 over thirteen trials, 0.91 before the logits were priced, 0.93 before leases 28 and 29 moved the others'
     refit), the 3B at 0.89 over seven (0.79 before the logits were priced, 0.82 before leases 28 and 29: the refit
     without it took logprob_pass_s from 2.53 to 2.65 s, which full recompute pays twice; 2.27 s since), its misordered
     pairs within a step's noise or predicted within 1%, and the 7B is ordered (1.00 over three).
     Lease 32's node (HOST_MISSES: its 0.5B-3B updates 10-30% slower than other nodes' for the same configurations)
     takes the H200's 1.5B to 0.71 over seventeen (0.93 over the thirteen off it), the 3B to 0.48 over ten (0.89 over
-    the seven off it, its two small-micro-batch trials among its three), and its own 0.5B, the H200's first, is at 0.60
+    the seven off it, its two small-micro-batch trials among its three; 0.82 over the ten since those are priced), and
+    its own 0.5B, the H200's first, is at 0.60
     over five, each misordered pair within a step's noise; the 7B is at 0.90 over five (its two on that node as lease
     13's). Among themselves its four 1.5B are at -0.40: c-1.5b-h7 #1, a known outlier (KNOWN_OUTLIERS)."""
     cases = [c for c in held if c.size == size]
@@ -259,14 +291,13 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
         wrong = [(a, b) for a in ok for b in ok
                  if a.predicted_step_s < b.predicted_step_s and a.measured_step_s > b.measured_step_s]
         assert wrong
-        rest = [c for c in ok if c.source not in HOST_MISSES | SMALL_MICRO_BATCHES]
+        rest = [c for c in ok if c.source not in HOST_MISSES | KNOWN_OUTLIERS]
         for a, b in wrong:
             if len(rest) >= 3 and a in rest and b in rest:
                 continue  # the rest's ordering is judged whole, below
             across_hosts = host(a) != host(b)
-            small = a.source in SMALL_MICRO_BATCHES or b.source in SMALL_MICRO_BATCHES
             assert (a.measured_step_s / b.measured_step_s - 1 < STEP_NOISE
-                    or b.predicted_step_s / a.predicted_step_s - 1 < MODEL_TIE or across_hosts or small
+                    or b.predicted_step_s / a.predicted_step_s - 1 < MODEL_TIE or across_hosts
                     or a.source in KNOWN_OUTLIERS or b.source in KNOWN_OUTLIERS), (
                         a.source, b.source)
         if 3 <= len(rest) < len(ok):  # without them the rest is ordered

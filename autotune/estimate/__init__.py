@@ -245,9 +245,11 @@ def _training_throughput(model: ModelArch, cluster: Cluster, job: Job, cand: Can
     seq = cand.ppo_max_token_len_per_gpu * cand.cp if cand.use_dynamic_bsz else job.max_seq_len
     share = seq / job.max_seq_len
     # A Megatron-core probe, not verl: without verl's engine costs per pass (full recompute's second forward pays a
-    # log-prob pass's) or per micro-batch of one sequence, nor its log-prob and entropy over unfused logits.
+    # log-prob pass's) or per micro-batch of one sequence or of a few small ones, nor its log-prob and entropy over
+    # unfused logits.
     full = estimate_throughput(model, cluster, job, cand, mem, wl=Workload(share, share),
                                eff=replace(eff, update_pass_s=0.0, logprob_pass_s=0.0, micro_batch_of_one_s=0.0,
+                                           small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0,
                                            unfused_logit_ps=0.0))
     update = dict(full.phases)["update_actor"]
     # The Workload's shares of the caps only carry `seq` to the time model: they are not lengths to show.

@@ -127,9 +127,8 @@ class Efficiency:
     # reductions): 3.3-6.9 s above the FLOP time over the twenty trials without the CPU optimizer, full recompute
     # (whose second forward is priced on its own: estimate_throughput), micro-batches of one sequence (priced on
     # their own: micro_batch_of_one_s; lease 25's three 3B trials are each one of these) or micro-batches under 4.5k
-    # tokens of more than one sequence, which cost more than this and are not priced (benchmarks/calibration.py
-    # small_micro_batches, known misses: lease 26's 1.5B with micro-batches of 2 sequences and a 4k dynamic budget
-    # left 4.4 and 6.1 s more, lease 3b's 0.5B with a 4k budget 1.6 s; with them in, the fit is 4.73 s). Their median
+    # tokens of more than one sequence (priced on their own too: small_micro_batch_s, small_budget_micro_batch_s; with
+    # their seven in unpriced the fit would be 4.81 s over thirty-nine, 4.45 s over the thirty-two). Their median
     # residual is 4.36 s, as over the twenty-one before lease 26 and the nineteen before lease 24 (lease
     # 22's micro-batch of one among them; 4.73 s over all twenty-three, lease 22's and 24's micro-batches of one in at
     # 23.0 and 24.9 s; 4.54 s over the twenty-eight steps before lease 20 with the full-recompute ones in, 4.73 s on
@@ -152,15 +151,29 @@ class Efficiency:
     # Not a cost of every micro-batch: the four trials with micro-batches of 4 sequences (0.5B to 7B, 32 a step) and
     # the dynamic-batch ones of 8k to 32k tokens (6 to 20 a step) are predicted within a few % without it (0.15 s each
     # would put the four 4.9 s, 15-57%, over). What a micro-batch of one sequence pays that one of four does not is
-    # not measured. Micro-batches of 2 (lease 26, 1.5B: 64 a step) cost 0.07 s each more than this model says (0.10
-    # s over its steady steps), and those of a 4k dynamic budget (38 a step) 0.16 s: no rule of tokens per
-    # micro-batch held out (a cost falling as (1.2k / tokens)^p, p 0.5-3, left the held-out steps as they were or
-    # worse), so they are priced as larger ones (nothing), known misses (benchmarks/calibration.py
-    # small_micro_batches). Lease 29 ran both on the 0.5B (H100): 0.117 s (0.135 steady) and 0.149 s a micro-batch.
-    # The 4k budget's cost holds across the two sizes, that of micro-batches of 2 does not: one cost per such
-    # micro-batch fitted on the other size (0.116 s) puts the 0.5B's updates within 1-12% held out but the 1.5B's
-    # micro-batches of 2 +23%, their step +30% (the 1.5B's median step error 6.9% -> 8.0%): still not priced.
+    # not measured; micro-batches under 4.5k tokens of more than one sequence pay their own (below).
     micro_batch_of_one_s: float = 0.15
+    # Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences cost this much each beyond
+    # their FLOPs and update_pass_s, fixed micro-batches of a few sequences (small_micro_batch_s) and those of a
+    # dynamic token budget (small_budget_micro_batch_s) apart, as they measured apart: the median per micro-batch of
+    # what each such update leaves above update_pass_s (benchmarks/calibration.py fit_small_micro_batch_costs, kept out
+    # of update_pass_s's fit as micro-batches of one are). Micro-batches of 2 sequences (~2.4k tokens, 64 a step):
+    # 0.117 s on the 0.5B (lease 29, H100), 0.067 s on the 1.5B (lease 26, H100), 0.106 s on the 3B (lease 32's slow
+    # H200 node): 0.106 s. A 4k budget (38 a step): 0.150, 0.159 and 0.186 s on the same three, 0.010 s on lease 3b's
+    # 0.5B, whose unfused attention's long GPU work per micro-batch hid it: 0.154 s. Held out (leave one size out),
+    # each size with the other two's figures, every such trial's update is within 15% and its step within 16% but two
+    # (calibration.md): lease 3b's unfused 0.5B, update 35% over (its step 12%), and lease 26's 1.5B at micro-batches of
+    # 2, step 27% over (update 20%: its measured step 3 ran gen in 6.1 s where its other steps took 8.1 s). A floor
+    # instead (each micro-batch at least a host time H per layer, paying max(0, H - its GPU work), which would price
+    # micro-batches of one alike and hide the unfused one) held out worse where it matters: the 3B's 4k budget 26% under
+    # and the 1.5B's and 3B's orderings 0.58 and 0.66 (0.78 and 0.82 with the two constants), as it charged larger
+    # micro-batches too (the 1.5B's of 4 sequences 1.7 s) where nothing was measured. Micro-batches of 4 sequences
+    # (4.7k tokens) and budgets of 8k and more cost nothing measurable at four sizes. Outside the campaign, the verl
+    # 0.4-era grpo_qwen2.5_7b #7/#8 (8 H100s, TP 4, micro-batches of 2: 2,048 a step at the Workload's lengths, 3.4k
+    # tokens; its own lengths not known) ran its update in 300 s, which the model puts at 230 s without this cost and
+    # 445 s with it (offload_pairs.md): 0.034 s a micro-batch there.
+    small_micro_batch_s: float = 0.105
+    small_budget_micro_batch_s: float = 0.155
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
@@ -186,6 +199,10 @@ class Efficiency:
     # run, where it stood in for per-micro-batch costs of the Megatron passes that the model does not yet describe.
     fixed_step_s: float = 0.2
 
+    def small_micro_batch_cost(self, dynamic: bool) -> float:
+        """Seconds a small update micro-batch costs (small_micro_batches): of a token budget, or of a few sequences."""
+        return self.small_budget_micro_batch_s if dynamic else self.small_micro_batch_s
+
     def decode_step_overhead(self, gpu: str, eager: bool) -> float:
         """Seconds a decode step costs beyond its GPU work, for vLLM eager or with CUDA graphs on this GPU type."""
         if eager:
@@ -194,6 +211,10 @@ class Efficiency:
 
 
 DEFAULT_WORKLOAD = Workload()
+# Update micro-batches under this many tokens (a GPU's) that are not single sequences pay Efficiency's
+# small_micro_batch_s or small_budget_micro_batch_s: every trial with micro-batches of 4 sequences of ~1.2k tokens
+# (4.7k) or a budget of 8k or more ran without a cost per micro-batch, those of 2 sequences (2.4k) or a 4k budget with.
+SMALL_MICRO_BATCH_TOKENS = 4500
 REFERENCE_TFLOPS = 989.0  # H100 SXM bf16: the GPU the efficiencies were calibrated on
 DEFAULT_EFFICIENCY = Efficiency()
 
@@ -326,12 +347,26 @@ def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
     return 6 * tokens * matmul + attention_flops(m, tokens, seq_len)
 
 
+def _update_micro_batches_per_step(job: Job, plan: BatchingPlan) -> float:
+    """Update micro-batches in a step on one data-parallel rank: per mini-batch, times mini-batches and epochs."""
+    return plan.update_micro_batches * job.train_batch_size / job.ppo_mini_batch_size * job.ppo_epochs
+
+
 def micro_batches_of_one(job: Job, c: Candidate, plan: BatchingPlan) -> float:
     """Update micro-batches of one sequence in a step on one data-parallel rank (Efficiency.micro_batch_of_one_s):
     every micro-batch without dynamic batching at ppo_micro_batch_size_per_gpu=1, none otherwise."""
     if c.use_dynamic_bsz or (c.ppo_micro_batch_size_per_gpu or 1) > 1:
         return 0.0
-    return plan.update_micro_batches * job.train_batch_size / job.ppo_mini_batch_size * job.ppo_epochs
+    return _update_micro_batches_per_step(job, plan)
+
+
+def small_micro_batches(job: Job, c: Candidate, plan: BatchingPlan) -> float:
+    """Update micro-batches in a step on one data-parallel rank that are under SMALL_MICRO_BATCH_TOKENS (a GPU's
+    tokens, the typical micro-batch of the plan) and not single sequences (Efficiency.small_micro_batch_s, or
+    small_budget_micro_batch_s with dynamic batching): every micro-batch of such a plan, none otherwise."""
+    if micro_batches_of_one(job, c, plan) or not 0 < plan.update_tokens_typical < SMALL_MICRO_BATCH_TOKENS:
+        return 0.0
+    return _update_micro_batches_per_step(job, plan)
 
 
 def unfused_logits(m: ModelArch, cl: Cluster, c: Candidate, tokens: float) -> float:
@@ -463,6 +498,7 @@ def estimate_throughput(
     copies = offload_seconds(states, ref_param_bytes(m, c) if job.has_ref_model else 0.0, c, cl, hc)
     update += mini_batches * cpu_optimizer_seconds(states, c, cl, hc) + eff.update_pass_s
     update += micro_batches_of_one(job, c, plan) * eff.micro_batch_of_one_s
+    update += small_micro_batches(job, c, plan) * eff.small_micro_batch_cost(c.use_dynamic_bsz)
     # Full recompute runs each layer's forward again in the backward: its FLOPs are in `recompute` above, and it
     # costs what a forward pass costs beyond them (logprob_pass_s: its kernels launched one by one, Megatron's
     # checkpointing around every layer). On the real verl 0.9.1 trials the seven full-recompute updates without the
