@@ -22,7 +22,7 @@ from pathlib import Path
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
-from autotune.estimate.throughput import estimate_throughput
+from autotune.estimate.throughput import VERL_04_EFFICIENCY, estimate_throughput
 from autotune.job import Job
 from autotune.model import get_model
 from benchmarks import calibration
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
                                     verl.USE_V1: False, verl.MAX_PROMPT_LENGTH: 2048, verl.MAX_RESPONSE_LENGTH: 8192,
                                     verl.TRAIN_BATCH_SIZE: 512, verl.PPO_MINI_BATCH_SIZE: 32, verl.ROLLOUT_N: 16})
             c = Candidate.from_params({**base, "param_offload": on, "optimizer_offload": on})
-            res.append(estimate_throughput(m, cl, job, c))
+            res.append(estimate_throughput(m, cl, job, c, eff=VERL_04_EFFICIENCY))
         off, on = res
         lines.append(f"| {name} | {off_m[0]:.0f} / {on_m[0]:.0f} ({on_m[0] - off_m[0]:+.0f} s) | {off_m[1]:.1f} / "
                      f"{on_m[1]:.1f} ({on_m[1] - off_m[1]:+.1f} s) | {off.step_time:.0f} / {on.step_time:.0f} "

@@ -24,7 +24,7 @@ from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
 from autotune.estimate import evaluate
 from autotune.estimate.memory import estimate_memory
-from autotune.estimate.throughput import DEFAULT_WORKLOAD, estimate_throughput
+from autotune.estimate.throughput import DEFAULT_WORKLOAD, VERL_04_EFFICIENCY, estimate_throughput
 from autotune.job import Job
 from autotune.model import get_model
 
@@ -157,7 +157,7 @@ def predict(row: Row) -> tuple[float, float, bool, str]:
     if row.response_length:  # the table says how long the responses were: use it
         wl = replace(wl, response_fraction=row.response_length / row.job.max_response_length)
     mem = estimate_memory(m, cl, row.job, row.cand)
-    t = estimate_throughput(m, cl, row.job, row.cand, mem, wl)
+    t = estimate_throughput(m, cl, row.job, row.cand, mem, wl, VERL_04_EFFICIENCY)
     ev = evaluate(m, cl, row.job, row.cand)
     return t.step_time, dict(t.phases)["update_actor"], ev.feasible, ev.prune_reason()
 
