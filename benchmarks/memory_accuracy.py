@@ -30,18 +30,16 @@ from typing import Any
 from autotune.candidate import Candidate
 from autotune.cluster import GIB, Cluster, get_gpu_type, gpu_type_from_device_name
 from autotune.estimate import (
-    DEFAULT_CONSTANTS,
     MOMENT_WORDS,
     Evaluation,
-    ModelConstants,
     evaluate,
     memory_verdict,
     oom_response_length,
 )
 from autotune.estimate.lengths import Lengths, at_step
-from autotune.estimate.memory import MCORE_013_CALIBRATION
 from autotune.job import Job
 from autotune.model import get_model
+from benchmarks import throughput_rank
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -350,13 +348,6 @@ def _grpo7b_rows(path: Path) -> list[VerlRow]:
     return rows
 
 
-def practice_constants(table: str) -> ModelConstants:
-    """The DAPO tables ran verl 0.4 on Megatron-core 0.13 (their SOURCE.txt), whose SwiGLU kept 8f, not 10f."""
-    if table.startswith("dapo"):
-        return ModelConstants(calibration=MCORE_013_CALIBRATION)
-    return DEFAULT_CONSTANTS
-
-
 def verl_section(ref: Path, extra: Path = EXTRA_TABLES) -> tuple[list[str], dict[str, int]]:
     """Whole-step verdicts on the verl runs of verl_megatron_practice; counts of right / explained / wrong."""
     rows = _practice_rows(ref)
@@ -372,7 +363,8 @@ def verl_section(ref: Path, extra: Path = EXTRA_TABLES) -> tuple[list[str], dict
         cl = Cluster(get_gpu_type(r.gpu), gpn, r.gpus // gpn)
         model = get_model(r.model)
         ln: Lengths | None = at_step(r.job, response_length=r.response_mean) if r.response_mean else None
-        ev: Evaluation = evaluate(model, cl, r.job, r.cand, lengths=ln, constants=practice_constants(r.table))
+        ev: Evaluation = evaluate(model, cl, r.job, r.cand, lengths=ln,
+                                  constants=throughput_rank.practice_constants(r.table))
         v = memory_verdict(model, cl, r.job, ev, 3, ln)
         step_fits = ev.feasible
         counts["rows"] += 1

@@ -22,8 +22,8 @@ from scipy.stats import spearmanr
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
-from autotune.estimate import evaluate
-from autotune.estimate.memory import estimate_memory
+from autotune.estimate import ModelConstants, evaluate
+from autotune.estimate.memory import MCORE_013_CALIBRATION, estimate_memory
 from autotune.estimate.throughput import DEFAULT_WORKLOAD, VERL_04_EFFICIENCY, estimate_throughput
 from autotune.job import Job
 from autotune.model import get_model
@@ -149,6 +149,13 @@ def cluster_for(row: Row) -> Cluster:
     return Cluster(get_gpu_type(row.gpu), gpus_per_node, row.gpus // gpus_per_node)
 
 
+def practice_constants(table: str) -> ModelConstants:
+    """verl_megatron_practice's tables ran verl 0.4 (VERL_04_EFFICIENCY); the DAPO ones on Megatron-core 0.13 (their
+    SOURCE.txt), whose SwiGLU kept 8f, not 10f."""
+    constants = ModelConstants(efficiency=VERL_04_EFFICIENCY)
+    return replace(constants, calibration=MCORE_013_CALIBRATION) if table.startswith("dapo") else constants
+
+
 def predict(row: Row) -> tuple[float, float, bool, str]:
     """(predicted step seconds, predicted update seconds, fits, why not)."""
     m = get_model(row.model)
@@ -156,9 +163,10 @@ def predict(row: Row) -> tuple[float, float, bool, str]:
     wl = DEFAULT_WORKLOAD
     if row.response_length:  # the table says how long the responses were: use it
         wl = replace(wl, response_fraction=row.response_length / row.job.max_response_length)
-    mem = estimate_memory(m, cl, row.job, row.cand)
-    t = estimate_throughput(m, cl, row.job, row.cand, mem, wl, VERL_04_EFFICIENCY)
-    ev = evaluate(m, cl, row.job, row.cand)
+    constants = practice_constants(row.table)
+    mem = estimate_memory(m, cl, row.job, row.cand, constants.calibration)
+    t = estimate_throughput(m, cl, row.job, row.cand, mem, wl, constants.efficiency)
+    ev = evaluate(m, cl, row.job, row.cand, constants=constants)
     return t.step_time, dict(t.phases)["update_actor"], ev.feasible, ev.prune_reason()
 
 
