@@ -5,7 +5,9 @@
 # model 16.0 s). One trial on a host of its own says which: the configuration or the hosts. First the host's CPU AdamW
 # rate, then the trial, steps 1-3 only. Written for what was left of a session's device time (391 s): start it only on
 # a machine that counts half its held time (lease.counts 0.5); lease 30's one 3B trial was done 610 s after the first
-# call. Start with AT_MODEL=qwen2.5-3b on nvidia-h100-x1 (LEASE_S=700).
+# call. Start with AT_MODEL=qwen2.5-3b on nvidia-h100-x1 (LEASE_S=700). Tried 2026-11-27 10:44 with 391 s left: the
+# H100 that came counted its held time in full, so it was given back after the first staging call (32 s spent);
+# left for a session with fresh device time, where it fits beside other work.
 set -u
 (cd /root/at_src && python3 -m benchmarks.cpu_adam_rate --out /root/smoke/cpu_adam_rate.json \
     > /root/smoke/cpu_adam_rate.txt 2>&1)
