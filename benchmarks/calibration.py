@@ -26,8 +26,10 @@ from autotune.estimate import evaluate
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.offload import cpu_fraction
 from autotune.estimate.throughput import (
+    SMALL_MICRO_BATCH_COSTS,
     SMALL_MICRO_BATCH_TOKENS,
     micro_batches_of_one,
+    small_micro_batch_kind,
     small_micro_batches,
     unfused_logits_by_phase,
 )
@@ -49,7 +51,7 @@ RECOMPUTE_COST = "logprob_pass_s"
 # ... what an update micro-batch of one sequence costs beyond them (added to update_actor per such micro-batch) ...
 MICRO_BATCH_COST = "micro_batch_of_one_s"
 # ... and one under SMALL_MICRO_BATCH_TOKENS of more than one sequence, fixed or of a dynamic budget (Case.small_kind)
-SMALL_COSTS = {"fixed": "small_micro_batch_s", "dynamic": "small_budget_micro_batch_s"}
+SMALL_COSTS = SMALL_MICRO_BATCH_COSTS
 # ... and what a decode step costs beyond its GPU work with CUDA graphs, per GPU type (gen: seconds per decode step)
 ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_graph_by_gpu": ()}
 # ... what a logit costs that a pass without verl's fused kernels materialises (old_log_prob and update_actor: ps per
@@ -174,7 +176,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         decode_steps=thr.decode_steps if thr else 0.0,
         micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
         update_micro_batch_tokens=thr.batching.update_tokens_typical if thr and thr.batching else 0.0,
-        small_micro_batches=small, small_kind=("dynamic" if cand.use_dynamic_bsz else "fixed") if small else "",
+        small_micro_batches=small, small_kind=small_micro_batch_kind(cand) if small else "",
         cut=(row.extra or {}).get(real_studies.CUT, ""),
         unfused_logits=(unfused_logits_by_phase(setup.model, setup.cluster, job, cand, thr.tokens_per_step)
                         if thr else {}),

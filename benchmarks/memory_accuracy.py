@@ -300,13 +300,11 @@ class VerlRow:
 
 
 def _practice_rows(ref: Path) -> list[VerlRow]:
-    from benchmarks.throughput_rank import TABLES, read_rows
-
     out = []
-    for name in TABLES:
+    for name in throughput_rank.TABLES:
         if not (ref / name).exists():
             continue
-        for r in read_rows(ref / name):
+        for r in throughput_rank.read_rows(ref / name):
             if not r.ran:
                 continue
             cand = r.cand

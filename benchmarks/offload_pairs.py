@@ -22,10 +22,10 @@ from pathlib import Path
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import Cluster, get_gpu_type
-from autotune.estimate.throughput import VERL_04_EFFICIENCY, estimate_throughput
+from autotune.estimate.throughput import estimate_throughput
 from autotune.job import Job
 from autotune.model import get_model
-from benchmarks import calibration
+from benchmarks import calibration, throughput_rank
 
 OUT = Path(__file__).resolve().parent / "results" / "offload_pairs.md"
 # (pair, off row, on row, candidate settings, CUDA graphs on the 'on' row, measured (step, update_actor) off / on)
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     m, cl = get_model("qwen2.5-7b"), Cluster(get_gpu_type("h100"), 8)
+    eff = throughput_rank.practice_constants("grpo_qwen2.5_7b").efficiency  # verl 0.4's engine
     lines = ["# Offload on/off pairs: measured vs the model", "", __doc__.split("\n\n")[1].replace("\n", " "), "",
              "| pair | measured step off / on | measured update_actor off / on | model step off / on (offload part) "
              "| model update_actor off / on |", "|---|---|---|---|---|"]
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
                                     verl.USE_V1: False, verl.MAX_PROMPT_LENGTH: 2048, verl.MAX_RESPONSE_LENGTH: 8192,
                                     verl.TRAIN_BATCH_SIZE: 512, verl.PPO_MINI_BATCH_SIZE: 32, verl.ROLLOUT_N: 16})
             c = Candidate.from_params({**base, "param_offload": on, "optimizer_offload": on})
-            res.append(estimate_throughput(m, cl, job, c, eff=VERL_04_EFFICIENCY))
+            res.append(estimate_throughput(m, cl, job, c, eff=eff))
         off, on = res
         lines.append(f"| {name} | {off_m[0]:.0f} / {on_m[0]:.0f} ({on_m[0] - off_m[0]:+.0f} s) | {off_m[1]:.1f} / "
                      f"{on_m[1]:.1f} ({on_m[1] - off_m[1]:+.1f} s) | {off.step_time:.0f} / {on.step_time:.0f} "

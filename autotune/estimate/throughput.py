@@ -205,10 +205,6 @@ class Efficiency:
     # run, where it stood in for per-micro-batch costs of the Megatron passes that the model does not yet describe.
     fixed_step_s: float = 0.2
 
-    def small_micro_batch_cost(self, dynamic: bool) -> float:
-        """Seconds a small update micro-batch costs (small_micro_batches): of a token budget, or of a few sequences."""
-        return self.small_budget_micro_batch_s if dynamic else self.small_micro_batch_s
-
     def decode_step_overhead(self, gpu: str, eager: bool) -> float:
         """Seconds a decode step costs beyond its GPU work, for vLLM eager or with CUDA graphs on this GPU type."""
         if eager:
@@ -221,6 +217,8 @@ DEFAULT_WORKLOAD = Workload()
 # small_micro_batch_s or small_budget_micro_batch_s: every trial with micro-batches of 4 sequences of ~1.2k tokens
 # (4.7k) or a budget of 8k or more ran without a cost per micro-batch, those of 2 sequences (2.4k) or a 4k budget with.
 SMALL_MICRO_BATCH_TOKENS = 4500
+# ... each kind its own constant (small_micro_batch_kind), as they measured apart
+SMALL_MICRO_BATCH_COSTS = {"fixed": "small_micro_batch_s", "dynamic": "small_budget_micro_batch_s"}
 REFERENCE_TFLOPS = 989.0  # H100 SXM bf16: the GPU the efficiencies were calibrated on
 DEFAULT_EFFICIENCY = Efficiency()
 # The verl 0.4-era tables (verl_megatron_practice) ran verl 0.4's Megatron workers, not verl 0.9.1's engine, whose
@@ -381,6 +379,12 @@ def small_micro_batches(job: Job, c: Candidate, plan: BatchingPlan) -> float:
     return _update_micro_batches_per_step(job, plan)
 
 
+def small_micro_batch_kind(c: Candidate) -> str:
+    """Which of SMALL_MICRO_BATCH_COSTS a small update micro-batch of `c` pays: a dynamic budget's or a few
+    sequences'."""
+    return "dynamic" if c.use_dynamic_bsz else "fixed"
+
+
 def unfused_logits(m: ModelArch, cl: Cluster, c: Candidate, tokens: float) -> float:
     """Logits one GPU materialises in a pass over `tokens` without verl's fused kernels (none with them): the last
     pipeline stage's, its tokens split over DP and CP, the vocabulary over TP (Efficiency.unfused_logit_ps)."""
@@ -510,7 +514,7 @@ def estimate_throughput(
     copies = offload_seconds(states, ref_param_bytes(m, c) if job.has_ref_model else 0.0, c, cl, hc)
     update += mini_batches * cpu_optimizer_seconds(states, c, cl, hc) + eff.update_pass_s
     update += micro_batches_of_one(job, c, plan) * eff.micro_batch_of_one_s
-    update += small_micro_batches(job, c, plan) * eff.small_micro_batch_cost(c.use_dynamic_bsz)
+    update += small_micro_batches(job, c, plan) * getattr(eff, SMALL_MICRO_BATCH_COSTS[small_micro_batch_kind(c)])
     # Full recompute runs each layer's forward again in the backward: its FLOPs are in `recompute` above, and it
     # costs what a forward pass costs beyond them (logprob_pass_s: its kernels launched one by one, Megatron's
     # checkpointing around every layer). On the real verl 0.9.1 trials the seven full-recompute updates without the
