@@ -93,6 +93,7 @@ class Case:
     steady_step_s: float | None = None
     gpu: str = ""  # the GPU type it ran on
     decode_steps: float = 0.0  # the predicted gen's decode steps: seconds gen gains per second of per-step overhead
+    decode_gpu_step_s: float = 0.0  # the GPU's work a decode step (CUDA graphs): a shorter host overhead hides under it
     micro_batches_of_one: float = 0.0  # update micro-batches of one sequence: what MICRO_BATCH_COST is paid on
     update_micro_batch_tokens: float = 0.0  # tokens of a typical update micro-batch (the time model's)
     small_micro_batches: float = 0.0  # small update micro-batches (throughput.small_micro_batches): SMALL_COSTS's
@@ -173,7 +174,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         size=catalog_size(setup.model), cpu_optimizer=bool(cpu_fraction(cand)), full_recompute=cand.recompute == "full",
         steady_phases={p: v for p, v in steady_phases.items() if p != "step"},
         steady_step_s=steady_phases.get("step"), gpu=setup.cluster.gpu.name,
-        decode_steps=thr.decode_steps if thr else 0.0,
+        decode_steps=thr.decode_steps if thr else 0.0, decode_gpu_step_s=thr.decode_gpu_step_s if thr else 0.0,
         micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
         update_micro_batch_tokens=thr.batching.update_tokens_typical if thr and thr.batching else 0.0,
         small_micro_batches=small, small_kind=small_micro_batch_kind(cand) if small else "",
@@ -324,13 +325,21 @@ def recompute_residual(zeroed: list[Case], update_pass_s: float) -> float | None
     return _median(recompute_residuals(zeroed, update_pass_s))
 
 
+def decode_step_times(zeroed: list[Case]) -> list[tuple[Case, float]]:
+    """Each trial predicted with no decode-step overhead, with the seconds a decode step took by its measured gen (the
+    rest of the predicted gen, prefill and half of verl's poll, taken out). The verl 0.9.1 trials all capture CUDA
+    graphs: a step takes the longer of the GPU's replay and the host's scheduling of the next."""
+    return [(c, c.decode_gpu_step_s + (c.measured_phases["gen"] - c.predicted_phases["gen"]) / c.decode_steps)
+            for c in ok_cases(zeroed) if c.measured_phases.get("gen") and c.decode_steps]
+
+
 def fit_decode_overhead(zeroed: list[Case]) -> dict[str, float]:
-    """Per GPU type, from trials predicted with no decode-step overhead: the median over its trials of what the
-    measured gen leaves per decode step (seconds). The verl 0.9.1 trials all capture CUDA graphs."""
+    """Per GPU type: the median decode step over its trials whose step took longer than the GPU's predicted work (the
+    host's overhead is what they measure; the others' steps say only that it is shorter than their GPU's)."""
     per: dict[str, list[float]] = {}
-    for c in ok_cases(zeroed):
-        if c.measured_phases.get("gen") and c.decode_steps:
-            per.setdefault(c.gpu, []).append((c.measured_phases["gen"] - c.predicted_phases["gen"]) / c.decode_steps)
+    for c, step in decode_step_times(zeroed):
+        if step > c.decode_gpu_step_s:
+            per.setdefault(c.gpu, []).append(step)
     return {gpu: statistics.median(v) for gpu, v in sorted(per.items())}
 
 
@@ -349,7 +358,7 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
         if p in added:
             added[p] += logits * costs.get(LOGIT_COST, 0.0) * 1e-12
     if "gen" in phases:
-        added["gen"] = c.decode_steps * (overhead or {}).get(c.gpu, 0.0)
+        added["gen"] = c.decode_steps * max(0.0, (overhead or {}).get(c.gpu, 0.0) - c.decode_gpu_step_s)
     for phase, v in added.items():
         phases[phase] += v
     step = c.predicted_step_s + sum(added.values()) if c.predicted_step_s is not None else None
@@ -408,9 +417,10 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
              "left above the median of those with them of the same size, GPU type and attention backend, per "
              "logit: " + (", ".join(f"{c.source} {r:.0f} ps" for c, r in logit) or "no such trial") + "; the "
              "pass costs are fitted on what is left once it is priced) "
-             "and the decode step's overhead with CUDA graphs, per GPU "
-             "type (`fit_decode_overhead`: the median of what each trial's gen leaves per decode step with it zeroed; "
-             "overhead_<gpu>_ms). Held out: each size predicted with them refitted on the other sizes. One more "
+             "and the host's overhead a decode step with CUDA graphs, per GPU type, a step taking the longer of "
+             "it and the GPU's replay (`fit_decode_overhead`: the median decode step, by the measured gen, of the "
+             "trials whose step outlasted their GPU's predicted work; overhead_<gpu>_ms). Held out: each size "
+             "predicted with them refitted on the other sizes. One more "
              "constant was read off these trials and is not refitted here: reshard_local_gbps (the weight sync's "
              "rise from 1 to 6 GB of weights). Everything else comes from elsewhere (the verl 0.4-era tables, the CPU "
              "AdamW rate measured on a lease's host). Targets: each phase's median |error| <= "

@@ -85,7 +85,7 @@ def test_each_real_trial_counts_once_in_every_reader() -> None:
                      ("c-0.5b-kw#0", "c-0.5b-kw#1", 9494.1, 8493.8),
                      ("c-1.5b-h#2", "c-1.5b-h#1", 8510.8, 6462.5),
                      ("c-1.5b-rc#0", "c-1.5b-g1#1", 7586.9, 6113.6), ("c-3b#3", "c-3b#4", 3618.6, 3598.3),
-                     ("c-3b-h6#0", "c-3b-h6#1", 3426.7, 4612.4)]
+                     ("c-3b-h10#0", "c-3b-h10#3", 3935.4, 4500.1), ("c-3b-h6#0", "c-3b-h6#1", 3426.7, 4612.4)]
 
 
 def test_a_trial_read_from_a_later_copy_finds_its_logs_where_it_ran() -> None:

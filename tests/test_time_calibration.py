@@ -91,6 +91,27 @@ def test_the_decode_step_overheads_are_what_the_trials_fit(zeroed: list[cal.Case
     assert eff.decode_step_overhead("h200", eager=True) == eff.decode_step_overhead_s
 
 
+def test_a_decode_step_takes_the_hosts_overhead_where_the_gpus_replay_is_shorter(zeroed: list[cal.Case],
+                                                                               held: list[cal.Case]) -> None:
+    """With CUDA graphs vLLM schedules the next decode step on the host while the GPU replays this one, so a step
+    takes the longer of the two. Every real trial's decode steps outlasted its GPU's predicted work (host-bound), and
+    the H100's 0.5B, 1.5B and 3B measured one gen (8.1 s median each), where adding the GPU's work to the host's put
+    them at 8.1, 9.5 and 11.1 s. Held out, each size's predicted gen within 5% of its median measured one (each trial's
+    gen is its rollout rounded up to verl's 2 s poll: the 1.5B's nine measured 6.1 s three times, 10.1 s twice), and
+    every size's gen on either GPU type within the phase target (the H200's one-GPU and four-lane nodes differ by a
+    poll interval: 6.1 against 8.1 s)."""
+    steps = cal.decode_step_times(zeroed)
+    assert len(steps) == len(cal.ok_cases(zeroed)) == 92
+    assert all(step > c.decode_gpu_step_s > 0 for c, step in steps)
+    for size in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"):
+        h100 = [c for c in cal.ok_cases(held) if c.size == size and c.gpu == "h100"]
+        measured = statistics.median(c.measured_phases["gen"] for c in h100)
+        assert measured == pytest.approx(8.07, abs=0.05)
+        assert statistics.median(c.predicted_phases["gen"] for c in h100) == pytest.approx(measured, rel=0.05), size
+    for size in {c.size for c in held}:
+        assert cal.errors([c for c in held if c.size == size]).phases["gen"] <= cal.PHASE_TARGET, size
+
+
 def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held: list[cal.Case]) -> None:
     """Every phase, the step and the ordering over all sizes, held out: since lease 20 (full recompute's second
     forward priced) gen too, at 15% with the decode step's overhead refitted without each size (73 trials since lease
@@ -102,9 +123,11 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     before lease 25, 0.81 before micro-batches of one sequence were priced; since lease 32 the step 8%, old_log_prob
     10%, Spearman 0.91, 0.93 since the small micro-batches are priced, the step 8% still, update_actor 8%; 88 trials
     since lease 33's fifteen on a second four-lane H200 node: gen 15%, old_log_prob 10%, update_actor 8%, weight sync
-    15%, the step 8%, Spearman 0.91)."""
+    15%, the step 8%, Spearman 0.91; 92 since lease 34's four 3B trials on an H100, with the host's decode overhead
+    hidden under the GPU's replay where that is longer: gen 3%, old_log_prob 10%, update_actor 8%, weight sync 15%,
+    the step 7%, Spearman 0.92)."""
     fit = cal.errors(held)
-    assert fit.trials == 88
+    assert fit.trials == 92
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -172,14 +195,13 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
                        "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#1", "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#0",
                        "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#1", "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#0",
                        "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1"}
-# Priced, two miss a target held out, each named with what it misses and a bound over its error (predicted / measured
+# Priced, one misses a target held out, named with what it misses and a bound over its error (predicted / measured
 # - 1): lease 3b's 0.5B with a 4k budget ran unfused attention, whose long GPU work per micro-batch (0.32 s, the
-# model's) hid the cost (0.002 s a micro-batch): its update is priced 33% over, its step 11%. Lease 26's 1.5B at
+# model's) hid the cost (0.002 s a micro-batch): its update is priced 33% over, its step 15%. Lease 26's 1.5B at
 # micro-batches of 2 measured its step 3 in 24.2 s, its fastest (steps 2 and 4: 29.6 and 31.3 s; gen 6.1 s where they
-# took 8.1 and 10.1 s, update 13.8 s where they took 16.0 and 16.5 s): its step is 26% over (its steady steps' 4%),
-# its update 18%.
-SMALL_MISSES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1": ("update_actor", 0.36),
-                "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2": ("step", 0.28)}
+# took 8.1 and 10.1 s, update 13.8 s where they took 16.0 and 16.5 s): its step was 26% over until the host's decode
+# overhead hid under the GPU's replay (lease 34's gen), 19.9% since, its update 18%.
+SMALL_MISSES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1": ("update_actor", 0.36)}
 
 
 def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
@@ -208,11 +230,11 @@ def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) ->
     assert len(pairs) == 4 and all(p["dynamic"] > p["fixed"] for p in pairs.values())
 
 
-def test_held_out_small_micro_batches_meet_the_targets_but_two_named(held: list[cal.Case]) -> None:
+def test_held_out_small_micro_batches_meet_the_targets_but_one_named(held: list[cal.Case]) -> None:
     """Held out (each size with the other sizes' fit), every small-micro-batch trial's update is within the phase
     target (20% at most: lease 29's 0.5B at micro-batches of 2, the other sizes' fit 0.071 s against its 0.112 s) and
-    its step within the step target (19% at most) but SMALL_MISSES, each missing only what it names, by less than its
-    bound."""
+    its step within the step target (19.9% at most: lease 26's 1.5B at micro-batches of 2) but SMALL_MISSES, each
+    missing only what it names, by less than its bound."""
     small = [c for c in cal.ok_cases(held) if c.source in SMALL_MICRO_BATCHES]
     assert len(small) == len(SMALL_MICRO_BATCHES)
     for c in small:
@@ -343,7 +365,7 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     on lease 32's node a 0.5B sync took 0.94 s at step 3 (0.6-0.9 s over its steps), 52% under."""
     errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source not in HOST_MISSES]
-    assert len(errs) == 58 and max(errs) < 0.67 and min(errs) > -0.37
+    assert len(errs) == 62 and max(errs) < 0.67 and min(errs) > -0.37
     slow = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source in HOST_MISSES]
     assert len(slow) == 30 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45

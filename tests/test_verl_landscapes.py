@@ -40,7 +40,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     # start-up through the kept Ray head), lease 28 lease 24's #1 and #2 (as its #0 and #1) and lease 27's #0 (as its
     # #2: its study's trials joining the kept head), lease 30 lease 10's c-3b #0 (its CPU optimizer on another
     # host), lease 32 two of lease 19's 1.5B and one of its 3B (on another H200 node), lease 33 lease 32's twelve
-    # 0.5B-3B (on a second four-lane node), each table keeping the later trial
+    # 0.5B-3B (on a second four-lane node), lease 34 lease 10's four 3B and lease 30's one (on an H100 host of its
+    # own), each table keeping the later trial
     kw = "h100_2026-11-27_l28/c-0.5b-kw.db/c-0.5b-kw"
     reruns = {"h200_2026-11-26_l19/c-3b-g0.db/c-3b-g0#0": "h200_2026-11-26_l22/c-3b-h2.db/c-3b-h2#2",
               "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#0": "h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#1",
@@ -49,7 +50,10 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
               **{f"{old}#0": f"{kw}#2" for old in ("h100_2026-11-25_l4/c-0.5b.db/c-0.5b",
                                                      "h100_2026-11-26_l24/c-0.5b-bc.db/c-0.5b-bc",
                                                      "h100_2026-11-27_l27/c-0.5b-kr.db/c-0.5b-kr")},
-              "h100_2026-11-26_l10/c-3b.db/c-3b#0": "h100_2026-11-27_l30/c-3b-h5.db/c-3b-h5#0",
+              **{f"h100_2026-11-26_l10/{old}": f"h100_2026-11-27_l34/c-3b-h10.db/c-3b-h10#{n}"
+                 for old, n in (("c-3b.db/c-3b#3", 0), ("c-3b-fl.db/c-3b-fl#0", 1), ("c-3b.db/c-3b#0", 2),
+                                ("c-3b.db/c-3b#4", 3))},
+              "h100_2026-11-27_l30/c-3b-h5.db/c-3b-h5#0": "h100_2026-11-27_l34/c-3b-h10.db/c-3b-h10#2",
               "h200_2026-11-26_l19/c-1.5b-g1.db/c-1.5b-g1#0": "h200_2026-11-27_l33/c-1.5b-h8.db/c-1.5b-h8#2",
               "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#1": "h200_2026-11-27_l33/c-1.5b-h8.db/c-1.5b-h8#3",
               "h200_2026-11-26_l19/c-3b-h.db/c-3b-h#1": "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#2",
@@ -81,8 +85,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
     assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 9 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    # lease 28's, 29's, 30's, 32's and 33's studies launched a configuration the plan enqueued first
-    assert "32 of 35 real studies' first launches ran (9 of 12 the model's own picks;" in report
+    # lease 28's, 29's, 30's, 32's, 33's and 34's studies launched a configuration the plan enqueued first
+    assert "33 of 36 real studies' first launches ran (9 of 12 the model's own picks;" in report
     # lease 28's dyn32k/32k (#6) is the 0.5B fused table's best by a step-3 gen one 2 s poll shorter: the model's pick
     # (#2) is at 87% of it, within #6's measured noise (steps 3-4 14% apart): a tie, named as one
     # Lease 32's 0.5B on an H200 node: the model's pick (dyn32k/96k) at 87% of selective recompute's 16k budget, whose
@@ -93,7 +97,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     # and parameters offloaded (c-3b-g0 #0, lease 19), at 99% of the best: every table holds. Lease 33 re-ran lease
     # 32's twelve 0.5B-3B trials on a second four-lane node (each table keeps the later trial): the 0.5B H200 table's
     # first launch (dyn32k/96k) is at 96% of its best there, no longer a tie; the 3B H200 table (eleven rows with
-    # lease 33's CPU-Adam three) still launches lease 19's row, at 99%.
+    # lease 33's CPU-Adam three) still launches lease 19's row, at 99%. Lease 34 re-ran the 3B H100 table's first launch
+    # (lease 10's c-3b-fl #0, 5,185.1 on that slow host) on a host of its own: 5,837.5, still the table's best.
     assert ("7 of 8 tables: the replayed first launch runs and is within 90% of the best; 1 more where it runs and "
             "is under 90% of the best but within the measured noise of it") in report
     assert "verl-qwen2.5-0.5b-h100-g1-fused.csv at 87%, the noise 14%." in report

@@ -2,13 +2,13 @@
 
 It ranks candidates, seeds the study and plans GPU budgets. Lengths: the Setup's where it knows them (measured
 in earlier trials, `--response-length`, the job's data), else typical shares of the job's maxima (Workload).
-Phases follow verl's timing metrics: gen (vLLM decode: a fixed cost per step for the weights read and vLLM's own
-overhead, eager or with CUDA graphs, plus a cost per sequence in the batch, over at least as many steps as the
-longest response), old_log_prob and ref (forward FLOPs, plus verl 0.9.1's engine cost per pass), update_actor
-(training FLOPs at a calibrated efficiency, TP/CP/DP communication, MoE all-to-all, pipeline bubble, recompute, the
-engine's cost per pass, the CPU optimizer per mini-batch), update_weights (reshard: local on one unsharded GPU). Error
-against measured tables: benchmarks/step_time_error.py (the band shown with every prediction); rank correlation:
-benchmarks/throughput_rank.py.
+Phases follow verl's timing metrics: gen (vLLM decode: per step the weights read and a cost per sequence in the batch,
+plus vLLM's own host overhead, eager, or with CUDA graphs hidden under the GPU's work where that is longer, over at
+least as many steps as the longest response), old_log_prob and ref (forward FLOPs, plus verl 0.9.1's engine cost per
+pass), update_actor (training FLOPs at a calibrated efficiency, TP/CP/DP communication, MoE all-to-all, pipeline bubble,
+recompute, the engine's cost per pass, the CPU optimizer per mini-batch), update_weights (reshard: local on one
+unsharded GPU). Error against measured tables: benchmarks/step_time_error.py (the band shown with every prediction);
+rank correlation: benchmarks/throughput_rank.py.
 """
 
 from __future__ import annotations
@@ -66,20 +66,21 @@ class Efficiency:
     prefill: float = 0.5
     decode_step_overhead_s: float = 0.007  # scheduler, sampler and kernel launches per decode step, vLLM eager
     # The same with CUDA graphs (verl >= 0.9 captures them by default: autotune.verl.ENFORCE_EAGER_DEFAULT): the
-    # forward is one graph replay, what is left is vLLM's scheduler, sampler and output processing, which the graphs
-    # do not shorten, run on the node's CPU between replays. Fitted on the real verl 0.9.1 GRPO steps (128 sequences
-    # decoded together, 1,024 decode steps; benchmarks/calibration.py fit_decode_overhead: the median per GPU type of
-    # what each trial's gen leaves per decode step once the GPU's part and verl's 2 s poll are priced): 6.1 ms over
-    # the twenty-four on the lent H100 nodes (Qwen2.5-0.5B to 3B; lease 25's three 3B moved it by under 0.01 ms; the
-    # twenty-one before it and the seventeen before lease 24 said 6.1 ms too), 3.4 ms over the
-    # twenty-three on the lent H200 nodes (1.5B to 7B; 3.45 ms since lease 22's six, 3.41 ms before). Each trial
-    # alone says 2.8-8 ms (H100) and 0-5 ms (H200): its gen is the rollout rounded up to the poll (6.1, 8.1, 10.1 s
-    # ...), one interval is 2 ms a decode step. The H200 nodes' CPUs as much as their GPUs: a GPU type without its
-    # own figure takes the H100's.
-    decode_step_overhead_graph_s: float = 0.0061
-    # Lease 32's fourteen trials on an H200 node of slower gen (8.1 s where earlier H200 nodes ran 6.1 s, up to 12.1 s
-    # from step to step) take the H200's median over thirty-seven to 4.2 ms.
-    decode_step_overhead_graph_by_gpu: tuple[tuple[str, float], ...] = (("h200", 0.0042),)
+    # forward is one graph replay, what is left is vLLM's scheduler, sampler and output processing on the node's CPU,
+    # which vLLM 0.24 runs for the next step while the GPU replays this one (async scheduling, its default): a step
+    # takes the longer of the two. Fitted on the real verl 0.9.1 GRPO steps (128 sequences decoded together, 1,024
+    # decode steps; benchmarks/calibration.py fit_decode_overhead: per GPU type, the median decode step of the trials
+    # whose step outlasted their GPU's work, verl's 2 s poll priced): 6.9 ms over the forty on the lent H100 nodes,
+    # 6.7 ms over the fifty-two on the lent H200 nodes, every one of them host-bound (Qwen2.5-0.5B to 7B). Their gen is
+    # the rollout rounded up to the poll (6.1, 8.1, 10.1 s ...; one interval is 2 ms a decode step): the H100's
+    # 0.5B, 1.5B and 3B all measure 8.1 s, which the GPU's work added to the host's (lease 34's form before) put at
+    # 8.1, 9.5 and 11.1 s. The H200 nodes' CPUs as much as their GPUs: a GPU type without its own figure takes the
+    # H100's.
+    decode_step_overhead_graph_s: float = 0.0069
+    # The H200's: one-GPU nodes ran the rollout within 6.1 s, the four-lane nodes of leases 32-33 within 8.1 s.
+    decode_step_overhead_graph_by_gpu: tuple[tuple[str, float], ...] = (("h200", 0.0067),)
+    # The host's scheduling overlaps the GPU's replay (vLLM's async scheduling); verl 0.4's vLLM ran them in turn.
+    decode_overlap: bool = True
     longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
     rope_fusion: float = 0.817  # update and log-prob time with apply_rope_fusion over without (fitted, paired rows)
     # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
@@ -224,9 +225,11 @@ DEFAULT_EFFICIENCY = Efficiency()
 # The verl 0.4-era tables (verl_megatron_practice) ran verl 0.4's Megatron workers, not verl 0.9.1's engine, whose
 # cost per small update micro-batch the campaign measured: grpo_qwen2.5_7b #7/#8 (8 H100s, TP 4, micro-batches of 2
 # sequences, 2,048 a step at the Workload's lengths) ran its update in 300 s, 0.034 s a micro-batch above the model
-# without that cost. Those tables are judged with this (benchmarks/throughput_rank.py, offload_pairs.py), as their
-# memory is with MCORE_013_CALIBRATION.
-VERL_04_EFFICIENCY = replace(DEFAULT_EFFICIENCY, small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0)
+# without that cost. Nor did their vLLM schedule a decode step while the GPU replayed the one before: #8, the one row
+# with CUDA graphs, would step 64 s faster than #7 that way (its offload's cost in), where it measured 29 s. Those
+# tables are judged with this (benchmarks/throughput_rank.py, offload_pairs.py), as their memory is with MCORE_013_CALIBRATION.
+VERL_04_EFFICIENCY = replace(DEFAULT_EFFICIENCY, small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0,
+                             decode_overlap=False)
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,7 @@ class ThroughputEstimate:
     # The training-only objective: every micro-batch one sequence this long (no prompts and responses as such).
     micro_batch_tokens: int | None = None
     decode_steps: float = 0.0  # a rollout replica's decode steps: what each second of per-step overhead costs gen
+    decode_gpu_step_s: float = 0.0  # the GPU's work a decode step with CUDA graphs: the host's overhead hides under it
 
     @property
     def step_time(self) -> float:
@@ -435,26 +439,30 @@ def estimate_throughput(
 
     # gen: replicas of rollout_tp GPUs; decode batch limited by max_num_seqs and by KV blocks. Continuous batching
     # keeps the batch full only while sequences wait; then the longest responses decode alone. So a decode step
-    # costs a fixed part (read the weights, TP all-reduces, scheduler) plus a part per sequence in the batch
-    # (its FLOPs or its KV reads), and the number of steps is at least the longest response.
+    # costs a fixed part (read the weights, TP all-reduces, the host's scheduling) plus a part per sequence in the
+    # batch (its FLOPs or its KV reads), and the number of steps is at least the longest response.
     per_replica = plan.sequences_per_replica
     kv_tokens = max(mem.kv_cache_bytes, 0.0) / mem.kv_bytes_per_token
     conc = max(1.0, min(job.max_num_seqs, per_replica, kv_tokens / seq_len))
     hbm = g.hbm_tbps * 1e12 * eff.hbm
     moe = eff.moe_decode if m.is_moe else 1.0
     weights = 2 * decode_weights(m, conc) / c.rollout_tp / (hbm * moe)  # a step's read of the weights
-    fixed = (m.num_moe_layers * eff.moe_decode_layer_s + (c.rollout_tp > 1) * 2 * m.num_layers
-             * eff.rollout_tp_comm_s_per_layer + eff.decode_step_overhead(g.name, job.enforce_eager))
+    device = m.num_moe_layers * eff.moe_decode_layer_s + (c.rollout_tp > 1) * 2 * m.num_layers \
+        * eff.rollout_tp_comm_s_per_layer  # the GPU's own fixed work a decode step
+    host = eff.decode_step_overhead(g.name, job.enforce_eager)
     flops = 2 * active_params(m) / c.rollout_tp / (peak * eff.decode_compute * moe)  # a sequence's FLOPs a step
     kv = (lp + lr / 2) * mem.kv_bytes_per_token / hbm  # a sequence's KV reads a step
     longest = ln.response_max if ln.response_known else job.max_response_length * eff.longest_response
     decode_steps = max(per_replica * lr / conc, longest)
     prefill = per_replica * lp * 2 * active_params(m) / c.rollout_tp / (peak * eff.prefill)
+    gpu_step = 0.0
     if job.enforce_eager:  # the verl 0.4-era tables' regime, its constants fitted on them with the two added
-        gen = decode_steps * (weights + fixed) + per_replica * lr * max(flops, kv) + prefill
-    else:  # a graph replay reads the weights while it computes: the longer of its memory traffic and its FLOPs
+        gen = decode_steps * (weights + device + host) + per_replica * lr * max(flops, kv) + prefill
+    else:  # a graph replay reads the weights while it computes: the longer of its memory traffic and its FLOPs;
+        # vLLM schedules the next step on the host while the GPU replays this one: the longer of the two
         batch = per_replica * lr / decode_steps  # sequences a step decodes, on average
-        gen = decode_steps * (fixed + max(weights + batch * kv, batch * flops)) + prefill
+        gpu_step = device + max(weights + batch * kv, batch * flops)
+        gen = decode_steps * (max(host, gpu_step) if eff.decode_overlap else host + gpu_step) + prefill
     # The trainer sees the rollout at its next poll: half an interval later on average (verl.SAMPLE_POLL_S).
     gen += job.sample_poll_s / 2
 
@@ -537,4 +545,5 @@ def estimate_throughput(
     ]
     if job.has_ref_model:
         phases.insert(2, ("ref", fwd + copies.get("ref", 0.0)))
-    return ThroughputEstimate(tuple(phases), tokens, world, conc, plan, ln, decode_steps=decode_steps)
+    return ThroughputEstimate(tuple(phases), tokens, world, conc, plan, ln, decode_steps=decode_steps,
+                              decode_gpu_step_s=gpu_step)
