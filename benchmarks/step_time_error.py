@@ -88,7 +88,7 @@ def report(ref: Path) -> tuple[str, dict]:
         "",
         "The same rows with the model as it was before this report existed (commit a35adaf): step 39%, gen 44%, "
         "old_log_prob 35%, update_actor 29% (all tables); dapo7b step 30%, dapo_moe30b step 59%. What changed in "
-        "autotune/estimate/throughput.py, each for a physical reason:",
+        "autotune/estimate/throughput/, each for a physical reason:",
         "",
         "- gen: a fixed cost per decode step (weights read, TP all-reduces, scheduler) plus a cost per sequence in "
         "the batch (its FLOPs or its KV reads), over at least as many steps as the longest response: a replica with "

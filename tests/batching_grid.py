@@ -1,7 +1,7 @@
 """A grid of candidates and everything the estimates derive from their micro-batches, as exact floats.
 
 `python -m tests.batching_grid > tests/data/batching_golden.json` wrote the golden file from the code before the
-batching plan existed (memory.py and throughput.py each cut the batch themselves); test_batching.py checks that
+batching plan existed (memory.py and throughput/ each cut the batch themselves); test_batching.py checks that
 the plan leaves every number bit-for-bit as it was. Regenerated once since, for a change of the time model, not of
 the batching: gen's decode overhead with CUDA graphs and the 2.6 s fixed step cost, both from the real verl 0.9.1
 run (benchmarks/results/real_verl_throughput.md); only the gen and adv phase values moved. Regenerated again on

@@ -1,6 +1,6 @@
 """A small Bayesian correction of the physical model, fitted to what a study measured.
 
-The time and memory models stay what they are (autotune/estimate/throughput.py, memory.py); a correction
+The time and memory models stay what they are (autotune/estimate/throughput/, memory.py); a correction
 multiplies them:
 
 - each phase's time (gen, old_log_prob, ref, update_actor, update_weights) by exp(x . beta), x a few features of the

@@ -1,0 +1,208 @@
+"""The time model's constants: what the lengths look like where nothing tells them (Workload) and how efficiently
+each phase runs (Efficiency, each constant with where it was fitted), verl 0.9.1's and the verl 0.4-era tables'."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from autotune.estimate.offload import DEFAULT_HOST_COPY
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the lengths look like at the measured step, as a share of the job's maxima, where nothing tells them.
+
+    From verl_megatron_practice's DAPO runs: update MFU and step times imply about 1.6k tokens per 10k-token
+    sample at step 3 (short math prompts, responses far below the cap).
+    """
+
+    prompt_fraction: float = 0.12
+    response_fraction: float = 0.18
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Free constants of the time model."""
+
+    # Roofline-style: time = FLOPs / (peak * compute share) + FLOPs / (HBM bandwidth * intensity). Fitted on the
+    # measured MFU of verl_megatron_practice: ~0.4 on H100 (989 TFLOPS, 3.35 TB/s), ~0.78 on H20 (148, 4.0).
+    # train and forward were 0.9 and 0.6 before the engine's fixed pass costs (logprob_pass_s, update_pass_s) took
+    # the part of each pass that is not FLOPs: refitted with them in, on the same tables (step_time_error.md).
+    train: float = 0.95  # share of bf16 peak that the update's GEMMs reach, compute-bound part
+    forward: float = 0.7  # the same for verl's log-prob passes
+    intensity: float = 213.0  # FLOPs per byte of HBM traffic of the whole update (norms, copies, optimizer)
+    tokens_half: float = 1024.0  # micro-batch size (tokens) at which GEMM efficiency halves
+    # Per extra TP rank, at hidden size 4096: smaller GEMMs and exposed all-gather/reduce-scatter. Communication
+    # per token grows with h and compute with h^2, so the penalty scales as 4096/h.
+    tp_penalty: float = 0.04
+    cp_penalty: float = 0.03  # per extra CP rank: KV exchange
+    hbm: float = 0.8  # share of HBM bandwidth decode reaches
+    decode_compute: float = 0.5
+    prefill: float = 0.5
+    decode_step_overhead_s: float = 0.007  # scheduler, sampler and kernel launches per decode step, vLLM eager
+    # The same with CUDA graphs (verl >= 0.9 captures them by default: autotune.verl.ENFORCE_EAGER_DEFAULT): the
+    # forward is one graph replay, what is left is vLLM's scheduler, sampler and output processing on the node's CPU,
+    # which vLLM 0.24 runs for the next step while the GPU replays this one (async scheduling, its default): a step
+    # takes the longer of the two. Fitted on the real verl 0.9.1 GRPO steps (128 sequences decoded together, 1,024
+    # decode steps; benchmarks/calibration.py fit_decode_overhead: per GPU type, the median decode step of the trials
+    # whose step outlasted their GPU's work, verl's 2 s poll priced): 6.9 ms over the forty on the lent H100 nodes,
+    # 6.7 ms over the fifty-two on the lent H200 nodes, every one of them host-bound (Qwen2.5-0.5B to 7B). Their gen is
+    # the rollout rounded up to the poll (6.1, 8.1, 10.1 s ...; one interval is 2 ms a decode step): the H100's
+    # 0.5B, 1.5B and 3B all measure 8.1 s, which the GPU's work added to the host's (lease 34's form before) put at
+    # 8.1, 9.5 and 11.1 s. The H200 nodes' CPUs as much as their GPUs: a GPU type without its own figure takes the
+    # H100's.
+    decode_step_overhead_graph_s: float = 0.0069
+    # The H200's: one-GPU nodes ran the rollout within 6.1 s, the four-lane nodes of leases 32-33 within 8.1 s.
+    decode_step_overhead_graph_by_gpu: tuple[tuple[str, float], ...] = (("h200", 0.0067),)
+    # The host's scheduling overlaps the GPU's replay (vLLM's async scheduling); verl 0.4's vLLM ran them in turn.
+    decode_overlap: bool = True
+    longest_response: float = 0.9  # the longest of a step's responses, as a share of max_response_length
+    rope_fusion: float = 0.817  # update and log-prob time with apply_rope_fusion over without (fitted, paired rows)
+    # MoE, fitted on dapo_moe30b (benchmarks/step_time_fit.py; leave-one-table-out in step_time_error.md):
+    moe_train: float = 0.65  # update and log-prob efficiency relative to dense (grouped GEMMs, router, permutation)
+    a2a: float = 1.0  # share of link bandwidth the all-to-all reaches
+    moe_decode: float = 0.6  # vLLM's fused MoE decode kernel (a few tokens per expert) relative to dense GEMMs
+    # Per MoE layer and decode step, whatever the TP: the routing, alignment and expert kernels launched one by one
+    # (the tables ran vLLM eagerly, verl 0.4's default).
+    moe_decode_layer_s: float = 3e-4
+    rollout_tp_comm_s_per_layer: float = 3.5e-5  # two all-reduces per layer per decode step
+    # Host <-> device copies and the CPU optimizer (sources in autotune/estimate/offload.py HostCopy).
+    host_link_share: float = DEFAULT_HOST_COPY.link_share
+    gpus_per_uplink: int = DEFAULT_HOST_COPY.gpus_per_uplink
+    cpu_adam_params_per_s: float = DEFAULT_HOST_COPY.cpu_adam_params_per_s
+    # Weight sync of an actor sharded over TP/PP/EP ranks: each tensor gathered, then loaded into vLLM. Fitted on the
+    # verl 0.4-era tables (2.2-8.5 s): a fixed 1.0 s (hundreds of per-tensor collectives) plus the bytes at this rate.
+    reshard_gbps: float = 6.0
+    # An actor whole on each GPU (nothing to gather) hands its weights to the colocated vLLM by CUDA IPC: verl 0.9.1's
+    # update_weights took 0.43-0.77 s on one H100 for 1-6 GB of bf16 weights (Qwen2.5-0.5B to 3B; calibration.md):
+    # a fixed cost (vLLM's wake-up of the weights, the bucketed per-tensor hand-over, empty_cache), the median
+    # residual (benchmarks/calibration.py fit_pass_costs: 0.42 s over the forty-seven steps of leases 3 to 25, 0.43 s
+    # over the forty-four before lease 25, 0.44 s over the forty before lease 24, 0.45 s before lease 22; held out per
+    # size 0.40-0.45 s: within the 0.1 s the constants keep to their fit), plus the bytes at a rate
+    # read off the rise from 0.5B to 3B (in sample: 3B's 6 GB took ~0.2 s more than 0.5B's 1 GB).
+    reshard_local_s: float = 0.46
+    reshard_local_gbps: float = 30.0
+    # verl 0.9.1's Megatron engine costs a pass over the step's batch this much beyond its FLOPs, whatever the model
+    # size: on the eleven real GRPO steps (Qwen2.5-0.5B to 3B, one H100) old_log_prob ran 1.9-4.8 s above the FLOP
+    # time, size-independent. What it pays: packing the batch into nested micro-batches (dynamic-batch partitioning),
+    # Megatron's schedule set-up, the log-prob and entropy post-processing over the 152k vocabulary, the results'
+    # gather to the driver. Every trial ran the same batch (128 x ~1.2k tokens), so how the cost grows with the batch
+    # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
+    # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
+    # token or per sequence at this size would add minutes to their steps). The median residual
+    # (benchmarks/calibration.py fit_pass_costs) over the forty-seven measured steps of leases 3 to 25 (twenty-three
+    # on H200s: the 7B's three, twenty of the 1.5B and 3B): 2.40 s, 2.41 s on the forty-four before lease 25 (its
+    # three 3B trials on an H100 left 1.9-2.1 s, and 5.3 s where its log-prob pass ran micro-batches of 4
+    # sequences without dynamic batching), 2.40 s on the forty before lease 24 and the
+    # thirty-four before lease 22 (2.53 s on the twenty-eight before lease 20, 2.73 s on the eighteen before lease
+    # 19, 3.0 s on the thirteen before lease 11). Since the passes without fused kernels pay their logits apart
+    # (unfused_logit_ps), whose 1 s a pass this median took in, it is 2.27 s over the fifty-eight steps of leases 3 to
+    # 29 (2.42 s with it unpriced; held out without the 7B 2.35 s, 2.63 s before).
+    logprob_pass_s: float = 2.27
+    # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
+    # reductions): 3.3-6.9 s above the FLOP time over the twenty trials without the CPU optimizer, full recompute
+    # (whose second forward is priced on its own: estimate_throughput), micro-batches of one sequence (priced on
+    # their own: micro_batch_of_one_s; lease 25's three 3B trials are each one of these) or micro-batches under 4.5k
+    # tokens of more than one sequence (priced on their own too: small_micro_batch_s, small_budget_micro_batch_s; with
+    # their seven in unpriced the fit would be 4.81 s over thirty-nine, 4.45 s over the thirty-two). Their median
+    # residual is 4.36 s, as over the twenty-one before lease 26 and the nineteen before lease 24 (lease
+    # 22's micro-batch of one among them; 4.73 s over all twenty-three, lease 22's and 24's micro-batches of one in at
+    # 23.0 and 24.9 s; 4.54 s over the twenty-eight steps before lease 20 with the full-recompute ones in, 4.73 s on
+    # the eighteen before lease 19, 4.9 s on the twelve before lease 11). Leases 28's four 0.5B trials (4.40-5.96 s,
+    # two with their parameters and optimizer offloaded) take the median over twenty-five to 4.45 s: within the
+    # constant's 0.1 s, kept. With the updates without fused kernels paying their logits apart (unfused_logit_ps), the
+    # median is 4.30 s. Lease 32's twelve 0.5B-3B trials on an H200 node whose small models' updates ran 10-30% over
+    # the same configurations on other nodes (the 7B's alike) take it to 4.45 s: fitted on every host, as users' vary.
+    # Lease 33's fifteen, lease 32's plan on a second four-lane H200 node (its small models' steps as noisy: the 1.5B
+    # at dyn12k/96k ran updates of 7.6, 12.7 and 7.3 s over steps 2-4), take it to 4.73 s (4.30 s without the two
+    # nodes' 0.5B-3B trials): four lanes share a host, and the time the small models wait on it is in the fit.
+    update_pass_s: float = 4.73
+    # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
+    # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
+    # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
+    # 128 sequences of ~1.2k tokens a step (128 micro-batches), ran their updates in 28.4 and 27.0 s where the model
+    # said 9.8 and 6.5 s: 0.145 and 0.161 s a micro-batch (benchmarks/calibration.py fit_micro_batch_cost; the
+    # median). Either size's figure predicts the other's update within 7% (calibration.md, held out). Lease 25 tested
+    # it at a third size, the 3B on an H100 with its optimizer offloaded (c-3b-h3 #1): predicted with the constant
+    # before it ran, its update took 37.6 s against 38.1 (38.5 held out, the two others' fit 0.153 s); alone it says
+    # 0.146 s a micro-batch, and the median of the three is 0.146 s (within the constant's rounding). Lease 26's 1.5B
+    # on an H100 (c-1.5b-h4 #0): 30.4 s against 30.1 predicted, 0.152 s a micro-batch; the four's median 0.149 s.
+    # Not a cost of every micro-batch: the four trials with micro-batches of 4 sequences (0.5B to 7B, 32 a step) and
+    # the dynamic-batch ones of 8k to 32k tokens (6 to 20 a step) are predicted within a few % without it (0.15 s each
+    # would put the four 4.9 s, 15-57%, over). What a micro-batch of one sequence pays that one of four does not is
+    # not measured; micro-batches under 4.5k tokens of more than one sequence pay their own (below).
+    micro_batch_of_one_s: float = 0.15
+    # Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences cost this much each beyond
+    # their FLOPs and update_pass_s, fixed micro-batches of a few sequences (small_micro_batch_s) and those of a
+    # dynamic token budget (small_budget_micro_batch_s) apart, as they measured apart: the median per micro-batch of
+    # what each such update leaves above update_pass_s (benchmarks/calibration.py fit_small_micro_batch_costs, kept out
+    # of update_pass_s's fit as micro-batches of one are). Micro-batches of 2 sequences (~2.4k tokens, 64 a step):
+    # 0.112 s on the 0.5B (lease 29, H100), 0.063 s on the 1.5B (lease 26, H100), 0.101 and 0.071 s on the 3B (leases
+    # 32 and 33, two four-lane H200 nodes): 0.086 s (over update_pass_s at 4.73 s). A 4k budget (38 a step): 0.142,
+    # 0.152, 0.178 and 0.111 s on the same four, 0.002 s on lease 3b's 0.5B, whose unfused attention's long GPU work per
+    # micro-batch hid it: 0.142 s. Held out (leave one size out), each size with the other sizes' figures, every such
+    # trial's update is within 20% and its step within 19% but two (calibration.md): lease 3b's unfused 0.5B, update
+    # 33% over (its step 11%), and lease 26's 1.5B at micro-batches of 2, step 26% over (update 18%: its measured step
+    # 3 ran gen in 6.1 s where its other steps took 8.1 s). Fitted first on the three sizes before lease 33 (0.105 and
+    # 0.155 s), the rule put lease 33's two updates 8% and 10% over before it was refitted. A floor
+    # instead (each micro-batch at least a host time H per layer, paying max(0, H - its GPU work), which would price
+    # micro-batches of one alike and hide the unfused one) held out worse where it matters: the 3B's 4k budget 26% under
+    # and the 1.5B's and 3B's orderings 0.58 and 0.66 (0.78 and 0.82 with the two constants), as it charged larger
+    # micro-batches too (the 1.5B's of 4 sequences 1.7 s) where nothing was measured. Micro-batches of 4 sequences
+    # (4.7k tokens) and budgets of 8k and more cost nothing measurable at four sizes. Outside the campaign, the verl
+    # 0.4-era grpo_qwen2.5_7b #7/#8 (8 H100s, TP 4, micro-batches of 2: 2,048 a step at the Workload's lengths, 3.4k
+    # tokens; its own lengths not known) ran its update in 300 s, which the model puts at 230 s without this cost and
+    # 406 s with it: 0.034 s a micro-batch there, verl 0.4's engine (VERL_04_EFFICIENCY, below).
+    small_micro_batch_s: float = 0.086
+    small_budget_micro_batch_s: float = 0.142
+    # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
+    # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
+    # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
+    # (lease 4 #0) at the same budgets: 3.7 s for its 3.9e12 attention FLOPs (benchmarks/results/calibration.md).
+    unfused_attn_tflops: float = 1.1
+    # Without verl's fused kernels (use_fused_kernels=false; the attention backend is another knob, priced above) a
+    # log-prob pass materialises the logits over the whole vocabulary and computes log-probs and entropy from them in
+    # separate fp32 elementwise kernels, where the fused kernel takes them from the hidden states in chunks: this much
+    # per logit a GPU holds (picoseconds; tokens x vocabulary / TP, of its DP and CP share, on the last PP stage), in
+    # each log-prob pass and once in each update epoch (its forward and backward over the logits cost about what the
+    # log-prob pass's do beyond the fused kernel's own backward). Fitted on the real verl 0.9.1 trials
+    # (benchmarks/calibration.py fit_logit_cost): the median over the eleven without fused kernels (0.5B and 1.5B, one
+    # H100) of what each old_log_prob left above the median of the trials with them of its size, GPU and attention
+    # backend, per logit; at ~2.3e10 logits a step (150k tokens, 152k vocabulary) 1.0-1.1 s a pass on the 0.5B, 0.7 s
+    # on the 1.5B. The updates of the 0.5B's seven such trials ran a median 1.1-1.2 s over those with fused kernels
+    # beside them, the 1.5B's one as fast as its two. Every trial held about as many logits: per logit (not per pass)
+    # is the form of the work, not a fit; nor is the H100's figure measured on other GPUs.
+    # Lease 32's 1.5B without them at micro-batches of 4 on an H200 (the twelfth) takes the median to 49.5 ps, lease
+    # 33's the same (the thirteenth, 74 ps) to 50.5 ps.
+    unfused_logit_ps: float = 50.5
+    # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
+    # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
+    # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
+    # run, where it stood in for per-micro-batch costs of the Megatron passes that the model does not yet describe.
+    fixed_step_s: float = 0.2
+
+    def decode_step_overhead(self, gpu: str, eager: bool) -> float:
+        """Seconds a decode step costs beyond its GPU work, for vLLM eager or with CUDA graphs on this GPU type."""
+        if eager:
+            return self.decode_step_overhead_s
+        return dict(self.decode_step_overhead_graph_by_gpu).get(gpu, self.decode_step_overhead_graph_s)
+
+
+DEFAULT_WORKLOAD = Workload()
+# Update micro-batches under this many tokens (a GPU's) that are not single sequences pay Efficiency's
+# small_micro_batch_s or small_budget_micro_batch_s: every trial with micro-batches of 4 sequences of ~1.2k tokens
+# (4.7k) or a budget of 8k or more ran without a cost per micro-batch, those of 2 sequences (2.4k) or a 4k budget with.
+SMALL_MICRO_BATCH_TOKENS = 4500
+# ... each kind its own constant (small_micro_batch_kind), as they measured apart
+SMALL_MICRO_BATCH_COSTS = {"fixed": "small_micro_batch_s", "dynamic": "small_budget_micro_batch_s"}
+REFERENCE_TFLOPS = 989.0  # H100 SXM bf16: the GPU the efficiencies were calibrated on
+DEFAULT_EFFICIENCY = Efficiency()
+# The verl 0.4-era tables (verl_megatron_practice) ran verl 0.4's Megatron workers, not verl 0.9.1's engine, whose
+# cost per small update micro-batch the campaign measured: grpo_qwen2.5_7b #7/#8 (8 H100s, TP 4, micro-batches of 2
+# sequences, 2,048 a step at the Workload's lengths) ran its update in 300 s, 0.034 s a micro-batch above the model
+# without that cost. Nor did their vLLM schedule a decode step while the GPU replayed the one before: #8, the one row
+# with CUDA graphs, would step 64 s faster than #7 that way (its offload's cost in), where it measured 29 s. Those
+# tables are judged with this (benchmarks/throughput_rank.py, offload_pairs.py), as their memory is with
+# MCORE_013_CALIBRATION.
+VERL_04_EFFICIENCY = replace(DEFAULT_EFFICIENCY, small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0,
+                             decode_overlap=False)
