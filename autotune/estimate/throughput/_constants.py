@@ -42,8 +42,9 @@ class Efficiency:
     decode_step_overhead_s: float = 0.007  # scheduler, sampler and kernel launches per decode step, vLLM eager
     # The same with CUDA graphs (verl >= 0.9 captures them by default: autotune.verl.ENFORCE_EAGER_DEFAULT): the
     # forward is one graph replay, what is left is vLLM's scheduler, sampler and output processing on the node's CPU,
-    # which vLLM 0.24 runs for the next step while the GPU replays this one (async scheduling, its default): a step
-    # takes the longer of the two. Fitted on the real verl 0.9.1 GRPO steps (128 sequences decoded together, 1,024
+    # which vLLM 0.24 runs for the next step while the GPU replays this one (async scheduling: on by default where
+    # the executor supports it, as the `mp` executor of verl 0.9.1's vLLM server does): a step takes the longer of
+    # the two. Fitted on the real verl 0.9.1 GRPO steps (128 sequences decoded together, 1,024
     # decode steps; benchmarks/calibration.py fit_decode_overhead: per GPU type, the median decode step of the trials
     # whose step outlasted their GPU's work, verl's 2 s poll priced): 6.9 ms over the forty on the lent H100 nodes,
     # 6.7 ms over the fifty-two on the lent H200 nodes, every one of them host-bound (Qwen2.5-0.5B to 7B). Their gen is
