@@ -26,8 +26,10 @@ from autotune.estimate import evaluate
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.offload import cpu_fraction
 from autotune.estimate.throughput import (
+    DEFAULT_EFFICIENCY,
     SMALL_MICRO_BATCH_COSTS,
     SMALL_MICRO_BATCH_TOKENS,
+    decode_step_seconds,
     micro_batches_of_one,
     small_micro_batch_kind,
     small_micro_batches,
@@ -52,7 +54,8 @@ RECOMPUTE_COST = "logprob_pass_s"
 MICRO_BATCH_COST = "micro_batch_of_one_s"
 # ... and one under SMALL_MICRO_BATCH_TOKENS of more than one sequence, fixed or of a dynamic budget (Case.small_kind)
 SMALL_COSTS = SMALL_MICRO_BATCH_COSTS
-# ... and what a decode step costs beyond its GPU work with CUDA graphs, per GPU type (gen: seconds per decode step)
+# ... and the host's overhead a decode step with CUDA graphs, per GPU type (gen: seconds per decode step, hidden
+# under a longer GPU replay: decode_step_seconds)
 ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_graph_by_gpu": ()}
 # ... what a logit costs that a pass without verl's fused kernels materialises (old_log_prob and update_actor: ps per
 # logit, Case.unfused_logits) ...
@@ -358,7 +361,8 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
         if p in added:
             added[p] += logits * costs.get(LOGIT_COST, 0.0) * 1e-12
     if "gen" in phases:
-        added["gen"] = c.decode_steps * max(0.0, (overhead or {}).get(c.gpu, 0.0) - c.decode_gpu_step_s)
+        host, gpu = (overhead or {}).get(c.gpu, 0.0), c.decode_gpu_step_s  # zeroed: each step at its GPU's work
+        added["gen"] = c.decode_steps * (decode_step_seconds(host, gpu, DEFAULT_EFFICIENCY.decode_overlap) - gpu)
     for phase, v in added.items():
         phases[phase] += v
     step = c.predicted_step_s + sum(added.values()) if c.predicted_step_s is not None else None

@@ -183,7 +183,8 @@ class Efficiency:
     fixed_step_s: float = 0.2
 
     def decode_step_overhead(self, gpu: str, eager: bool) -> float:
-        """Seconds a decode step costs beyond its GPU work, for vLLM eager or with CUDA graphs on this GPU type."""
+        """The host's seconds a decode step (vLLM's scheduler, sampler, output processing), eager (added to the
+        GPU's work) or with CUDA graphs on this GPU type (decode_step_seconds: hidden under a longer replay)."""
         if eager:
             return self.decode_step_overhead_s
         return dict(self.decode_step_overhead_graph_by_gpu).get(gpu, self.decode_step_overhead_graph_s)

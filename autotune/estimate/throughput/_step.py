@@ -155,6 +155,12 @@ def attention_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
     return 6 * m.num_layers * m.q_size * tokens * seq_len / 2
 
 
+def decode_step_seconds(host_s: float, gpu_s: float, overlap: bool) -> float:
+    """A decode step with CUDA graphs: the host's scheduling overlaps the GPU's replay (the longer of the two) or runs
+    in turn with it (Efficiency.decode_overlap)."""
+    return max(host_s, gpu_s) if overlap else host_s + gpu_s
+
+
 def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
     """verl's flops_counter: 6 * tokens * matmul params + causal attention (halved), per optimizer pass."""
     matmul = active_params(m) - m.vocab_size * m.hidden_size * (0 if m.tie_word_embeddings else 1)
@@ -262,7 +268,7 @@ def estimate_throughput(
         # vLLM schedules the next step on the host while the GPU replays this one: the longer of the two
         batch = per_replica * lr / decode_steps  # sequences a step decodes, on average
         gpu_step = device + max(weights + batch * kv, batch * flops)
-        gen = decode_steps * (max(host, gpu_step) if eff.decode_overlap else host + gpu_step) + prefill
+        gen = decode_steps * decode_step_seconds(host, gpu_step, eff.decode_overlap) + prefill
     # The trainer sees the rollout at its next poll: half an interval later on average (verl.SAMPLE_POLL_S).
     gen += job.sample_poll_s / 2
 
