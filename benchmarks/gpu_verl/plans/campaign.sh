@@ -63,6 +63,13 @@ at() {
     return $rc
 }
 
+# cpu_adam_probe: the host's CPU AdamW rate (benchmarks.cpu_adam_rate) into /root/smoke/cpu_adam_rate.json, ~10 s.
+cpu_adam_probe() {
+    (cd /root/at_src && python3 -m benchmarks.cpu_adam_rate --out /root/smoke/cpu_adam_rate.json \
+        > /root/smoke/cpu_adam_rate.txt 2>&1)
+    stamp "cpu adam: $(tail -1 /root/smoke/cpu_adam_rate.txt)"
+}
+
 # lane GPU COMMAND...: COMMAND (a plan's `at`/`profile` line) in the background on GPU GPU of a node of several, as on
 # a one-GPU machine: CUDA_VISIBLE_DEVICES (Ray, vLLM and autotune's NVML monitor see that GPU only), the GPU's share of
 # the host's cores (taskset: a one-GPU lent machine has 16), its own work dir (LANE: trials/gGPU, its own compile

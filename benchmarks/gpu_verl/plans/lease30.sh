@@ -6,12 +6,10 @@
 # optimizer on the CPU (fraction 0.5 vs 1.0 on one host), and lease 10's c-3b#3 (+ selective core_attn recompute).
 # No extra step (three 3B trials fit a lease that way). Start with AT_MODEL=qwen2.5-3b on nvidia-h100-x1.
 set -u
-(cd /root/at_src && python3 -m benchmarks.cpu_adam_rate --out /root/smoke/cpu_adam_rate.json \
-    > /root/smoke/cpu_adam_rate.txt 2>&1)
 cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
-stamp "cpu adam: $(tail -1 /root/smoke/cpu_adam_rate.txt)"
+cpu_adam_probe
 C0=$R1,use_fused_kernels=true,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=8192,log_prob_max_token_len_per_gpu=98304
 C0=$C0,gpu_memory_utilization=0.4,optimizer_cpu_offload=true,optimizer_offload_fraction=0.5
 C1=${C0%0.5}1.0

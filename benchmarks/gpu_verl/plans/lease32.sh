@@ -37,9 +37,7 @@ gpu0() {
             --enqueue "$S7,log_prob_max_token_len_per_gpu=98304,gpu_memory_utilization=0.3"
         return
     fi
-    (cd /root/at_src && python3 -m benchmarks.cpu_adam_rate --out /root/smoke/cpu_adam_rate.json \
-        > /root/smoke/cpu_adam_rate.txt 2>&1)
-    stamp "cpu adam: $(tail -1 /root/smoke/cpu_adam_rate.txt)"
+    cpu_adam_probe
     at qwen2.5-3b c-3b-h6 3 440 --extra-steps 0 --enqueue "$C0,$SEL" --enqueue "$C0,$SEL,param_offload=true" \
         --enqueue "${C0%0.5}1.0"
 }

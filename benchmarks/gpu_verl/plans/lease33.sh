@@ -28,9 +28,7 @@ D12_05=$D12_05,gpu_memory_utilization=0.5
 D32=$F,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=32768,gpu_memory_utilization=0.4
 
 gpu0() {
-    (cd /root/at_src && python3 -m benchmarks.cpu_adam_rate --out /root/smoke/cpu_adam_rate.json \
-        > /root/smoke/cpu_adam_rate.txt 2>&1)
-    stamp "cpu adam: $(tail -1 /root/smoke/cpu_adam_rate.txt)"
+    cpu_adam_probe
     at qwen2.5-3b c-3b-h6 3 440 --extra-steps 0 --enqueue "$C0,$SEL" --enqueue "$C0,$SEL,param_offload=true" \
         --enqueue "${C0%0.5}1.0"
 }

@@ -11,12 +11,10 @@
 # CPU AdamW rate, then the study, steps 1-3 only. Start with AT_MODEL=qwen2.5-3b on nvidia-h100-x1 (LEASE_S=1650).
 # Tried 2026-11-27 10:44 with 391 s left as one trial: the H100 counted its held time in full, given back (32 s).
 set -u
-(cd /root/at_src && python3 -m benchmarks.cpu_adam_rate --out /root/smoke/cpu_adam_rate.json \
-    > /root/smoke/cpu_adam_rate.txt 2>&1)
 cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
-stamp "cpu adam: $(tail -1 /root/smoke/cpu_adam_rate.txt)"
+cpu_adam_probe
 B=$R1,use_fused_kernels=true,use_dynamic_bsz=true,log_prob_max_token_len_per_gpu=98304,gpu_memory_utilization=0.4
 C0=$B,ppo_max_token_len_per_gpu=8192,optimizer_cpu_offload=true,optimizer_offload_fraction=0.5
 SEL=recompute=selective,recompute_modules=core_attn
