@@ -13,7 +13,8 @@ machine; trials of one size that ran different jobs land in different tables.
 Then, per table, autotune's study is run on the replay runner until its first launch: the configuration the model
 picks before anything is measured, among the configurations the table holds (a replay study cannot launch anything
 else). What must hold (issue 23.5): it runs (no OOM) and is within 90% of the table's best measured throughput, or
-under it by less than the measured noise of the two trials (their steps' spread, `noise_spread`): a tie, which the
+under it by less than the measured noise of the two trials (their steps' spread, or their re-runs' across hosts:
+`noise_spread`): a tie, which the
 short trials cannot decide and the report names apart. With
 two or three rows per size this checks little; it grows with the campaign, and says how many rows each verdict is of.
 Beside it, what each real study launched first (its database's lowest-numbered launched trial) and how that ended,
@@ -145,14 +146,17 @@ def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict
     configuration measured twice keeps its later trial (the campaign re-ran a configuration for its step times on
     purpose nowhere: lease 22's two re-runs on the H200 were planned for an H100, lease 24 re-ran lease 4's three 0.5B
     configurations to time their start-up with the bytecode cache; a re-run is a noise sample, and the later one ran
-    on warmer caches like the rest of the table)."""
+    on warmer caches like the rest of the table). Its noise_spread is then the larger of the kept trial's own
+    step-to-step spread and the re-runs' spread (max - min over their mean throughput): the same configuration
+    measured on two hosts is the noise a table of several hosts' trials holds (lease 11's and lease 35's H100s ran
+    the 1.5B's dyn12k/96k 8,341.6 and 6,662.9 tokens/s/GPU)."""
     from autotune.job import Job
 
     base = Job.from_mapping(job).candidate(Candidate())
-    by_key: dict[str, Measured] = {}
+    by_key: dict[str, list[Measured]] = {}
     for t in trials:
-        by_key[Candidate.from_params(t.params, base).key()] = t
-    kept = list(by_key.values())
+        by_key.setdefault(Candidate.from_params(t.params, base).key(), []).append(t)
+    kept = [dataclasses.replace(runs[-1], spread=_rerun_spread(runs)) for runs in by_key.values()]
     full = [Candidate.from_params(t.params, base).params() for t in kept]
     own = base.params()
     varied = {n for n in Candidate.param_names()
@@ -176,11 +180,21 @@ def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict
                       + ", ".join(sorted({t.source.split('/')[0] for t in kept})),
             "model": model, "gpu_type": gpu, "gpus": gpus, "objective": "step", "job": job,
             "notes": ["throughput: verl's perf/throughput (tokens/s/GPU) at the measured step; peak_mem_gib: the "
-                      "NVML peak; *_s: verl's timing_s at that step",
+                      "NVML peak; *_s: verl's timing_s at that step; noise_spread: the trial's step-to-step spread, "
+                      "or its configuration's re-runs' (max - min over their mean) where larger",
                       f"written by python -m benchmarks.verl_landscapes from {len(trials)} trials "
                       f"({len(trials) - len(kept)} re-runs of a configuration dropped)"]}
     (out / f"{name}.meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=120))
     return csv_path
+
+
+def _rerun_spread(runs: list[Measured]) -> float | None:
+    """The larger of the kept (last) trial's own spread and its re-runs' (max - min over the mean), None where
+    neither was measured."""
+    thr = [t.throughput for t in runs if t.throughput]
+    across = (max(thr) - min(thr)) / (sum(thr) / len(thr)) if len(thr) > 1 else None
+    found = [v for v in (runs[-1].spread, across) if v is not None]
+    return max(found) if found else None
 
 
 def _cell(v: Any) -> str:

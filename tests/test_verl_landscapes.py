@@ -7,6 +7,8 @@ from __future__ import annotations
 import filecmp
 from pathlib import Path
 
+import pytest
+
 from autotune.runners.base import TrialStatus
 from autotune.runners.replay import ReplayTable
 from benchmarks import real_studies
@@ -41,7 +43,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     # #2: its study's trials joining the kept head), lease 30 lease 10's c-3b #0 (its CPU optimizer on another
     # host), lease 32 two of lease 19's 1.5B and one of its 3B (on another H200 node), lease 33 lease 32's twelve
     # 0.5B-3B (on a second four-lane node), lease 34 lease 10's four 3B and lease 30's one (on an H100 host of its
-    # own), each table keeping the later trial
+    # own), lease 35 lease 11's 1.5B first launch and lease 26's micro-batches of two (on another H100 host), each
+    # table keeping the later trial
     kw = "h100_2026-11-27_l28/c-0.5b-kw.db/c-0.5b-kw"
     reruns = {"h200_2026-11-26_l19/c-3b-g0.db/c-3b-g0#0": "h200_2026-11-26_l22/c-3b-h2.db/c-3b-h2#2",
               "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#0": "h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#1",
@@ -54,6 +57,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
                  for old, n in (("c-3b.db/c-3b#3", 0), ("c-3b-fl.db/c-3b-fl#0", 1), ("c-3b.db/c-3b#0", 2),
                                 ("c-3b.db/c-3b#4", 3))},
               "h100_2026-11-27_l30/c-3b-h5.db/c-3b-h5#0": "h100_2026-11-27_l34/c-3b-h10.db/c-3b-h10#2",
+              "h100_2026-11-26_l11/c-1.5b-fl.db/c-1.5b-fl#0": "h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#0",
+              "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2": "h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#4",
               "h200_2026-11-26_l19/c-1.5b-g1.db/c-1.5b-g1#0": "h200_2026-11-27_l33/c-1.5b-h8.db/c-1.5b-h8#2",
               "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#1": "h200_2026-11-27_l33/c-1.5b-h8.db/c-1.5b-h8#3",
               "h200_2026-11-26_l19/c-3b-h.db/c-3b-h#1": "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#2",
@@ -74,8 +79,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert not any(k in fused.meta["job"] for k in vl._MACHINE_PATHS)
     assert fused.setup().model.name == "qwen2.5-0.5b"
     report = (tmp_path / "fl.md").read_text()
-    # lease 26's four 1.5B trials on an H100 join the six before
-    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 10 |" in report
+    # lease 26's four 1.5B trials on an H100 join the six before, and lease 35's five (two of them re-runs)
+    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 13 |" in report
     # lease 25's three 3B trials join lease 10's five, #2 read from its log (cut in its extra step, after step 3)
     assert "| verl-qwen2.5-3b-h100-g1-fused.csv | 8 |" in report
     assert abs(rows["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2"].throughput - 3830.96) < 0.1
@@ -85,8 +90,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
     assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 9 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    # lease 28's, 29's, 30's, 32's, 33's and 34's studies launched a configuration the plan enqueued first
-    assert "33 of 36 real studies' first launches ran (9 of 12 the model's own picks;" in report
+    # lease 28's, 29's, 30's, 32's, 33's, 34's and 35's studies launched a configuration the plan enqueued first
+    assert "34 of 37 real studies' first launches ran (9 of 12 the model's own picks;" in report
     # lease 28's dyn32k/32k (#6) is the 0.5B fused table's best by a step-3 gen one 2 s poll shorter: the model's pick
     # (#2) is at 87% of it, within #6's measured noise (steps 3-4 14% apart): a tie, named as one
     # Lease 32's 0.5B on an H200 node: the model's pick (dyn32k/96k) at 87% of selective recompute's 16k budget, whose
@@ -99,9 +104,18 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     # first launch (dyn32k/96k) is at 96% of its best there, no longer a tie; the 3B H200 table (eleven rows with
     # lease 33's CPU-Adam three) still launches lease 19's row, at 99%. Lease 34 re-ran the 3B H100 table's first launch
     # (lease 10's c-3b-fl #0, 5,185.1 on that slow host) on a host of its own: 5,837.5, still the table's best.
-    assert ("7 of 8 tables: the replayed first launch runs and is within 90% of the best; 1 more where it runs and "
+    # Lease 35 re-ran the 1.5B H100 table's first launch (lease 11's dyn12k/96k, 8,341.6 there, the table's best) on
+    # another H100 host: 6,662.9, its update 10.2 s against 8.1 s. The table keeps the later trial, at 85% of lease
+    # 18's mbs4/8 (7,876.8, on a third host); the configuration's two runs are 22% apart, the noise of a table of
+    # several hosts' trials: a tie.
+    assert ("6 of 8 tables: the replayed first launch runs and is within 90% of the best; 2 more where it runs and "
             "is under 90% of the best but within the measured noise of it") in report
-    assert "verl-qwen2.5-0.5b-h100-g1-fused.csv at 87%, the noise 14%." in report
+    assert ("verl-qwen2.5-0.5b-h100-g1-fused.csv at 87%, the noise 14%; verl-qwen2.5-1.5b-h100-g1-fused.csv at 85%, "
+            "the noise 22%.") in report
+    one_five = tables["verl-qwen2.5-1.5b-h100-g1-fused.csv"]
+    rerun = rows["h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#0"]
+    assert float(rerun.extra["noise_spread"]) == pytest.approx((8341.6 - 6662.9) / ((8341.6 + 6662.9) / 2), abs=1e-3)
+    assert one_five.best.extra["trial"] == "h100_2026-11-26_l18/c-1.5b-s.db/c-1.5b-s#1"
     assert ("| verl-qwen2.5-0.5b-h200-g1-fused.csv | 5 | tp1 rtp1 dyn32k/96k util0.4 | ok | 9239.2 | 96% | tp1 rtp1 "
             "rc:sel dyn16k/32k util0.5 (9649.5) | yes |") in report
     assert ("| verl-qwen2.5-3b-h200-g1-fused.csv | 11 | tp1 rtp1 rc:sel:core_attn,mlp dyn16k/96k util0.4 "
@@ -110,6 +124,17 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert "**no**" not in report.split("| table | rows | first launch |")[1]
     assert "| 8982.4 | 87% | tp1 rtp1 dyn32k/32k util0.4 (10307.0) | yes: a tie within the measured noise (14%) |" \
         in report
+
+
+def test_a_configuration_measured_more_than_once_keeps_its_later_trial_and_the_runs_spread():
+    def m(thr: float | None, spread: float | None) -> vl.Measured:
+        return vl.Measured("s", {}, "ok" if thr else "oom", thr, None, {}, spread)
+
+    assert vl._rerun_spread([m(100.0, 0.05)]) == 0.05
+    assert vl._rerun_spread([m(None, None)]) is None
+    assert vl._rerun_spread([m(120.0, None), m(80.0, 0.05)]) == pytest.approx(0.4)
+    assert vl._rerun_spread([m(100.0, None), m(98.0, 0.3)]) == 0.3  # the kept trial's own spread, where larger
+    assert vl._rerun_spread([m(None, None), m(100.0, 0.02)]) == 0.02  # an OOM re-run measured no throughput
 
 
 def test_a_first_launch_under_90_percent_holds_only_as_a_tie_within_the_measured_noise():
