@@ -9,7 +9,8 @@
 #   4. lease 33's micro-batches of 2 with the optimizer offloaded (c-3b-mb2 #1, the named outlier: 0.071 s a
 #      micro-batch there, 0.112 s the other sizes' fit).
 # Steps 1-4. A 3B trial took ~400 s cold and 217-278 s warm on an H100 (steps 1-3). Written for a fresh session's
-# device time: start with AT_MODEL=qwen2.5-3b on nvidia-h200 (LEASE_S=1650; read lease.counts in the first reply).
+# device time: start with AT_MODEL=qwen2.5-3b on nvidia-h200 (LEASE_S=1650; read lease.counts in the first reply);
+# 30 payload parts of 11 MiB since lease 35 (stage 1 ... 30, the call that stages 30 sets up and starts the plan).
 set -u
 cd /root/smoke
 # shellcheck source=campaign.sh
