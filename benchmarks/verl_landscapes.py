@@ -14,9 +14,8 @@ Then, per table, autotune's study is run on the replay runner until its first la
 picks before anything is measured, among the configurations the table holds (a replay study cannot launch anything
 else). What must hold (issue 23.5): it runs (no OOM) and is within 90% of the table's best measured throughput, or
 under it by less than the measured noise of the two trials (their steps' spread, or their re-runs' across hosts:
-`noise_spread`): a tie, which the
-short trials cannot decide and the report names apart. With
-two or three rows per size this checks little; it grows with the campaign, and says how many rows each verdict is of.
+`noise_spread`): a tie, which the short trials cannot decide and the report names apart. With two or three rows per
+size this checks little; it grows with the campaign, and says how many rows each verdict is of.
 Beside it, what each real study launched first (its database's lowest-numbered launched trial) and how that ended,
 and what today's model would launch first on the real study's whole space: a replay cannot show that a pick no
 trial measured runs, so the report says when today's pick was never measured.
