@@ -40,6 +40,28 @@ def test_run_status_best_export_roundtrip(capsys, db, tmp_path):
     assert json.loads(out)["throughput"] == best["throughput"]
 
 
+def test_run_says_why_its_best_is_not_its_fastest(capsys, db):
+    """The README's example study: its fastest trial is at the memory limit and a safe one within the model's error of
+    it is the best; `run` says so, as `best` does, and its JSON names the trial passed over."""
+    from autotune.store.store import Store
+
+    code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "2")
+    assert code == 0
+    store = Store(db)
+    name = store.list_studies()[0].name
+    best, fastest = store.best(name), store.fastest(name)
+    assert best is not None and fastest is not None and best.number != fastest.number, "no trial was passed over"
+    why = f"trial {fastest.number} is "
+    line = next(x for x in out.splitlines() if x.startswith(why))
+    assert "faster, but its memory is not safe" in line and f"trial {best.number} is safe" in line
+    assert out.index(f"best: trial {best.number},") < out.index(line)
+    code, out, _ = run(capsys, "best", "--storage", db)
+    assert code == 0 and why in out  # the same words
+    code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "2", "--json")
+    doc = json.loads(out)["best"]
+    assert doc["trial"] == best.number and doc["preferred_over"]["trial"] == fastest.number
+
+
 def test_resume_with_the_same_command(capsys, db):
     assert run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "2")[0] == 0
     code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "4", "--json")

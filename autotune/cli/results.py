@@ -189,13 +189,13 @@ def _trial_status(store: Store, name: str, number: int, as_json: bool) -> int:
     return 0
 
 
-def _passed_over(store: Store, name: str, best: TrialRow) -> TrialRow | None:
+def passed_over(store: Store, name: str, best: TrialRow) -> TrialRow | None:
     """The faster trial that the best was preferred to (its memory verdict not safe, within the model's error)."""
     top = store.fastest(name)
     return top if top is not None and top.number != best.number else None
 
 
-def _passed_over_words(top: TrialRow, best: TrialRow) -> str:
+def passed_over_words(top: TrialRow, best: TrialRow) -> str:
     verdict = (top.predicted_memory or {}).get("verdict") or "not safe"
     return (f"trial {top.number} is {(top.throughput / best.throughput - 1) * 100:.1f}% faster, but its memory is not "
             f"safe ({verdict}); trial {best.number} is safe and within the model's error of it ({SAFE_TOLERANCE:.0%}),"
@@ -209,17 +209,17 @@ def cmd_best(args: argparse.Namespace) -> int:
         raise CLIError(f"study {name!r} has no trial that ran to its measured step yet")
     best_label = Labeller(study_reference(store.get_study(name)))(best.params)
     tie = leaders_tie(store.trials(name, "ok"))
-    over = _passed_over(store, name, best)
+    over = passed_over(store, name, best)
     if args.json:
         print(json.dumps({**_best_dict(best, name), "label": best_label, "noise": (best.extra or {}).get("noise"),
                           "tie": tie.as_dict() if tie else None,
-                          "preferred_over": {**_best_dict(over, name), "why": _passed_over_words(over, best)}
+                          "preferred_over": {**_best_dict(over, name), "why": passed_over_words(over, best)}
                           if over else None,
                           "model": saved_correction(store, name).as_dict()}, indent=2, default=str))
         return 0
     out.print(f"study {name}: best trial {best.number}, {_speed(best)} ({best_label})", markup=False)
     if over is not None:
-        out.print(_passed_over_words(over, best), markup=False)
+        out.print(passed_over_words(over, best), markup=False)
     out.print(f"noise: {noise_words(best)}", markup=False)
     if tie is not None:
         out.print(tie.words(), markup=False)
@@ -258,9 +258,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         err.print(f"wrote {args.output} (trial {row.number}{', SIMULATED' if row.simulated else ''})")
     else:
         sys.stdout.write(text)
-    over = _passed_over(store, name, row) if args.trial is None else None
+    over = passed_over(store, name, row) if args.trial is None else None
     if over is not None:
-        err.print(f"autotune: {_passed_over_words(over, row)}", markup=False)
+        err.print(f"autotune: {passed_over_words(over, row)}", markup=False)
     warning = export_warning(row)
     if warning:
         err.print(f"autotune: WARNING: {warning}", markup=False)

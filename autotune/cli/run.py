@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 
 from autotune import units
 from autotune.cli.options import CLIError, _window, err, make_setup, out, parse_params
-from autotune.cli.results import _best_dict, _speed
+from autotune.cli.results import _best_dict, _speed, passed_over, passed_over_words
 from autotune.executors import make_executor
 from autotune.results.labels import Labeller
 from autotune.results.report import StudyReport, report_lines, study_report
@@ -149,14 +149,19 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
     summary["best"] = _best_dict(best, tuner.study_name) if best else None
     report = _run_report(tuner, best, labels)
     summary["report"] = report.as_dict()
+    over = passed_over(tuner.store, tuner.study_name, best) if best else None
     if summary["best"]:
         summary["best"]["label"] = report.best_label
+        summary["best"]["preferred_over"] = (
+            {**_best_dict(over, tuner.study_name), "why": passed_over_words(over, best)} if over and best else None)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
         return 0
     out.print(f"{_launched_line(summary)}; {counts['pruned']} candidates pruned before launch this run.")
     if best:
         out.print(f"best: trial {best.number}, {_speed(best)} ({report.best_label})")
+        if over:  # a faster trial whose memory is not safe, passed over as `autotune best` says
+            out.print(passed_over_words(over, best), markup=False)
         if (best.predicted_memory or {}).get("verdict"):
             late = best.predicted_memory.get("worst_case_fits") is False or bool(best.predicted_memory.get("at_limit"))
             out.print(f"{'[yellow]' if late else ''}memory: {best.predicted_memory['verdict']} (model estimate)"
