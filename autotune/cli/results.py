@@ -202,6 +202,11 @@ def passed_over_words(top: TrialRow, best: TrialRow) -> str:
             f" so it is the best (export trial {top.number} with --trial {top.number})")
 
 
+def preferred_over(over: TrialRow | None, best: TrialRow, name: str) -> dict[str, Any] | None:
+    """`--json`'s `preferred_over`: the trial passed over for the best, and why (None where none was)."""
+    return {**_best_dict(over, name), "why": passed_over_words(over, best)} if over else None
+
+
 def cmd_best(args: argparse.Namespace) -> int:
     store, name = _open_study(args)
     best = store.best(name)
@@ -213,8 +218,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**_best_dict(best, name), "label": best_label, "noise": (best.extra or {}).get("noise"),
                           "tie": tie.as_dict() if tie else None,
-                          "preferred_over": {**_best_dict(over, name), "why": passed_over_words(over, best)}
-                          if over else None,
+                          "preferred_over": preferred_over(over, best, name),
                           "model": saved_correction(store, name).as_dict()}, indent=2, default=str))
         return 0
     out.print(f"study {name}: best trial {best.number}, {_speed(best)} ({best_label})", markup=False)

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 
 from autotune import units
 from autotune.cli.options import CLIError, _window, err, make_setup, out, parse_params
-from autotune.cli.results import _best_dict, _speed, passed_over, passed_over_words
+from autotune.cli.results import _best_dict, _speed, passed_over, passed_over_words, preferred_over
 from autotune.executors import make_executor
 from autotune.results.labels import Labeller
 from autotune.results.report import StudyReport, report_lines, study_report
@@ -150,10 +150,9 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
     report = _run_report(tuner, best, labels)
     summary["report"] = report.as_dict()
     over = passed_over(tuner.store, tuner.study_name, best) if best else None
-    if summary["best"]:
+    if best:
         summary["best"]["label"] = report.best_label
-        summary["best"]["preferred_over"] = (
-            {**_best_dict(over, tuner.study_name), "why": passed_over_words(over, best)} if over and best else None)
+        summary["best"]["preferred_over"] = preferred_over(over, best, tuner.study_name)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
         return 0
