@@ -123,6 +123,21 @@ def real_groups(root: Path = REAL) -> list[Group]:
     return groups
 
 
+def study_groups(groups: list[Group], least: int = 3) -> list[Group]:
+    """The real groups cut into their studies (one study database: one host, as a user's study runs), those of at
+    least `least` trials: whether what one host's trials share is something the correction can learn."""
+    out = []
+    for g in groups:
+        if g.source != "real verl":
+            continue
+        by: dict[str, list[Point]] = defaultdict(list)
+        for p in g.points:
+            by[p.label.rsplit("#", 1)[0]].append(p)
+        out += [Group("real verl, one study", study, g.job, tuple(pts)) for study, pts in by.items()
+                if len(pts) >= least]
+    return out
+
+
 def landscape_groups(root: Path = HERE / "landscapes") -> list[Group]:
     """Each replay landscape's measured rows (the training step: one phase, its time from the throughput)."""
     from autotune.runners.base import TrialStatus
@@ -306,6 +321,9 @@ def report(groups: list[Group], rules: dict[str, Callable]) -> str:
              "tell, its step-to-step spread being 11-18% on the real trials) in as many, and never more than "
              f"{WORSE_LIMIT:.0%} further off.",
              "",
+             "A real group pools the trials of several hosts (the same configuration ran up to 22% apart on two "
+             "H100 hosts); *within one study* cuts it into its studies, each on one host as a user's study runs.",
+             "",
              "Groups: " + "; ".join(f"{g.source}: {g.name} ({len(g.points)} trials)" for g in groups), ""]
     for rule, fitter in rules.items():
         cases = prove(groups, fitter)
@@ -316,6 +334,13 @@ def report(groups: list[Group], rules: dict[str, Callable]) -> str:
                 cs = [c for c in cases if c.source == src and c.k == k and c.phase == "step"]
                 if cs:
                     lines.append(f"| {src} | {k} | {_row(cs)} |")
+        lines += ["", "### The step time within one study (one host: the real groups cut into their studies of 3 "
+                  "trials or more)", "", HEAD.format(what="data")]
+        within = prove(study_groups(groups), fitter)
+        for k in KS:
+            cs = [c for c in within if c.k == k and c.phase == "step"]
+            if cs:
+                lines.append(f"| real verl, one study | {k} | {_row(cs)} |")
         lines += ["", "### Each phase, every source", "", HEAD.format(what="phase")]
         for ph in PHASES[:-1]:
             for k in KS:

@@ -103,7 +103,7 @@ def test_a_decode_step_takes_the_hosts_overhead_where_the_gpus_replay_is_shorter
     every size's gen on either GPU type within the phase target (the H200's one-GPU and four-lane nodes differ by a
     poll interval: 6.1 against 8.1 s)."""
     steps = cal.decode_step_times(zeroed)
-    assert len(steps) == len(cal.ok_cases(zeroed)) == 102
+    assert len(steps) == len(cal.ok_cases(zeroed)) == 105
     assert all(step > c.decode_gpu_step_s > 0 for c, step in steps)
     for size in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"):
         h100 = [c for c in cal.ok_cases(held) if c.size == size and c.gpu == "h100"]
@@ -129,7 +129,7 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     hidden under the GPU's replay where that is longer: gen 3%, old_log_prob 10%, update_actor 8%, weight sync 15%,
     the step 7%, Spearman 0.92)."""
     fit = cal.errors(held)
-    assert fit.trials == 102
+    assert fit.trials == 105
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -380,7 +380,7 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     one-GPU H200 synced in 0.39-0.63 s at step 3: its 0.39 s (c-3b-h12 #2, the 3B's fastest) is 71% over."""
     errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source not in HOST_MISSES]
-    assert len(errs) == 67 and max(errs) < 0.72 and min(errs) > -0.37
+    assert len(errs) == 70 and max(errs) < 0.72 and min(errs) > -0.37
     slow = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source in HOST_MISSES]
     assert len(slow) == 35 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45

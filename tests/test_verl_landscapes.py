@@ -95,8 +95,11 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert ("c-7b-h.db/c-7b-h#0: tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k util0.4 offload:params cpu-adam0.5 | "
             "model-seed | ok |") in report
     assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 9 | tp1 rtp1 rc:sel:core_attn,mlp dyn32k/96k" in report
-    # lease 28's, 29's, 30's, 32's, 33's, 34's, 35's and 36's studies launched a configuration the plan enqueued first
-    assert "35 of 38 real studies' first launches ran (9 of 12 the model's own picks;" in report
+    # lease 28's, 29's, 30's, 32's, 33's, 34's, 35's and 36's studies launched a configuration the plan enqueued first;
+    # lease 37's study launched the model's own first pick on the H200 3B job (dyn12k/96k, never measured before): ok
+    assert "36 of 39 real studies' first launches ran (10 of 13 the model's own picks;" in report
+    assert ("| h200_2026-11-27_l37/c-3b-h13.db/c-3b-h13#0: tp1 rtp1 dyn12k/96k util0.4 | model-seed | ok | "
+            "tp1 rtp1 dyn12k/96k util0.4 | ok |") in report
     # lease 28's dyn32k/32k (#6) is the 0.5B fused table's best by a step-3 gen one 2 s poll shorter: the model's pick
     # (#2) is at 87% of it, within #6's measured noise (steps 3-4 14% apart): a tie, named as one
     # Lease 32's 0.5B on an H200 node: the model's pick (dyn32k/96k) at 87% of selective recompute's 16k budget, whose
@@ -124,10 +127,11 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert ("| verl-qwen2.5-0.5b-h200-g1-fused.csv | 5 | tp1 rtp1 dyn32k/96k util0.4 | ok | 9239.2 | 96% | tp1 rtp1 "
             "rc:sel dyn16k/32k util0.5 (9649.5) | yes |") in report
     # Lease 36 re-ran the 3B H200 table's first launch and its best on a one-GPU H200 host of its own, each with and
-    # without its offload: the model now launches the pair's no-offload half (112 GiB, which the H200 holds), the
-    # table's best, 6% over its offloaded twin (6,545.2) and 16% over the full-recompute pair's faster half
-    assert ("| verl-qwen2.5-3b-h200-g1-fused.csv | 13 | tp1 rtp1 rc:sel:core_attn,mlp dyn16k/96k util0.4 | ok | "
-            "6946.0 | 100% | tp1 rtp1 rc:sel:core_attn,mlp dyn16k/96k util0.4 (6946.0) | yes |") in report
+    # without its offload (the pair's no-offload half, 6,946.0, became the table's best and its first launch). Lease
+    # 37's study then launched the model's own pick, never measured before (dyn12k/96k, 115 GiB), on another such
+    # host: 7,312.1, and its third trial, the same at util 0.5, 7,588.5: the first launch at 96% of the best
+    assert ("| verl-qwen2.5-3b-h200-g1-fused.csv | 16 | tp1 rtp1 dyn12k/96k util0.4 | ok | 7312.1 | 96% | "
+            "tp1 rtp1 dyn12k/96k util0.5 (7588.5) | yes |") in report
     assert "**no**" not in report.split("| table | rows | first launch |")[1]
     assert "| 8982.4 | 87% | tp1 rtp1 dyn32k/32k util0.4 (10307.0) | yes: a tie within the measured noise (14%) |" \
         in report
