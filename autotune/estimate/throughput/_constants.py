@@ -119,8 +119,8 @@ class Efficiency:
     # nodes' 0.5B-3B trials): four lanes share a host, and the time the small models wait on it is in the fit.
     # Lease 35's five 1.5B trials on an H100 host whose updates ran ~2 s over lease 11's host for the same
     # configuration (10.2 against 8.1 s) take it to 4.85 s; lease 36's five 3B trials on a one-GPU H200 host (its
-    # updates 1-9% under the model, the CPU-Adam one 13% over) to 4.78 s, and lease 37's three 3B trials on another
-    # (updates 4-13% under at 4.85 s) to 4.73 s.
+    # updates 3-10% under the model, the CPU-Adam one 14% over) to 4.78 s, and lease 37's three 3B trials on another
+    # (updates 13% under to 4% over) to 4.73 s.
     update_pass_s: float = 4.73
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
