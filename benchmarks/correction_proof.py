@@ -325,6 +325,7 @@ def report(groups: list[Group], rules: dict[str, Callable]) -> str:
              "H100 hosts); *within one study* cuts it into its studies, each on one host as a user's study runs.",
              "",
              "Groups: " + "; ".join(f"{g.source}: {g.name} ({len(g.points)} trials)" for g in groups), ""]
+    one_study = study_groups(groups)
     for rule, fitter in rules.items():
         cases = prove(groups, fitter)
         lines += [f"## Rule `{rule}`", "", "### The step time, by data source", "",
@@ -336,7 +337,7 @@ def report(groups: list[Group], rules: dict[str, Callable]) -> str:
                     lines.append(f"| {src} | {k} | {_row(cs)} |")
         lines += ["", "### The step time within one study (one host: the real groups cut into their studies of 3 "
                   "trials or more)", "", HEAD.format(what="data")]
-        within = prove(study_groups(groups), fitter)
+        within = prove(one_study, fitter)
         for k in KS:
             cs = [c for c in within if c.k == k and c.phase == "step"]
             if cs:
