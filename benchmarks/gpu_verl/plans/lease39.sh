@@ -6,7 +6,9 @@
 # extra step each (the noise: verl 0.9.1's V1 trainer polls its replay buffer every 2 s, so gen moves in 2 s steps).
 # Written for what is left of a session's device time after lease 38 (1,050 s): LEASE_S=1650 where the machine counts
 # 50 % (1,200 where it counts 67 %, 900 in full). A 0.5B trial took ~250 s cold, 170-200 s warm with an extra step.
-# AT_MODEL=qwen2.5-0.5b on nvidia-h200 with needs_h200; 33 payload parts as lease 38.
+# AT_MODEL=qwen2.5-0.5b on nvidia-h200 with needs_h200. Ran on 41 payload parts of 8 MiB (the tree had grown to 54 MiB;
+# stage 41, the wheels, went with a 6 MiB data folder moved out of the tree for that one call), LEASE_S=1400 named on
+# the call that staged part 41: the machine counted 67 %.
 set -u
 cd /root/smoke
 # shellcheck source=campaign.sh
