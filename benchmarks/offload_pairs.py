@@ -40,11 +40,18 @@ PAIRS = (
 OFFLOAD_KEYS = ("param_offload", "optimizer_offload", "ref_param_offload")  # what verl moves to the host and back
 
 
+def _lease(source: str) -> int:
+    """The lease number of a trial's folder (`h200_2026-11-26_l19/...` -> 19; 0 where it names none)."""
+    tail = source.split("/", 1)[0].rsplit("_l", 1)
+    return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
+
+
 def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.Case, float, float]]:
     """(off, on, measured tokens/s/GPU off, on) of every pair of ok real trials, each trial once, of one model, GPU,
     job and attention backend whose settings differ only in the offload keys (off: the one offloading less). A trial
     whose study holds its partner pairs within its study (one machine, one hour: lease 28 re-ran lease 24's pair
-    with the same job); across studies only where neither has a partner in its own."""
+    with the same job); across studies only where neither has a partner in its own, and then once, with the partner
+    of the nearest lease (lease 19's offloaded 1.5B pairs with lease 20's, not also with lease 38's rerun of it)."""
     dbs = list(dbs)
     groups: dict[tuple, list[tuple[str, int, float]]] = defaultdict(list)
     for db, _, setup, row in calibration.measured_trials(dbs):
@@ -65,10 +72,17 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.
     out = []
     for members in groups.values():
         paired = {m[0] for m in members if any(study(o) == study(m) and o[1] != m[1] for o in members)}
+        across = []
         for off in members:
             for on in members:
-                if off[1] < on[1] and (study(off) == study(on) or not {off[0], on[0]} & paired):
+                if off[1] < on[1] and study(off) == study(on):
                     out.append((cases[off[0]], cases[on[0]], off[2], on[2]))
+                elif off[1] < on[1] and not {off[0], on[0]} & paired:
+                    across.append((abs(_lease(off[0]) - _lease(on[0])), off, on))
+        for _, off, on in sorted(across, key=lambda a: (a[0], a[1][0], a[2][0])):
+            if not {off[0], on[0]} & paired:
+                paired |= {off[0], on[0]}
+                out.append((cases[off[0]], cases[on[0]], off[2], on[2]))
     return sorted(out, key=lambda p: (p[0].size, p[0].source, p[1].source))
 
 

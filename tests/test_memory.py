@@ -194,17 +194,19 @@ def test_every_real_trial_that_ran_is_predicted_within_8_percent():
     torch-managed memory against verl's own max_memory_allocated_gb where the micro-batches filled the token budget.
     c-0.5b #0 is the exception, on the safe side, and so are its re-runs c-0.5b-bc #0 (lease 24), c-0.5b-kr #0
     (lease 27, through the kept Ray head: +19%) and c-0.5b-kw #2 (lease 28: +17%), and lease 28's #6, the same update
-    budget with a 32k log-prob one (+17%; 102 trials that ran since lease 36's five 3B on an H200, 97 since lease
+    budget with a 32k log-prob one (+17%), and lease 38's 1.5B at the same budgets on a one-GPU H200 (c-1.5b-h15 #0,
+    the model's own first launch: 127.6 GiB predicted, 109.3 on NVML, +17%; 115 trials that ran since lease 39's five
+    0.5B on an H200, 110 since lease 38's, 102 since lease 36's five 3B on an H200, 97 since lease
     35's five 1.5B on an H100, 92 since lease 34's four 3B on an H100, 88 since lease 33's fifteen, 73 since lease
     32's fourteen on an H200 node, 59 since lease 30, 58 since leases 28 and 29, 52 since lease 27, 51 since lease
     26's four 1.5B trials on an H100): their 76k-token mini-batches were cut into 3 balanced micro-batches of ~25.5k
     tokens, and the model holds the 32k budget (a micro-batch reaches it once the responses grow)."""
     ran = [(src, ev, at) for src, status, ev, at in _real_trials() if status == "ok"]
-    assert len(ran) == 105
+    assert len(ran) == 115
     for src, ev, at in ran:
         assert ev.memory.fits, src
         err = ev.memory.peak / GIB / at["nvml"] - 1
-        if src.endswith(("c-0.5b#0", "c-0.5b-bc#0", "c-0.5b-kr#0", "c-0.5b-kw#2", "c-0.5b-kw#6")):
+        if src.endswith(("c-0.5b#0", "c-0.5b-bc#0", "c-0.5b-kr#0", "c-0.5b-kw#2", "c-0.5b-kw#6", "c-1.5b-h15#0")):
             assert 0.08 < err < 0.2
         else:
             assert abs(err) < 0.08, (src, err)

@@ -94,7 +94,7 @@ def test_every_ok_trial_with_a_trace_is_judged_and_no_moment_is_far_under(cases:
     lease 36's five, the 3B on a one-GPU H200); rollout and vLLM's start within the target
     wherever a window holds a sample; nothing predicted more than 15% under what NVML saw (an under-prediction is the
     side that runs out of memory)."""
-    assert len({c.source for c in cases}) == 105
+    assert len({c.source for c in cases}) == 115
     judged = [c for c in cases if c.error is not None]
     assert {c.moment for c in judged} == {"vllm_start", "rollout", "old_log_prob", "update"}
     assert all(abs(c.error) <= mm.TARGET for c in judged if c.moment in ("vllm_start", "rollout"))
