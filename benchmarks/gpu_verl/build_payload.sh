@@ -129,12 +129,21 @@ parts() {
     rm -rf "$STAGES"/.stage*; local k=0
     for f in parts/*; do k=$((k + 1)); mkdir -p "$STAGES/.stage$k"; mv "$f" "$STAGES/.stage$k/"; done
     cp payload.sha256 "$STAGES/.stage$k/"
-    # the profile step's wheels: in the last part where they fit, else a part of their own
-    if ls wheels/*.whl > /dev/null 2>&1; then
-        local used; used=$(du -cb "$STAGES/.stage$k"/* wheels/*.whl | tail -1 | cut -f1)
+    # the profile step's wheels: each in the last part where it fits, else in a part of its own; a wheel larger than
+    # a part (plotly, 9.7 MiB) in pieces (<wheel>.partNN), which device.sh joins before it installs the wheels
+    local w used
+    for w in wheels/*.whl; do
+        [ -f "$w" ] || continue
+        if [ "$(stat -c %s "$w")" -gt $(( PART_MB * 1048576 )) ]; then
+            rm -rf pieces && mkdir pieces && split -b "${PART_MB}M" -d -a 2 "$w" "pieces/$(basename "$w").part"
+            for f in pieces/*; do k=$((k + 1)); mkdir -p "$STAGES/.stage$k"; mv "$f" "$STAGES/.stage$k/"; done
+            rm -rf pieces
+            continue
+        fi
+        used=$(du -cb "$STAGES/.stage$k"/* "$w" | tail -1 | cut -f1)
         [ "$used" -le $(( PART_MB * 1048576 )) ] || { k=$((k + 1)); mkdir -p "$STAGES/.stage$k"; }
-        cp wheels/*.whl "$STAGES/.stage$k/"
-    fi
+        cp "$w" "$STAGES/.stage$k/"
+    done
     say "packed: $(du -sh payload.tar.xz | cut -f1) in $k parts of at most ${PART_MB} MiB: .stage1 ... .stage$k"
 }
 

@@ -52,7 +52,11 @@ setup() {
         python3 -m compileall -q -j 0 /root/site > /dev/null 2>&1
         log "byte-compiled"
     fi
-    # Extra wheels carried with a later part (e.g. the trace analysis), and a study database to resume
+    # Extra wheels carried with a later part (e.g. the trace analysis), and a study database to resume; a wheel
+    # larger than a part came in pieces (<wheel>.partNN): joined first
+    for p in /root/chunks/*.whl.part00; do
+        [ -f "$p" ] && cat "${p%.part00}".part* > "${p%.part00}" && rm -f "${p%.part00}".part*
+    done
     for w in /root/chunks/*.whl; do
         [ -f "$w" ] && python3 -m pip install -q --no-deps --no-index --no-compile --target /root/site "$w" 2>&1 \
             | grep -v "already exists" | tail -2
