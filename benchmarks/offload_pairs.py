@@ -75,9 +75,11 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.
         across = []
         for off in members:
             for on in members:
-                if off[1] < on[1] and study(off) == study(on):
+                if off[1] >= on[1]:
+                    continue
+                if study(off) == study(on):
                     out.append((cases[off[0]], cases[on[0]], off[2], on[2]))
-                elif off[1] < on[1] and not {off[0], on[0]} & paired:
+                else:
                     across.append((abs(_lease(off[0]) - _lease(on[0])), off, on))
         for _, off, on in sorted(across, key=lambda a: (a[0], a[1][0], a[2][0])):
             if not {off[0], on[0]} & paired:
