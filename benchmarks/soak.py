@@ -47,9 +47,11 @@ _GMU = ", ".join(f"{0.3 + i / 100:.2f}" for i in range(60))
 _MNBT = ", ".join(str(8192 + 1024 * i) for i in range(16))
 SOAK_SPACE = f"""\
 name: soak
-description: Many cheap, feasible settings of the rollout (the soak and concurrency tests).
+description: Many cheap, feasible settings of the rollout (the soak and concurrency tests); fused kernels, without
+  which the 1.5B's logits at verl's default 16k budget hold more than an H100.
 dimensions:
   use_dynamic_bsz: {{choices: [true]}}
+  use_fused_kernels: {{choices: [true]}}
   rollout_tp: {{choices: [1, 2, 4]}}
   gpu_memory_utilization: {{choices: [{_GMU}]}}
   max_num_batched_tokens: {{choices: [{_MNBT}]}}

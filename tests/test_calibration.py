@@ -20,7 +20,7 @@ def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> No
     one-GPU H200; lease 12's 7B first pick, which ran out of memory in update_actor, is now predicted not to fit, and
     every trial that ran is still predicted to fit, the five measured 7B trials of leases 13, 20 and 32 among them."""
     cases = calibration.cases(list(calibration.DATA.glob("*/*.db")))
-    assert len(cases) == 122 and {c.status for c in cases} == {"ok", "oom"}
+    assert len(cases) == 126 and {c.status for c in cases} == {"ok", "oom"}
     assert [c.source for c in cases if c.cut] == ["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2"]
     assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 5
     assert all((c.status == "ok") == c.predicted_fits for c in cases), [

@@ -222,3 +222,28 @@ def test_two_tuners_first_refits_at_once_both_land(db, monkeypatch):
     monkeypatch.setattr(Session, "merge", merge_after_the_other_tuner)
     store.save_correction(doc(2))
     assert raced and store.correction("s").trials == 2
+
+
+def test_lease_40s_study_learns_no_memory_factor_that_lets_its_oom_through() -> None:
+    """c-1.5b-h17 (lease 40, one-GPU H200): dyn36k ran at 108.9 GiB, then dyn40k ran out of memory. The model of then
+    held both micro-batches at the budget, read 139.6 predicted against 108.9 as a 0.73 memory factor and predicted
+    dyn40k to fit at 123.7 GiB. At verl's partitions of the measured lengths the first trial is predicted within 3 %,
+    the factor stays near 1 and dyn40k is predicted not to fit."""
+    import dataclasses
+
+    from autotune.estimate import evaluate
+    from autotune.search.setup import setup_from_row
+    from autotune.study.study import measured_lengths
+
+    store = Store(f"sqlite:///{REPO / 'tests' / 'data' / 'real_verl_gpu' / 'h200_2026-11-27_l40' / 'c-1.5b-h17.db'}")
+    setup = setup_from_row(store.get_study("c-1.5b-h17"))
+    setup = dataclasses.replace(setup, measured_lengths=tuple(measured_lengths(store, "c-1.5b-h17", 3)))
+    first, oom = store.measured_trials("c-1.5b-h17")
+    assert (first.status, oom.status) == ("ok", "oom")
+    corr = fit([observation(first, setup)], setup.job)
+    assert 0.95 < corr.memory_factor < 1.1
+    ev = corr.apply(evaluate(setup.model, setup.cluster, setup.job, Candidate(**oom.params), setup.objective,
+                             setup.lengths, setup.constants), setup.job)
+    assert not ev.memory.fits and ev.memory.binding.name == "update"
+    assert evaluate(setup.model, setup.cluster, setup.job, Candidate(**first.params), setup.objective, setup.lengths,
+                    setup.constants).memory.peak / GIB == pytest.approx(first.peak_memory_gib, rel=0.03)

@@ -9,11 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune.candidate import Candidate
-from autotune.cluster import make_cluster
-from autotune.estimate.lengths import Lengths
 from autotune.estimate.memory import as_nvml_sees
-from autotune.job import Job
 from autotune.results import memory_trace as mt
 from benchmarks import memory_moments as mm
 
@@ -65,18 +61,6 @@ def test_status_words_and_rows_set_the_launch_prediction_beside_nvml() -> None:
     assert mt.per_moment(SimpleNamespace(extra={}, params={}, predicted_memory={})) == []
 
 
-def test_partitions_are_verls_balanced_micro_batches() -> None:
-    job = Job.from_file(mm.HERE / "gpu_verl" / "job_smoke.yaml")  # 16 prompts x 8, mini-batch 8 prompts
-    cand = Candidate(tp=1, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=32768,
-                     log_prob_max_token_len_per_gpu=98304).normalized()
-    ln = Lengths(prompt_mean=196.0, prompt_max=512.0, response_mean=1000.0, response_max=1024.0)
-    part = mm.partitioned(job, make_cluster(1, 1, "h100"), cand, ln)
-    # the update's mini-batch: 64 sequences of 1196 tokens = 76,544 -> 3 micro-batches; the log-prob pass: 153,088 -> 2
-    assert part.ppo_max_token_len_per_gpu == 76544 // 3 and part.log_prob_max_token_len_per_gpu == 153088 // 2
-    assert mm.partitioned(job, make_cluster(1, 1, "h100"), Candidate(tp=1).normalized(), ln) == \
-        Candidate(tp=1).normalized()
-
-
 @pytest.fixture(scope="module")
 def cases() -> list[mm.MomentCase]:
     return mm.cases(mm.DATA.glob("*/*.db"))
@@ -94,11 +78,15 @@ def test_every_ok_trial_with_a_trace_is_judged_and_no_moment_is_far_under(cases:
     lease 36's five, the 3B on a one-GPU H200); rollout and vLLM's start within the target
     wherever a window holds a sample; nothing predicted more than 15% under what NVML saw (an under-prediction is the
     side that runs out of memory)."""
-    assert len({c.source for c in cases}) == 115
+    assert len({c.source for c in cases}) == 118
     judged = [c for c in cases if c.error is not None]
     assert {c.moment for c in judged} == {"vllm_start", "rollout", "old_log_prob", "update"}
     assert all(abs(c.error) <= mm.TARGET for c in judged if c.moment in ("vllm_start", "rollout"))
     assert min(c.error for c in judged) > -0.15, min(judged, key=lambda c: c.error)
+    # since lease 40 (verl's partitions, a log-prob pass's forward peak): 458 of 467 within the target, and none under
+    # it by more with the fused attention users run
+    assert sum(abs(c.error) <= mm.TARGET for c in judged) >= 455
+    assert all(c.attention == "unfused" for c in judged if c.error < -mm.TARGET)
 
 
 def test_the_committed_table_is_what_the_data_give(cases: list[mm.MomentCase]) -> None:

@@ -106,7 +106,7 @@ def test_a_decode_step_takes_the_hosts_overhead_where_the_gpus_replay_is_shorter
     every size's gen on either GPU type within the phase target (the H200's one-GPU and four-lane nodes differ by a
     poll interval: 6.1 against 8.1 s)."""
     steps = cal.decode_step_times(zeroed)
-    assert len(steps) == len(cal.ok_cases(zeroed)) == 115
+    assert len(steps) == len(cal.ok_cases(zeroed)) == 118
     assert all(step > c.decode_gpu_step_s > 0 for c, step in steps)
     for size in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"):
         h100 = [c for c in cal.ok_cases(held) if c.size == size and c.gpu == "h100"]
@@ -132,7 +132,7 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     hidden under the GPU's replay where that is longer: gen 3%, old_log_prob 10%, update_actor 8%, weight sync 15%,
     the step 7%, Spearman 0.92)."""
     fit = cal.errors(held)
-    assert fit.trials == 115
+    assert fit.trials == 118
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -283,12 +283,17 @@ def test_held_out_small_micro_batches_meet_the_targets_but_one_named(held: list[
 # micro-batches of 2, 6%), where lease 11's and lease 5's hosts ran theirs 2% under to 3% over: a host slow where the
 # GPU waits on it. Its five order among themselves (0.70 at step 3 held out, 0.90 over the steady steps; the H100's
 # 1.5B over fourteen 0.61, 0.84 over the steady steps, 0.77 over the nine before).
+# Lease 40's one-GPU H200 rolled the 0.5B out in 10.1 s at five of its six steps 2-4 (6.1 s on lease 39's host, two
+# more 2 s polls of verl's replay buffer) and the 1.5B in 8.1 s (6.1 s on lease 38's); its 1.5B at dyn36k, the same
+# three ~25k micro-batches as lease 38's dyn32k, ran step 3 28% slower (21.4 s against 16.7 s; update 8.0 against 6.3).
 HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
     f"h200_2026-11-27_l32/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-t", range(5)), ("c-1.5b-h7", range(4)),
                                                                      ("c-3b-mb", range(3))) for n in ns} | {
     f"h200_2026-11-27_l33/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-t2", range(5)), ("c-1.5b-h8", range(4)),
                                                                       ("c-3b-mb2", range(3)), ("c-3b-h6", range(3)))
-    for n in ns} | {f"h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#{n}" for n in range(5)}
+    for n in ns} | {f"h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#{n}" for n in range(5)} | {
+    "h200_2026-11-27_l40/c-1.5b-h17.db/c-1.5b-h17#0", "h200_2026-11-27_l40/c-0.5b-h18.db/c-0.5b-h18#0",
+    "h200_2026-11-27_l40/c-0.5b-h18.db/c-0.5b-h18#1"}
 
 
 # Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at
@@ -397,7 +402,7 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     assert len(errs) == 80 and max(errs) < 0.72 and min(errs) > -0.37
     slow = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source in HOST_MISSES]
-    assert len(slow) == 35 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
+    assert len(slow) == 38 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
     assert statistics.median(abs(e) for e in errs) <= cal.PHASE_TARGET
 
 

@@ -166,8 +166,8 @@ def oom_response_length(model: ModelArch, cluster: Cluster, job: Job, cand: Cand
     ln = lengths or worst_case(job)
     pmax = float(job.max_prompt_length)
 
-    def at(r: float) -> MemoryEstimate:
-        return estimate_memory(model, cluster, job, cand, lengths=Lengths(pmax, pmax, r, r))
+    def at(r: float) -> MemoryEstimate:  # a micro-batch at its budget: any mix of such sequences can reach it
+        return estimate_memory(model, cluster, job, cand, lengths=Lengths(pmax, pmax, r, r, worst_case=True))
 
     hi_mem = at(job.max_response_length)
     if hi_mem.fits:

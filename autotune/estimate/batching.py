@@ -21,9 +21,9 @@ class BatchingPlan:
     """Micro-batches of one GRPO step on one GPU, for one candidate at one set of lengths.
 
     Tokens are per GPU, after context parallelism splits a micro-batch. "Largest" is what memory must hold:
-    with dynamic batching the token budget (verl packs sequences up to it), without it micro_batch_size
-    sequences, unpadded, the longest of the step among them. "Typical" is what the time model sees: the budget,
-    or micro_batch_size sequences of mean length.
+    with dynamic batching verl's balanced partition of a pass at the step's lengths (the token budget at the
+    worst case), without it micro_batch_size sequences, unpadded, the longest of the step among them. "Typical"
+    is what the time model sees: the budget, or micro_batch_size sequences of mean length.
     """
 
     data_parallel: int  # actor data-parallel ranks: world / (TP x PP x CP)
@@ -41,9 +41,9 @@ class BatchingPlan:
 def micro_batch_bound(c: Candidate) -> str:
     """What bounds a training micro-batch, in words (dynamic batching's budget, or micro-batch size x length)."""
     if c.use_dynamic_bsz:
-        return (f"dynamic batching: the token budget (ppo_max_token_len_per_gpu={c.ppo_max_token_len_per_gpu}, "
-                f"log_prob_max_token_len_per_gpu={c.log_prob_max_token_len_per_gpu}) bounds a micro-batch "
-                "whatever the lengths")
+        return ("dynamic batching: verl cuts each pass into ceil(tokens / budget) balanced micro-batches, none over "
+                f"the token budget (ppo_max_token_len_per_gpu={c.ppo_max_token_len_per_gpu}, "
+                f"log_prob_max_token_len_per_gpu={c.log_prob_max_token_len_per_gpu}) whatever the lengths")
     return (f"no dynamic batching: ppo_micro_batch_size_per_gpu={c.ppo_micro_batch_size_per_gpu or 1} x sequence "
             "length bounds a micro-batch, so it grows with the responses")
 
@@ -60,15 +60,44 @@ def update_micro_batches(job: Job, cl: Cluster, c: Candidate, mean_seq_len: floa
     return max(1, math.ceil(samples / (c.ppo_micro_batch_size_per_gpu or 1)))
 
 
+def partition_tokens(samples: float, mean_len: float, budget: float, c: Candidate, padded_len: float = 0.0) -> float:
+    """The largest micro-batch verl 0.9.1 forms from a pass of `samples` sequences under a token `budget` (per CP
+    group).
+
+    utils/seqlen_balancing.py `rearrange_micro_batches`: ceil(tokens / budget) micro-batches (with VPP a multiple of
+    PP: workers/engine/megatron/transformer_impl.py), balanced by Karmarkar-Karp, so each about tokens / count;
+    `padded_len`: each sequence padded to it. The budget itself is the bound only where a pass's tokens sit just
+    under a multiple of it: the worst case keeps it (`plan_batching`).
+    """
+    tokens = samples * mean_len
+    if tokens <= 0:
+        return float(budget)
+    n = math.ceil(tokens / budget)
+    if c.vpp_or_1 > 1:  # Megatron's microbatch_group_size_per_vp_stage, the PP size unless set
+        n = math.ceil(n / c.pp) * c.pp
+    return min(float(budget), samples * (padded_len or mean_len) / n)
+
+
 def plan_batching(job: Job, cl: Cluster, c: Candidate, lengths: Lengths | None = None) -> BatchingPlan:
-    """The plan at `lengths` (default: the worst case the job allows)."""
+    """The plan at `lengths` (default: the worst case the job allows).
+
+    With dynamic batching the largest micro-batch at a step's lengths is verl's balanced partition of the pass
+    (`partition_tokens`); at the worst case it is the token budget, which a pass whose tokens sit just under a
+    multiple of it reaches (lease 40: the 1.5B's 76k-token mini-batches held three of ~25k at dyn36k, 108.9 GiB,
+    and ran out of memory at dyn40k, two of ~38k)."""
     ln = lengths or worst_case(job)
     dp = data_parallel(cl, c)
     mean, longest = ln.seq_mean, ln.seq_max
     if c.use_dynamic_bsz:
-        upd, lp = float(c.ppo_max_token_len_per_gpu), float(c.log_prob_max_token_len_per_gpu)
         upd_seq = c.ppo_max_token_len_per_gpu * c.cp  # a micro-batch's tokens over its CP group
         lp_seq = c.log_prob_max_token_len_per_gpu * c.cp
+        upd, lp = float(c.ppo_max_token_len_per_gpu), float(c.log_prob_max_token_len_per_gpu)
+        if not ln.worst_case:
+            # Unfused attention takes no packed sequences: a micro-batch holds its sequences padded to the job's
+            # longest (lease 3's unfused trials held the budget's memory, not the partition's).
+            pad = float(job.max_seq_len) if job.attention_backend == "unfused" else 0.0
+            upd = partition_tokens(job.ppo_mini_batch_size * job.rollout_n / dp, mean, upd_seq, c, pad) / c.cp
+            lp = partition_tokens(job.train_batch_size * job.rollout_n / dp, mean, lp_seq, c, pad) / c.cp
     else:
         mbs, lp_mbs = c.ppo_micro_batch_size_per_gpu or 1, c.log_prob_micro_batch_size_per_gpu or 1
         upd, lp = ((mbs - 1) * mean + longest) / c.cp, ((lp_mbs - 1) * mean + longest) / c.cp

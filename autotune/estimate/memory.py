@@ -29,7 +29,7 @@ class Calibration:
     linear layers) but SwiGLU in plain PyTorch (verl leaves `bias_activation_fusion` off, so megatron's mlp.py
     `glu` runs: see `act_f`). The logits, CUDA context, NCCL and pipeline structure were fitted on Megatron-core
     probes measured on H200s (benchmarks/results/mcore_*.csv; errors in benchmarks/results/memory_accuracy.md):
-    6 B per logit (bf16 logits + the fp32 softmax that cross entropy saves, not MEMORY.md's 10). The widths and
+    6 B per logit there (Megatron's cross entropy), 10 under verl (`logits_bytes`). The widths and
     the allocator slack were checked against verl's own `perf/max_memory_allocated_gb` / `_reserved_gb` and the
     OOM messages of the real trials (tests/data/real_verl_gpu/; benchmarks/results/calibration.md). The probes run
     Megatron's local layer spec (unfused norms and RoPE too): for them `PROBE_CALIBRATION` (12h + 8q + 4kv + 8f,
@@ -45,7 +45,11 @@ class Calibration:
     # Checked: the 7B OOM (134.06 GiB allocated in glu, layer ~27 of 28) and verl's max_memory_allocated_gb of
     # the 1.5B and 3B trials, which 6f missed by 11-14 GiB.
     act_f: float = 10.0
-    logits_bytes: float = 6.0  # unfused logits per [token, vocab/TP] element: bf16 logits + saved fp32 softmax
+    # The update's logits without fused kernels, per [token, vocab/TP] element: verl's bf16 logits, their fp32 copy
+    # and the fp32 log-softmax its backward keeps (MEMORY.md's 10). The offloaded 0.5B updates at dyn16k (lease 4,
+    # 24, 28: nothing of the log-prob pass's cache left under them) measured 9-10 once their micro-batches were
+    # verl's partitions; Megatron's own cross entropy (the probes) keeps 6 (`PROBE_CALIBRATION`).
+    logits_bytes: float = 10.0
     # Forward-only logits (no fused kernels): the bf16 logits and the fp32 tensors verl's log-prob and entropy hold
     # with them. Measured, not derived: 51.6 GiB allocated beyond the states and one layer's activations at a
     # ~31k-token log-prob micro-batch of Qwen2.5-0.5B (c-0.5b #1 and #2 alike), 11.6-11.9 B per element.
@@ -79,7 +83,7 @@ DEFAULT_CALIBRATION = Calibration()
 MCORE_013_CALIBRATION = Calibration(act_f=8.0)
 DEFAULT_BUCKET_MB = 2048  # verl's update_weights_bucket_megabytes default
 # Megatron-core's local layer spec (unfused norm, SwiGLU, RoPE), as the mcore probes run it; fitted on them.
-PROBE_CALIBRATION = Calibration(act_h=12.0, act_q=8.0, act_kv=4.0, act_f=8.0, fused_logits=False,
+PROBE_CALIBRATION = Calibration(act_h=12.0, act_q=8.0, act_kv=4.0, act_f=8.0, fused_logits=False, logits_bytes=6.0,
                                 logprob_logits_bytes=10.0, fragmentation=0.08, logits_slack=0.0)
 
 
@@ -260,6 +264,29 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
     return (attn + mlp) / t + cal.act_h * m.hidden_size / sp
 
 
+def recomputed_mlp_bytes(m: ModelArch, c: Candidate, cal: Calibration) -> float:
+    """Per token on one GPU, what the backward of a selectively recomputed MLP holds at once: its forward's tensors
+    again (`act_f` a width) and fc1's output gradient (bf16, two widths: 4 bytes). Lease 40's partitions put the
+    7B's `core_attn,mlp` updates 8-12 % under NVML without it (benchmarks/results/memory_moments.md)."""
+    if c.recompute != "selective" or "mlp" not in (c.recompute_modules or "").split(","):
+        return 0.0
+    width = max(m.ffn_hidden_size or 0,
+                m.moe_top_k * m.moe_ffn_hidden_size + m.shared_expert_ffn_hidden_size if m.is_moe else 0)
+    return (cal.act_f + 4.0) * width / c.tp
+
+
+def forward_peak_bytes(m: ModelArch, c: Candidate, cal: Calibration) -> float:
+    """Per token on one GPU, the peak of a forward without grad (a log-prob pass): one layer's tensors at a time, the
+    largest being the MLP's (fc1's output and SwiGLU's temporaries, `act_f` a width) over the residual stream
+    (`act_h`); recompute changes nothing there. At verl's partitions this puts the 0.5B-7B old_log_prob moments
+    within +1 to +7 % of NVML, where a training layer's saved tensors and the budget put them +13 to +24 %
+    (benchmarks/results/real_verl_gpu.md, leases 38 and 39)."""
+    sp = c.tp if c.sequence_parallel and c.tp > 1 else 1
+    width = max(m.ffn_hidden_size or 0,
+                m.moe_top_k * m.moe_ffn_hidden_size + m.shared_expert_ffn_hidden_size if m.is_moe else 0)
+    return cal.act_f * width / c.tp + cal.act_h * m.hidden_size / sp
+
+
 def unfused_seq_len(job: Job, lengths: Lengths) -> float:
     """The padded length unfused attention's scores take (0.0 when the job's attention backend is fused)."""
     return float(lengths.seq_max) if job.attention_backend == "unfused" else 0.0
@@ -292,8 +319,10 @@ def stage_activation_bytes(m: ModelArch, c: Candidate, cal: Calibration, plan: B
         transient = n * a_layer if c.recompute_method != "block" else a_layer
     else:
         per_chunk = layers_chunk * a_layer
-        # unfused scores of the one layer whose core attention is being recomputed (selective core_attn)
+        # unfused scores of the one layer whose core attention is being recomputed (selective core_attn), and the
+        # one layer whose MLP is (selective mlp)
         transient = unfused_scores_bytes_per_token(m, c, cal, unfused_len) if recomputes_core_attn(c) else 0.0
+        transient += recomputed_mlp_bytes(m, c, cal)
     if c.pp > 1:
         in_flight = min(c.pp, plan.update_micro_batches) * c.vpp_or_1
         if c.vpp_or_1 > 1:
@@ -413,9 +442,7 @@ def estimate_memory(
     # 4-5. Log-prob passes (forward only; vLLM asleep).
     s_lp = plan.log_prob_tokens
     unfused_len = unfused_seq_len(job, ln)
-    a_layer = max(act_bytes_per_token_layer(m, c, cal, m.is_moe, forward_only=True), 0.0)
-    # forward only: one layer's tensors at a time, its unfused scores too (recompute or not)
-    lp_acts = s_lp * (a_layer + 4 * m.hidden_size + unfused_scores_bytes_per_token(m, c, cal, unfused_len))
+    lp_acts = s_lp * (forward_peak_bytes(m, c, cal) + unfused_scores_bytes_per_token(m, c, cal, unfused_len))
     lp_logits = logits_bytes(m, c, s_lp, cal.logprob_logits_bytes, cal)
 
     def forward_pass(name: str, states_terms: tuple[tuple[str, float], ...], what: str) -> Moment:

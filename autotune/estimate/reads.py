@@ -102,7 +102,8 @@ def reads_for(objective: str, job: Job) -> Reads:
                      {("phase", "update_actor"): _ADD_UPDATE})
     # Without free_cache_engine vLLM never sleeps: its whole share (gpu_memory_utilization) is in every moment.
     asleep = frozenset() if job.free_cache_engine else _UTIL
-    log_prob = ((_LAYOUT - {"vpp"}) | _LP_MB | {"recompute", "recompute_modules", "use_fused_kernels"} | _OFFLOAD
+    # vpp: with it verl makes the micro-batches a multiple of PP (estimate/batching.py partition_tokens)
+    log_prob = (_LAYOUT | _LP_MB | {"recompute", "recompute_modules", "use_fused_kernels"} | _OFFLOAD
                 | _CPU_OPT | ref | asleep)
     lp_time = (_LAYOUT - {"sequence_parallel", "vpp"}) | _LP_MB | {"use_fused_kernels"}  # unfused logits
     phases = {
