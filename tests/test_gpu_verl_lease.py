@@ -145,3 +145,30 @@ def test_the_import_probes_of_leases_22_and_23_are_read_into_the_trial_cost_repo
     text = "\n".join(trial_cost.probe_report(probes))
     assert "6.5 s less in each process" in text and "15.0 s more once" in text
     assert trial_cost.probe_report({}) == []
+
+
+def test_the_committed_trials_leave_the_tree_for_a_lease_and_come_back(tmp_path: Path) -> None:
+    """lease_tree.sh: `out` moves tests/data/real_verl_gpu/ beside the repository (the device needs none of it and a
+    call carries the tree with its part), `in` puts it back; neither overwrites what is already there."""
+    repo = tmp_path / "repo"
+    (repo / "benchmarks" / "gpu_verl").mkdir(parents=True)
+    shutil.copy(BUILD.parent / "lease_tree.sh", repo / "benchmarks" / "gpu_verl" / "lease_tree.sh")
+    trial = repo / "tests" / "data" / "real_verl_gpu" / "h200_l40" / "c.db"
+    trial.parent.mkdir(parents=True)
+    trial.write_bytes(b"study")
+    stash = tmp_path / "stash"
+
+    def lease_tree(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(repo / "benchmarks" / "gpu_verl" / "lease_tree.sh"), *args],
+                              capture_output=True, text=True, env={**os.environ, "LEASE_STASH": str(stash)})
+
+    assert lease_tree("status").stdout.startswith("in:")
+    assert lease_tree("out").returncode == 0
+    assert not trial.exists() and (stash / "real_verl_gpu" / "h200_l40" / "c.db").read_bytes() == b"study"
+    assert lease_tree("status").stdout.startswith("out:")
+    assert lease_tree("out").returncode == 1  # out twice: nothing moves
+    trial.parent.mkdir(parents=True)  # a lease's trials copied in before `in`: refused, not overwritten
+    assert lease_tree("in").returncode == 1 and (stash / "real_verl_gpu").is_dir()
+    shutil.rmtree(repo / "tests" / "data" / "real_verl_gpu")
+    assert lease_tree("in").returncode == 0 and trial.read_bytes() == b"study" and not stash.exists()
+    assert lease_tree("in").returncode == 1
