@@ -2,7 +2,7 @@
 # A device call carries the working tree and one payload part in 64 MiB. The committed real trials
 # (tests/data/real_verl_gpu/, 57 of the tree's 61 MB after lease 40) are of no use on the device, and with them in
 # the tree a part can be 4 MiB at most: ~80 staging calls. `out` moves them beside the repository for a lease's
-# calls, so that `build_payload.sh` (STEPS=parts) cuts parts of ~55 MiB: 7 calls. `in` moves them back; run it
+# calls, so that `build_payload.sh` (STEPS=parts) cuts parts of ~55 MiB: 6 calls. `in` moves them back; run it
 # before copying the lease's trials in and before any commit (while they are out, git sees them deleted). A plan
 # that resumes a committed study (device.sh's AT_RESUME) needs that one database in the tree for its setup call.
 #
