@@ -232,21 +232,19 @@ def recomputes_core_attn(c: Candidate) -> bool:
 
 
 def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_layer: bool,
-                              unfused_seq_len: float = 0.0, forward_only: bool = False) -> float:
+                              unfused_seq_len: float = 0.0) -> float:
     """Saved activations of one layer per token on one GPU (before recompute and pipelining).
 
     `unfused_seq_len`: with unfused attention, the longest sequence of a micro-batch (its scores are saved too).
-    `forward_only`: a log-prob pass's one layer at a time, which selective recompute does not shorten (it only
-    drops what a backward would keep): the 3B and 7B trials with `core_attn,mlp` recomputed held their MLP's
-    tensors in old_log_prob all the same (benchmarks/results/memory_moments.md: -10% and -11% without this).
+    A log-prob pass holds less (`forward_peak_bytes`).
     """
     t = c.tp
     sp = t if c.sequence_parallel and t > 1 else 1
     attn = cal.act_q * m.q_size + cal.act_kv * m.kv_size
     if m.qk_norm:
         attn += 2 * (m.q_size + m.kv_size)
-    modules = set(c.recompute_modules.split(",")) if c.recompute == "selective" and not forward_only else set()
-    if recomputes_core_attn(c) and not forward_only:
+    modules = set(c.recompute_modules.split(",")) if c.recompute == "selective" else set()
+    if recomputes_core_attn(c):
         attn -= 2 * m.q_size  # the attention output is recomputed; with flash attention that is all it saves
     elif unfused_seq_len:
         attn += unfused_scores_bytes_per_token(m, c, cal, unfused_seq_len) * t  # divided by t below
@@ -264,15 +262,19 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
     return (attn + mlp) / t + cal.act_h * m.hidden_size / sp
 
 
+def mlp_width(m: ModelArch) -> float:
+    """The widest MLP a token passes through: the dense FFN, or its top-k experts and the shared expert."""
+    return max(m.ffn_hidden_size or 0,
+               m.moe_top_k * m.moe_ffn_hidden_size + m.shared_expert_ffn_hidden_size if m.is_moe else 0)
+
+
 def recomputed_mlp_bytes(m: ModelArch, c: Candidate, cal: Calibration) -> float:
     """Per token on one GPU, what the backward of a selectively recomputed MLP holds at once: its forward's tensors
     again (`act_f` a width) and fc1's output gradient (bf16, two widths: 4 bytes). Lease 40's partitions put the
     7B's `core_attn,mlp` updates 8-12 % under NVML without it (benchmarks/results/memory_moments.md)."""
     if c.recompute != "selective" or "mlp" not in (c.recompute_modules or "").split(","):
         return 0.0
-    width = max(m.ffn_hidden_size or 0,
-                m.moe_top_k * m.moe_ffn_hidden_size + m.shared_expert_ffn_hidden_size if m.is_moe else 0)
-    return (cal.act_f + 4.0) * width / c.tp
+    return (cal.act_f + 4.0) * mlp_width(m) / c.tp
 
 
 def forward_peak_bytes(m: ModelArch, c: Candidate, cal: Calibration) -> float:
@@ -282,9 +284,7 @@ def forward_peak_bytes(m: ModelArch, c: Candidate, cal: Calibration) -> float:
     within +1 to +7 % of NVML, where a training layer's saved tensors and the budget put them +13 to +24 %
     (benchmarks/results/real_verl_gpu.md, leases 38 and 39)."""
     sp = c.tp if c.sequence_parallel and c.tp > 1 else 1
-    width = max(m.ffn_hidden_size or 0,
-                m.moe_top_k * m.moe_ffn_hidden_size + m.shared_expert_ffn_hidden_size if m.is_moe else 0)
-    return cal.act_f * width / c.tp + cal.act_h * m.hidden_size / sp
+    return cal.act_f * mlp_width(m) / c.tp + cal.act_h * m.hidden_size / sp
 
 
 def unfused_seq_len(job: Job, lengths: Lengths) -> float:
