@@ -172,3 +172,32 @@ def test_the_committed_trials_leave_the_tree_for_a_lease_and_come_back(tmp_path:
     shutil.rmtree(repo / "tests" / "data" / "real_verl_gpu")
     assert lease_tree("in").returncode == 0 and trial.read_bytes() == b"study" and not stash.exists()
     assert lease_tree("in").returncode == 1
+
+
+def test_the_default_part_counts_only_the_files_in_the_tree(tmp_path: Path) -> None:
+    """With the committed trials moved out (lease_tree.sh out), their index entries name files that are not there:
+    the tree's size is what a call carries, and the default part grows by what left (it failed before: xargs du)."""
+    repo = tmp_path / "repo"
+    (repo / "benchmarks" / "gpu_verl").mkdir(parents=True)
+    shutil.copy(BUILD, repo / "benchmarks" / "gpu_verl" / "build_payload.sh")
+    (repo / "trials.bin").write_bytes(os.urandom(6 * 1048576))
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "t"], check=True)
+    payload, stages = tmp_path / "payload", tmp_path / "stages"
+    (payload / "wheels").mkdir(parents=True)
+    stages.mkdir()
+    (payload / "payload.tar.xz").write_bytes(os.urandom(1048576))
+    (payload / "payload.sha256").write_text("0" * 64 + "  payload.tar.xz\n")
+
+    def part_mib() -> int:
+        run = subprocess.run(["bash", str(repo / "benchmarks" / "gpu_verl" / "build_payload.sh")], capture_output=True,
+                             text=True, timeout=120, env={**os.environ, "STEPS": "parts", "PAYLOAD_DIR": str(payload),
+                                                          "STAGES_DIR": str(stages), "PY312": ""})
+        assert run.returncode == 0, run.stderr
+        return int(re.search(r"parts of at most (\d+) MiB", run.stdout).group(1))
+
+    with_trials = part_mib()
+    (repo / "trials.bin").unlink()
+    assert part_mib() == with_trials + 6
