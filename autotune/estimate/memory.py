@@ -227,8 +227,14 @@ def unfused_scores_bytes_per_token(m: ModelArch, c: Candidate, cal: Calibration,
     return cal.unfused_attn_bytes * m.num_attention_heads / c.tp * seq_len
 
 
-def recomputes_core_attn(c: Candidate) -> bool:
-    return c.recompute == "selective" and "core_attn" in (c.recompute_modules or "").split(",")
+def recomputes(c: Candidate, module: str) -> bool:
+    """Whether selective recompute names `module` (core_attn, mlp, ...)."""
+    return c.recompute == "selective" and module in (c.recompute_modules or "").split(",")
+
+
+def sp_split(c: Candidate) -> int:
+    """How many ways sequence parallelism splits the tokens of what it covers (norms, residual stream)."""
+    return c.tp if c.sequence_parallel and c.tp > 1 else 1
 
 
 def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_layer: bool,
@@ -239,12 +245,10 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
     A log-prob pass holds less (`forward_peak_bytes`).
     """
     t = c.tp
-    sp = t if c.sequence_parallel and t > 1 else 1
     attn = cal.act_q * m.q_size + cal.act_kv * m.kv_size
     if m.qk_norm:
         attn += 2 * (m.q_size + m.kv_size)
-    modules = set(c.recompute_modules.split(",")) if c.recompute == "selective" else set()
-    if recomputes_core_attn(c):
+    if recomputes(c, "core_attn"):
         attn -= 2 * m.q_size  # the attention output is recomputed; with flash attention that is all it saves
     elif unfused_seq_len:
         attn += unfused_scores_bytes_per_token(m, c, cal, unfused_seq_len) * t  # divided by t below
@@ -257,9 +261,9 @@ def act_bytes_per_token_layer(m: ModelArch, c: Candidate, cal: Calibration, moe_
         mlp += 2 * m.moe_top_k * m.hidden_size * (t if c.etp_or_tp == t else 1)
     else:
         mlp = cal.act_f * m.ffn_hidden_size
-    if "mlp" in modules:
+    if recomputes(c, "mlp"):
         mlp = 0.0
-    return (attn + mlp) / t + cal.act_h * m.hidden_size / sp
+    return (attn + mlp) / t + cal.act_h * m.hidden_size / sp_split(c)
 
 
 def mlp_width(m: ModelArch) -> float:
@@ -272,9 +276,7 @@ def recomputed_mlp_bytes(m: ModelArch, c: Candidate, cal: Calibration) -> float:
     """Per token on one GPU, what the backward of a selectively recomputed MLP holds at once: its forward's tensors
     again (`act_f` a width) and fc1's output gradient (bf16, two widths: 4 bytes). Lease 40's partitions put the
     7B's `core_attn,mlp` updates 8-12 % under NVML without it (benchmarks/results/memory_moments.md)."""
-    if c.recompute != "selective" or "mlp" not in (c.recompute_modules or "").split(","):
-        return 0.0
-    return (cal.act_f + 4.0) * mlp_width(m) / c.tp
+    return (cal.act_f + 4.0) * mlp_width(m) / c.tp if recomputes(c, "mlp") else 0.0
 
 
 def forward_peak_bytes(m: ModelArch, c: Candidate, cal: Calibration) -> float:
@@ -283,8 +285,7 @@ def forward_peak_bytes(m: ModelArch, c: Candidate, cal: Calibration) -> float:
     (`act_h`); recompute changes nothing there. At verl's partitions this puts the 0.5B-7B old_log_prob moments
     within +1 to +7 % of NVML, where a training layer's saved tensors and the budget put them +13 to +24 %
     (benchmarks/results/real_verl_gpu.md, leases 38 and 39)."""
-    sp = c.tp if c.sequence_parallel and c.tp > 1 else 1
-    return cal.act_f * mlp_width(m) / c.tp + cal.act_h * m.hidden_size / sp
+    return cal.act_f * mlp_width(m) / c.tp + cal.act_h * m.hidden_size / sp_split(c)
 
 
 def unfused_seq_len(job: Job, lengths: Lengths) -> float:
@@ -307,8 +308,7 @@ def stage_activation_bytes(m: ModelArch, c: Candidate, cal: Calibration, plan: B
     a_moe = act_bytes_per_token_layer(m, c, cal, True, unfused_len)
     layers_chunk = m.num_layers / (c.pp * c.vpp_or_1)
     a_layer = (m.num_dense_layers * a_dense + m.num_moe_layers * a_moe) / m.num_layers
-    sp = c.tp if c.sequence_parallel and c.tp > 1 else 1
-    layer_input = 2 * m.hidden_size / sp
+    layer_input = 2 * m.hidden_size / sp_split(c)
     if c.recompute == "full":
         n = c.recompute_num_layers or 1
         if c.recompute_method == "block":
@@ -321,7 +321,7 @@ def stage_activation_bytes(m: ModelArch, c: Candidate, cal: Calibration, plan: B
         per_chunk = layers_chunk * a_layer
         # unfused scores of the one layer whose core attention is being recomputed (selective core_attn), and the
         # one layer whose MLP is (selective mlp)
-        transient = unfused_scores_bytes_per_token(m, c, cal, unfused_len) if recomputes_core_attn(c) else 0.0
+        transient = unfused_scores_bytes_per_token(m, c, cal, unfused_len) if recomputes(c, "core_attn") else 0.0
         transient += recomputed_mlp_bytes(m, c, cal)
     if c.pp > 1:
         in_flight = min(c.pp, plan.update_micro_batches) * c.vpp_or_1
