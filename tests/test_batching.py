@@ -69,6 +69,7 @@ def test_memory_and_time_read_the_same_plan() -> None:
 
 
 SMOKE = Job.from_file(REPO / "benchmarks" / "gpu_verl" / "job_smoke.yaml")  # 16 prompts x 8, mini-batch 8 prompts
+STEP3 = Lengths(172.0, 234.0, 1018.0, 1024.0)  # c-1.5b-h15 #0's step 3 on that job
 
 
 @pytest.mark.parametrize(("budget", "parts"), [(32768, 3), (36864, 3), (40960, 2), (98304, 1)])
@@ -78,7 +79,7 @@ def test_dynamic_batching_holds_verls_balanced_partitions_at_a_steps_lengths(bud
     GiB, as at dyn32k) and two of ~38k at dyn40k (out of memory); the worst case keeps the budget, which a pass whose
     tokens sit just under a multiple of it reaches."""
     cl = Cluster(get_gpu_type("h200"), 1, 1)
-    ln = Lengths(172.0, 234.0, 1018.0, 1024.0)  # c-1.5b-h15 #0's step 3
+    ln = STEP3
     c = Candidate.from_params({"rollout_tp": 1, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": budget,
                                "log_prob_max_token_len_per_gpu": 98304})
     plan = plan_batching(SMOKE, cl, c, ln)
@@ -97,7 +98,7 @@ def test_the_1_5b_budgets_lease_40_told_apart() -> None:
     """dyn36k fits at the step's lengths (three micro-batches of ~25k: 108.9 GiB on NVML) and dyn40k does not (two of
     ~38k ran out of memory); before the partitions the model held both at their budgets (139.6 and 151.7 GiB)."""
     m, cl = get_model("qwen2.5-1.5b"), Cluster(get_gpu_type("h200"), 1, 1)
-    ln = Lengths(172.0, 234.0, 1018.0, 1024.0)
+    ln = STEP3
     base = {"rollout_tp": 1, "use_dynamic_bsz": True, "use_fused_kernels": True,
             "log_prob_max_token_len_per_gpu": 98304, "gpu_memory_utilization": 0.4}
 
