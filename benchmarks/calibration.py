@@ -94,6 +94,9 @@ class Case:
     # the model predicts, one step's noise (11-18% step to step) taken out
     steady_phases: dict[str, float] = dataclasses.field(default_factory=dict)
     steady_step_s: float | None = None
+    # The step again: the median of the trial's other steps from 2 on (its extra steps and step 2), a repeat of the
+    # measurement that orders the trials as far as one step's noise lets it
+    retest_step_s: float | None = None
     gpu: str = ""  # the GPU type it ran on
     decode_steps: float = 0.0  # the predicted gen's decode steps: seconds gen gains per second of per-step overhead
     decode_gpu_step_s: float = 0.0  # the GPU's work a decode step (CUDA graphs): a shorter host overhead hides under it
@@ -159,6 +162,8 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
     step_metric = verl.PHASE_TIMINGS["step"]
     step_s = float(at[step_metric]) if at.get(step_metric) is not None else None
     steady = [dict(s.metrics) for s in store.steps(row.id) if s.step >= 2]
+    retest = [float(m[step_metric]) for s in store.steps(row.id)
+              if s.step >= 2 and s.step != setup.measure_step and (m := dict(s.metrics)).get(step_metric) is not None]
     small = small_micro_batches(job, cand, thr.batching) if thr and thr.batching else 0.0
     steady_phases = {p: statistics.median(vs) for p in (*PHASES, "step")
                      if (vs := [float(m[verl.PHASE_TIMINGS[p]]) for m in steady
@@ -176,7 +181,8 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         binding=mem.binding.name if mem else "",
         size=catalog_size(setup.model), cpu_optimizer=bool(cpu_fraction(cand)), full_recompute=cand.recompute == "full",
         steady_phases={p: v for p, v in steady_phases.items() if p != "step"},
-        steady_step_s=steady_phases.get("step"), gpu=setup.cluster.gpu.name,
+        steady_step_s=steady_phases.get("step"), retest_step_s=statistics.median(retest) if retest else None,
+        gpu=setup.cluster.gpu.name,
         decode_steps=thr.decode_steps if thr else 0.0, decode_gpu_step_s=thr.decode_gpu_step_s if thr else 0.0,
         micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
         update_micro_batch_tokens=thr.batching.update_tokens_typical if thr and thr.batching else 0.0,
@@ -471,6 +477,45 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
         lines.append(row(size, errors(steady(c) for c in all_cases if c.size == size),
                          errors(c for c in steady_held if c.size == size), None))
     lines.append(row("**all**", errors(steady(c) for c in all_cases), errors(steady_held), None))
+    lines.append("")
+    return lines + ordering(held)
+
+
+def study_of(c: Case) -> str:
+    """The study a case ran in (one host: a study's trials run on one node)."""
+    return c.source.rsplit("#", 1)[0]
+
+
+def ordering(held: list[Case]) -> list[str]:
+    """Per size and GPU type: the model's Spearman (held out) beside how well the measurement orders itself (step 3
+    against the same trials' other steps) and the model's Spearman within each study of 3 or more ok trials (one
+    host), their mean weighted by trials: what part of the landscape's disorder is one step's noise and the hosts'."""
+    lines = ["## How far a measured step can be ordered", "",
+             "Spearman's rank correlation per size and GPU type: the model's (held out, as above) against step 3; "
+             "step 3 against its repeat (the median of the same trial's other steps from 2 on: no model, only "
+             "one step's noise between them); and the model's within each study of 3 or more ok trials (one host, "
+             "as a user's study runs), the mean weighted by the study's trials.", "",
+             "| size | GPU | ok trials | model | step 3 vs its repeat | studies (trials) | model within one study |",
+             "|---|---|---|---|---|---|---|"]
+    ok = ok_cases(held)
+    for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
+        cs = [c for c in ok if c.size == size and c.gpu == gpu]
+        if len(cs) < 3:
+            continue
+        model = spearman([c.predicted_step_s for c in cs], [c.measured_step_s for c in cs])
+        both = [c for c in cs if c.retest_step_s]
+        retest = spearman([c.measured_step_s for c in both], [c.retest_step_s for c in both])
+        studies = [g for st in sorted({study_of(c) for c in cs}) if len(g := [c for c in cs if study_of(c) == st]) >= 3]
+        rhos = [(len(g), r) for g in studies
+                if (r := spearman([c.predicted_step_s for c in g], [c.measured_step_s for c in g])) is not None
+                and r == r]  # nan where a study's steps tie
+        within = sum(n * r for n, r in rhos) / sum(n for n, _ in rhos) if rhos else None
+
+        def cell(r: float | None) -> str:
+            return f"{r:.2f}" if r is not None else "n/a"
+
+        lines.append(f"| {size} | {gpu} | {len(cs)} | {cell(model)} | {cell(retest)} ({len(both)}) | "
+                     f"{len(rhos)} ({sum(n for n, _ in rhos)}) | {cell(within)} |")
     lines.append("")
     return lines
 
