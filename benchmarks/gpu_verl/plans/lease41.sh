@@ -12,7 +12,9 @@
 # on the CPU at the limit, 78.5 of 79.6 GiB: it ran on three H100 hosts at 77.9-78.3); slow ones (micro-batches of one) left out
 # so that five trials end in a lane. A 1.5B trial ~366 s cold, 230-260 s warm; 3B ~400 / 220-280; 0.5B ~320 / 170-250.
 # Asked as nvidia-h100-x2; start with AT_MODEL=qwen2.5-1.5b AT_MORE_MODELS="qwen2.5-3b qwen2.5-0.5b", LEASE_S=1600
-# where the machine counts in full.
+# where the machine counts in full. Ran on two H200s (counted in full; AT_MODEL=qwen2.5-0.5b AT_MORE_MODELS=qwen2.5-1.5b,
+# LEASE_S=1600): the H200 branch, all nine trials ran, plan done at +1,589 s; the node ran 15-45 % over the one-GPU
+# H200s, and each lane's study ordered as the model does (0.90 and 1.00).
 set -u
 cd /root/smoke
 # shellcheck source=campaign.sh
