@@ -26,7 +26,7 @@ from autotune.estimate.memory import as_nvml_sees, estimate_memory
 from autotune.results import memory_trace, timeline
 from autotune.results.labels import Labeller
 from benchmarks import real_studies
-from benchmarks.calibration import HERE, as_measured, catalog_size, measured_trials
+from benchmarks.real_cases import HERE, as_measured, catalog_size, measured_trials
 
 DATA = real_studies.DATA  # the lease folders the moments are read from
 

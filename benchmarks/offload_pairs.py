@@ -7,7 +7,7 @@ phase (on - off, seconds) beside the model's (offload copies only).
 
 The real verl 0.9.1 pairs (tests/data/real_verl_gpu/, each trial once: benchmarks/real_studies.py): two ok trials of
 one job on one GPU whose settings differ only in what verl offloads (`param_offload`, `optimizer_offload`), measured
-at the study's measured step beside the uncorrected model at the lengths that step logged (benchmarks/calibration.py).
+at the study's measured step beside the uncorrected model at the lengths that step logged (benchmarks/real_cases.py).
 
     python -m benchmarks.offload_pairs      # writes benchmarks/results/offload_pairs.md
 """
@@ -25,7 +25,7 @@ from autotune.cluster import Cluster, get_gpu_type
 from autotune.estimate.throughput import estimate_throughput
 from autotune.job import Job
 from autotune.model import get_model
-from benchmarks import calibration, throughput_rank
+from benchmarks import real_cases, throughput_rank
 
 OUT = Path(__file__).resolve().parent / "results" / "offload_pairs.md"
 # (pair, off row, on row, candidate settings, CUDA graphs on the 'on' row, measured (step, update_actor) off / on)
@@ -46,7 +46,7 @@ def _lease(source: str) -> int:
     return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else 0
 
 
-def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.Case, float, float]]:
+def real_pairs(dbs: Iterable[Path]) -> list[tuple[real_cases.Case, real_cases.Case, float, float]]:
     """(off, on, measured tokens/s/GPU off, on) of every pair of ok real trials, each trial once, of one model, GPU,
     job and attention backend whose settings differ only in the offload keys (off: the one offloading less). A trial
     whose study holds its partner pairs within its study (one machine, one hour: lease 28 re-ran lease 24's pair
@@ -54,7 +54,7 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.
     of the nearest lease (lease 19's offloaded 1.5B pairs with lease 20's, not also with lease 38's rerun of it)."""
     dbs = list(dbs)
     groups: dict[tuple, list[tuple[str, int, float]]] = defaultdict(list)
-    for db, _, setup, row in calibration.measured_trials(dbs):
+    for db, _, setup, row in real_cases.measured_trials(dbs):
         if row.status != "ok" or row.throughput is None:
             continue
         job = setup.job.with_node_defaults((row.extra or {}).get("job_defaults") or {})
@@ -68,7 +68,7 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.
         return m[0].rsplit("#", 1)[0]
     if not any(len(g) > 1 for g in groups.values()):
         return []
-    cases = {c.source: c for c in calibration.cases(dbs)}
+    cases = {c.source: c for c in real_cases.cases(dbs)}
     out = []
     for members in groups.values():
         paired = {m[0] for m in members if any(study(o) == study(m) and o[1] != m[1] for o in members)}
@@ -88,7 +88,7 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[calibration.Case, calibration.
     return sorted(out, key=lambda p: (p[0].size, p[0].source, p[1].source))
 
 
-def real_report(pairs: list[tuple[calibration.Case, calibration.Case, float, float]]) -> list[str]:
+def real_report(pairs: list[tuple[real_cases.Case, real_cases.Case, float, float]]) -> list[str]:
     lines = ["## Real verl 0.9.1 pairs (one GPU)", "",
              __doc__.split("\n\n")[2].replace("\n", " "), "",
              "| pair | model | on: offloaded | tokens/s/GPU off / on | step s off / on | update_actor s off / on | "
@@ -114,7 +114,7 @@ def real_report(pairs: list[tuple[calibration.Case, calibration.Case, float, flo
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=calibration.DATA)
+    ap.add_argument("--data", type=Path, default=real_cases.DATA)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     m, cl = get_model("qwen2.5-7b"), Cluster(get_gpu_type("h100"), 8)

@@ -42,7 +42,7 @@ from autotune.results.labels import Labeller
 from autotune.search.ranking import make_ranking
 from autotune.search.split import InfeasibleSpaceError
 from benchmarks import real_studies
-from benchmarks.calibration import DATA, PHASES, catalog_size, measured_trials
+from benchmarks.real_cases import DATA, PHASES, catalog_size, measured_trials
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "landscapes" / "verl"  # beside, not among, the training-phase landscapes (their own benchmarks)

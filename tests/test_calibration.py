@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import calibration, trial_cost
+from benchmarks import calibration, real_cases, trial_cost
 
 
 def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> None:
@@ -20,7 +20,7 @@ def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> No
     one-GPU H200 (and leases 37 to 40 on one-GPU H200s; lease 41's nine on a two-lane H200 node: five 0.5B, four
     1.5B); lease 12's 7B first pick, which ran out of memory in update_actor, is now predicted not to fit, and
     every trial that ran is still predicted to fit, the five measured 7B trials of leases 13, 20 and 32 among them."""
-    cases = calibration.cases(list(calibration.DATA.glob("*/*.db")))
+    cases = real_cases.cases(list(real_cases.DATA.glob("*/*.db")))
     assert len(cases) == 135 and {c.status for c in cases} == {"ok", "oom"}
     assert [c.source for c in cases if c.cut] == ["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2"]
     assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 5
@@ -176,7 +176,7 @@ def test_unfused_attention_costs_its_measured_time() -> None:
     phases = dict(unf.phases)
     assert phases["update_actor"] - fused["update_actor"] == pytest.approx(attn / rate)
     assert phases["old_log_prob"] - fused["old_log_prob"] == pytest.approx(attn / 3 / rate)
-    cases = [c for c in calibration.cases(list(calibration.DATA.glob("*/*.db")))
+    cases = [c for c in real_cases.cases(list(real_cases.DATA.glob("*/*.db")))
              if c.model.endswith("unfused") and c.status == "ok"]
     errs = sorted(abs(c.predicted_phases["update_actor"] / c.measured_phases["update_actor"] - 1) for c in cases)
     assert len(cases) == 5 and errs[len(errs) // 2] < 0.4

@@ -142,7 +142,7 @@ def _real_trials() -> list[tuple[str, str, object, dict]]:
     from autotune import verl
     from autotune.estimate import evaluate
     from autotune.estimate.lengths import at_step
-    from benchmarks.calibration import DATA, measured_trials
+    from benchmarks.real_cases import DATA, measured_trials
 
     out = []
     for db, store, setup, row in measured_trials(DATA.glob("*/*.db")):

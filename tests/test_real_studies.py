@@ -12,10 +12,10 @@ from pathlib import Path
 
 from autotune.store.store import Store
 from benchmarks import (
-    calibration,
     correction_proof,
     memory_moments,
     offload_pairs,
+    real_cases,
     real_studies,
     trial_cost,
     verl_landscapes,
@@ -57,7 +57,7 @@ def test_each_real_trial_counts_once_in_every_reader() -> None:
     distinct = set(every) | cut
     assert len(every) > len(set(every))  # the committed data hold copies: without the dedupe a trial counts twice
     seen = [(row.study, row.number, row.started_at.isoformat())
-            for _, _, _, row in calibration.measured_trials(DATA.glob("*/*.db"))]
+            for _, _, _, row in real_cases.measured_trials(DATA.glob("*/*.db"))]
     assert len(seen) == len(distinct) and set(seen) == distinct
     c3b = sorted(n for s, n, _ in seen if s == "c-3b")
     c7b = sorted(n for s, n, _ in seen if s == "c-7b")
@@ -66,7 +66,7 @@ def test_each_real_trial_counts_once_in_every_reader() -> None:
     def trials(sources: list[str]) -> list[str]:  # ".../c-3b.db/c-3b#3" or ".../c-3b#3" -> "c-3b#3"
         return [s.rsplit("/", 1)[-1] for s in sources]
 
-    cal = trials([c.source for c in calibration.cases(list(DATA.glob("*/*.db")))])
+    cal = trials([c.source for c in real_cases.cases(list(DATA.glob("*/*.db")))])
     assert len(cal) == len(set(cal)) == len(distinct)
     cost = trials([c.source for c in trial_cost.costs(list(DATA.glob("*/*.db")))])
     assert len(cost) == len(set(cost)) == len(set(_every_copy(("ok",))))
@@ -91,7 +91,7 @@ def test_each_real_trial_counts_once_in_every_reader() -> None:
 
 def test_a_trial_read_from_a_later_copy_finds_its_logs_where_it_ran() -> None:
     found = {f"{row.study}#{row.number}": memory_moments.trial_dir(db, row)
-             for db, _, _, row in calibration.measured_trials(DATA.glob("*/*.db"))}
+             for db, _, _, row in real_cases.measured_trials(DATA.glob("*/*.db"))}
     assert found["c-3b#3"] == L7 / "trial_0003" and found["c-3b#0"] == L7 / "trial_0000"
     assert found["c-3b#4"] == L10 / "c-3b_trial_0004" and found["c-3b-fl#0"] == L10 / "c-3b-fl_trial_0000"
     assert found["c-7b#0"] == L8 / "trial_0000" and found["c-7b#2"] == L9 / "c-7b_trial_0002"

@@ -11,13 +11,14 @@ import pytest
 
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY
 from benchmarks import calibration as cal
+from benchmarks.real_cases import DATA
 
 SIZES = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
 
 
 @pytest.fixture(scope="module")
 def zeroed() -> list[cal.Case]:
-    return cal.cases(list(cal.DATA.glob("*/*.db")), cal.ZEROED)
+    return cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     slow = [r for c, r in residuals if c.source in HOST_MISSES]  # leases 32's, 33's, 41's 0.5B on multi-lane nodes
     assert len(slow) == 3 and min(slow) > max(per_gpu["h100"])
     two_by_two = {c.source.rsplit("#", 1)[1]: cal.steady(c)
-                  for c in cal.cases([cal.DATA / "h200_2026-11-26_l20" / "c-1.5b-rc.db"])}
+                  for c in cal.cases([DATA / "h200_2026-11-26_l20" / "c-1.5b-rc.db"])}
     assert len(two_by_two) == 4
     update = {n: (c.measured_phases["update_actor"], c.predicted_phases["update_actor"]) for n, c in two_by_two.items()}
     assert abs(update["1"][0] - update["3"][0]) < 0.5 and abs(update["1"][1] - update["3"][1]) < 0.5  # 8k vs 16k
@@ -424,7 +425,7 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
 
 
 def test_the_report_has_the_summary_with_a_verdict_per_size(zeroed: list[cal.Case]) -> None:
-    text = cal.report(cal.cases(list(cal.DATA.glob("*/*.db"))), zeroed)
+    text = cal.report(cal.cases(list(DATA.glob("*/*.db"))), zeroed)
     assert "## Summary: per model size, leave one size out" in text
     summary, steady = text.split("## Summary")[1].split("\n## ")[0].split("measured by its steady steps")
     for table in (summary, steady):
@@ -435,7 +436,7 @@ def test_the_report_has_the_summary_with_a_verdict_per_size(zeroed: list[cal.Cas
 def test_the_steady_view_takes_a_trials_steps_from_2_on() -> None:
     """The 3B's first trial measured gen 18.1 s at step 3 and 8.1-12 s at its other steps: its steady gen is their
     median, and the case keeps step 3 as the study measured it."""
-    three = next(c for c in cal.cases(list(cal.DATA.glob("*/*.db"))) if c.source.endswith("c-3b#0"))
+    three = next(c for c in cal.cases(list(DATA.glob("*/*.db"))) if c.source.endswith("c-3b#0"))
     assert three.measured_phases["gen"] == pytest.approx(18.1, abs=0.05)
     assert three.steady_phases["gen"] < 0.75 * three.measured_phases["gen"]
     assert cal.steady(three).measured_phases == three.steady_phases
@@ -445,7 +446,7 @@ def test_the_steady_view_takes_a_trials_steps_from_2_on() -> None:
 def test_the_repeat_of_a_measured_step_is_the_median_of_its_other_steps() -> None:
     """Lease 39's first 0.5B trial ran steps 1-4 (step 3 measured, 15.7 s): its repeat is the median of steps 2 and 4
     (21.3 and 17.0 s), step 1's start-up work left out; a trial of steps 1-3 only repeats on step 2 alone."""
-    cases = cal.cases(list(cal.DATA.glob("*/*.db")))
+    cases = cal.cases(list(DATA.glob("*/*.db")))
     first = next(c for c in cases if c.source.endswith("c-0.5b-h16#0"))
     assert first.measured_step_s == pytest.approx(15.7, abs=0.05)
     assert first.retest_step_s == pytest.approx((21.3 + 17.0) / 2, abs=0.1)

@@ -39,7 +39,10 @@ find_py312() {
     exit 1
 }
 mkdir -p "$P"/{all,te,tewhl,fl,sd}; cd "$P"
-mkdir -p "$REPO/.git/info"; grep -qs '^/.payload/' "$REPO/.git/info/exclude" || printf '/.payload/\n/.stage*/\n' >> "$REPO/.git/info/exclude"
+# (a linked worktree's .git is a file: git names the exclude file; a tree outside git gets a .git/info of its own)
+EXCLUDE=$(cd "$REPO" && git rev-parse --path-format=absolute --git-path info/exclude 2>/dev/null) \
+    || EXCLUDE=$REPO/.git/info/exclude
+mkdir -p "$(dirname "$EXCLUDE")"; grep -qs '^/.payload/' "$EXCLUDE" || printf '/.payload/\n/.stage*/\n' >> "$EXCLUDE"
 export PIP_CONSTRAINT=  # this machine caps torch; the payload is for another one
 PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
       --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
