@@ -105,3 +105,29 @@ FULL_RC_05=$FULL_RC_05,gpu_memory_utilization=0.5
 MICRO_05=$R1,use_dynamic_bsz=false,ppo_micro_batch_size_per_gpu=4,log_prob_micro_batch_size_per_gpu=8
 MICRO_05=$MICRO_05,gpu_memory_utilization=0.5
 MICRO_OOM=$R1,use_dynamic_bsz=false,ppo_micro_batch_size_per_gpu=64,log_prob_micro_batch_size_per_gpu=64,gpu_memory_utilization=0.5
+
+# The spread studies (leases 41-42): one study per size on one host, configurations whose predicted steps span
+# 1.4-1.5x. dyn PPO_TOKENS LOGPROB_TOKENS UTIL / mbs PPO_MB LOGPROB_MB UTIL: a configuration with fused kernels.
+FUSED=$R1,use_fused_kernels=true
+dyn() { echo "$FUSED,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=$1,log_prob_max_token_len_per_gpu=$2,gpu_memory_utilization=$3"; }
+mbs() { echo "$FUSED,use_dynamic_bsz=false,ppo_micro_batch_size_per_gpu=$1,log_prob_micro_batch_size_per_gpu=$2,gpu_memory_utilization=$3"; }
+CPU_ADAM1=optimizer_cpu_offload=true,optimizer_offload_fraction=1.0
+CPU_ADAM05=optimizer_cpu_offload=true,optimizer_offload_fraction=0.5
+FULL=recompute=full
+SEL2=recompute=selective,recompute_modules=[core_attn,mlp]
+
+# spread_h100 STUDY_1_5B STUDY_3B: the H100's 1.5B and 3B spreads, one lane each (lease 41's H100 branch).
+spread_h100() {
+    lane 0 at qwen2.5-1.5b "$1" 5 240 --extra-steps 1 \
+        --enqueue "$(dyn 12288 98304 0.4)" \
+        --enqueue "$(mbs 2 8 0.4)" \
+        --enqueue "$(dyn 16384 32768 0.5),$FULL" \
+        --enqueue "$(dyn 4096 8192 0.4)" \
+        --enqueue "$(dyn 16384 32768 0.4),$CPU_ADAM1"
+    lane 1 at qwen2.5-3b "$2" 5 280 --extra-steps 1 \
+        --enqueue "$(dyn 16384 98304 0.4),$SEL2,param_offload=true" \
+        --enqueue "$(dyn 8192 98304 0.4),$CPU_ADAM05" \
+        --enqueue "$(dyn 16384 98304 0.4),$FULL,$CPU_ADAM1" \
+        --enqueue "$(mbs 2 8 0.4),optimizer_offload=true" \
+        --enqueue "$(dyn 16384 98304 0.4),$FULL,optimizer_offload=true"
+}

@@ -19,27 +19,9 @@ set -u
 cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
-F=$R1,use_fused_kernels=true
-dyn() { echo "$F,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=$1,log_prob_max_token_len_per_gpu=$2,gpu_memory_utilization=$3"; }
-mbs() { echo "$F,use_dynamic_bsz=false,ppo_micro_batch_size_per_gpu=$1,log_prob_micro_batch_size_per_gpu=$2,gpu_memory_utilization=$3"; }
-CPU_ADAM1=optimizer_cpu_offload=true,optimizer_offload_fraction=1.0
-CPU_ADAM05=optimizer_cpu_offload=true,optimizer_offload_fraction=0.5
-FULL=recompute=full
-SEL2=recompute=selective,recompute_modules=[core_attn,mlp]
 
 if [ "$GPU_TYPE" = h100 ]; then
-    lane 0 at qwen2.5-1.5b c-1.5b-h19 5 240 --extra-steps 1 \
-        --enqueue "$(dyn 12288 98304 0.4)" \
-        --enqueue "$(mbs 2 8 0.4)" \
-        --enqueue "$(dyn 16384 32768 0.5),$FULL" \
-        --enqueue "$(dyn 4096 8192 0.4)" \
-        --enqueue "$(dyn 16384 32768 0.4),$CPU_ADAM1"
-    lane 1 at qwen2.5-3b c-3b-h20 5 280 --extra-steps 1 \
-        --enqueue "$(dyn 16384 98304 0.4),$SEL2,param_offload=true" \
-        --enqueue "$(dyn 8192 98304 0.4),$CPU_ADAM05" \
-        --enqueue "$(dyn 16384 98304 0.4),$FULL,$CPU_ADAM1" \
-        --enqueue "$(mbs 2 8 0.4),optimizer_offload=true" \
-        --enqueue "$(dyn 16384 98304 0.4),$FULL,optimizer_offload=true"
+    spread_h100 c-1.5b-h19 c-3b-h20
 else
     lane 0 at qwen2.5-0.5b c-0.5b-h19 5 240 --extra-steps 1 \
         --enqueue "$(dyn 32768 98304 0.5)" \
