@@ -33,6 +33,7 @@ from benchmarks.real_cases import (
     Fit,
     cases,
     errors,
+    node_kills,
     ok_cases,
     spearman,
     steady,
@@ -327,7 +328,8 @@ def ordering(held: list[Case]) -> list[str]:
     return lines
 
 
-def report(all_cases: list[Case], zeroed: list[Case] | None = None) -> str:
+def report(all_cases: list[Case], zeroed: list[Case] | None = None, node_kills: list[str] = ()) -> str:
+    """`node_kills`: the trials left out as killed for a node that lanes shared (real_cases.node_kills)."""
     lines = ["# The base model against real verl 0.9.1 trials (uncorrected, at the measured lengths)", "",
              "Written by `python -m benchmarks.calibration` from the study databases under "
              "`tests/data/real_verl_gpu/`. Predicted = the model before any correction, at the prompt and response "
@@ -379,13 +381,19 @@ def report(all_cases: list[Case], zeroed: list[Case] | None = None) -> str:
                          f"largest {100 * max(peaks):.0f}%")
         lines += [f"- cut: {c.source}, {c.cut}; measured like the others" for c in cs if c.cut]
         lines.append("")
+    if node_kills:
+        lines += ["## Not judged: killed for a node that lanes shared", "",
+                  "Ray's memory monitor kills for the whole node; on a node whose GPUs ran one study each, which "
+                  "lane's workers it picks says nothing of one trial's need (`real_studies.killed_for_the_node`). "
+                  "These have no memory verdict and no outcome of their configuration:", "",
+                  *(f"- {k}" for k in node_kills), ""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     def text(data: Path) -> str:
         dbs = list(data.glob("*/*.db"))
-        return report(cases(dbs), cases(dbs, ZEROED)) + "\n"
+        return report(cases(dbs), cases(dbs, ZEROED), node_kills(dbs)) + "\n"
 
     real_studies.write_report(__doc__, HERE / "results" / "calibration.md", text, argv)
 

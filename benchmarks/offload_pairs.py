@@ -88,6 +88,11 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[real_cases.Case, real_cases.Ca
     return sorted(out, key=lambda p: (p[0].size, p[0].source, p[1].source))
 
 
+def partner(off: str, on: str) -> str:
+    """The pair's other trial: its number within the same study, else where it ran (a pair across studies)."""
+    return f"#{on.rsplit('#', 1)[1]}" if on.rsplit("#", 1)[0] == off.rsplit("#", 1)[0] else on
+
+
 def real_report(pairs: list[tuple[real_cases.Case, real_cases.Case, float, float]]) -> list[str]:
     lines = ["## Real verl 0.9.1 pairs (one GPU)", "",
              __doc__.split("\n\n")[2].replace("\n", " "), "",
@@ -103,7 +108,7 @@ def real_report(pairs: list[tuple[real_cases.Case, real_cases.Case, float, float
                 return "-"
             return f"{a:,.{digits}f} / {b:,.{digits}f} ({b - a:+,.{digits}f})"
         lines.append(
-            f"| {off.source} / #{on.source.rsplit('#', 1)[1]} | {off.size} | {what} | "
+            f"| {off.source} / {partner(off.source, on.source)} | {off.size} | {what} | "
             f"{t_off:,.1f} / {t_on:,.1f} ({100 * (t_on / t_off - 1):+.1f}%) | "
             f"{both(off.measured_step_s, on.measured_step_s)} | "
             f"{both(off.measured_phases.get('update_actor'), on.measured_phases.get('update_actor'))} | "

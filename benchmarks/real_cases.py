@@ -123,12 +123,27 @@ class Fit:
 
 def measured_trials(dbs: Iterable[Path]) -> Iterator[tuple[Path, Store, Setup, Any]]:
     """(database, its store, the study's setup, trial row) of every real trial with a verdict: launched, not
-    simulated, ok or out of memory; each trial once, from the newest copy of its study (benchmarks/real_studies.py)."""
+    simulated, ok or out of memory, not killed for a node that lanes shared (`real_studies.killed_for_the_node`);
+    each trial once, from the newest copy of its study (benchmarks/real_studies.py)."""
+    for db, store, setup, row in launched_trials(dbs):
+        if row.status in ("ok", "oom") and not real_studies.killed_for_the_node(setup, row):
+            yield db, store, setup, row
+
+
+def launched_trials(dbs: Iterable[Path]) -> Iterator[tuple[Path, Store, Setup, Any]]:
+    """(database, its store, the study's setup, trial row) of every real trial launched, not simulated, whatever
+    its end."""
     for db, store, study in real_studies.studies(dbs):
         setup = real_studies.setup(study)
         for row in store.trials(study.name):
-            if row.status in ("ok", "oom") and row.launched and not row.simulated and row.params:
+            if row.launched and not row.simulated and row.params:
                 yield db, store, setup, row
+
+
+def node_kills(dbs: Iterable[Path]) -> list[str]:
+    """The trials `measured_trials` leaves out as killed for a node that lanes shared, as database/study#number."""
+    return [f"{db.parent.name}/{db.name}/{row.study}#{row.number}" for db, _, setup, row in launched_trials(dbs)
+            if real_studies.killed_for_the_node(setup, row)]
 
 
 def cases(dbs: Iterable[Path], efficiency: dict[str, float] | None = None) -> list[Case]:

@@ -233,6 +233,22 @@ def _ran_in(folder: Path, work: Path) -> bool:
 LENT_HOST_GIB = 135148564480 / 2**30
 
 
+def lanes(cluster: Any) -> int:
+    """How many one-GPU studies shared the node a study ran on (plans/campaign.sh `lane`): a lane of a node of two or
+    four recorded the whole node's host memory (251.8 or 503.8 GiB); a lane that passes its share (--host-memory,
+    from lease 43 on) and a one-GPU machine record the lent machine's 128 GiB: 1."""
+    host = cluster.host_memory_gib
+    return max(1, round(host / LENT_HOST_GIB)) if host and cluster.gpus_per_node == 1 else 1
+
+
+def killed_for_the_node(setup: Any, row: Any) -> bool:
+    """A trial Ray's memory monitor killed while its node's memory was shared by lanes: the monitor kills for the
+    whole node, and which lane's workers it picks says nothing of the trial's own need (lease 42: a 7B and a 3B trial
+    at once, the node at 239 of 252 GiB). Such a trial has no memory verdict of its own, nor an outcome of its
+    configuration; the reports name it apart."""
+    return (row.extra or {}).get("failure") == verl.HOST_OOM and lanes(setup.cluster) > 1
+
+
 def setup(study: Any) -> Any:
     """A real study's setup as its row holds it, with the lent machine's host memory where the row has none."""
     import dataclasses

@@ -109,7 +109,8 @@ class RealFirst:
 
 def real_first_launches(dbs: list[Path]) -> dict[tuple[str, str, int, str], list[RealFirst]]:
     """Per table key (as `collect`'s), each real study's first launch: its lowest-numbered launched trial; and how
-    today's first pick ended where any study of the same table measured it."""
+    today's first pick ended where any study of the same table measured it. A study whose row kept no lengths is
+    judged at the prompt lengths its first launch was predicted at (`data_prompts`)."""
     from autotune.search.plan import first_launch as plan_first
 
     studies = []
@@ -122,8 +123,11 @@ def real_first_launches(dbs: list[Path]) -> dict[tuple[str, str, int, str], list
         setup = real_studies.setup(study)
         setup = dataclasses.replace(setup, job=setup.job.with_node_defaults(
             (first.extra or {}).get("job_defaults") or {}))
+        if setup.prompt_lengths is None and setup.response_length is None:
+            setup = dataclasses.replace(setup, prompt_lengths=data_prompts(first))
         key = _key(setup, _job(setup, first))
-        ended[key].update({r.candidate_key: r.status for r in rows if r.status in ("ok", "oom")})
+        ended[key].update({r.candidate_key: r.status for r in rows if r.status in ("ok", "oom")
+                           and not real_studies.killed_for_the_node(setup, r)})
         studies.append((db, setup, first, key))
     out: dict[tuple[str, str, int, str], list[RealFirst]] = defaultdict(list)
     for db, setup, first, key in studies:
@@ -139,23 +143,34 @@ def real_first_launches(dbs: list[Path]) -> dict[tuple[str, str, int, str], list
     return out
 
 
+def data_prompts(first: Any) -> tuple[float, float, str] | None:
+    """The prompt lengths a study read from its job's data, as its first launch's memory record kept them, where
+    its row kept none (a study made before StudyRow.lengths): a live study reads the data before it launches, a
+    rebuild from the database cannot, and the first pick depends on them (lease 42's 7B study launched dyn32k/96k
+    at its data's prompts, 161 tokens on average and 243 at most; at the job's 512 the pick is dyn24k/96k)."""
+    known = (first.predicted_memory or {}).get("lengths") or {}
+    sources = known.get("sources") or []
+    if not (sources and str(sources[0]).startswith("prompt lengths of") and known.get("prompt_max")):
+        return None
+    return float(known["prompt_mean"]), float(known["prompt_max"]), str(sources[0])
+
+
 def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict[str, Any],
                 trials: list[Measured]) -> Path:
-    """NAME.csv + NAME.meta.yaml. Parameter columns: every knob some row sets apart from the job's own value; a
-    configuration measured twice keeps its later trial (the campaign re-ran a configuration for its step times on
-    purpose nowhere: lease 22's two re-runs on the H200 were planned for an H100, lease 24 re-ran lease 4's three 0.5B
-    configurations to time their start-up with the bytecode cache; a re-run is a noise sample, and the later one ran
-    on warmer caches like the rest of the table). Its noise_spread is then the larger of the kept trial's own
-    step-to-step spread and the re-runs' spread (max - min over their mean throughput): the same configuration
-    measured on two hosts is the noise a table of several hosts' trials holds (lease 11's and lease 35's H100s ran
-    the 1.5B's dyn12k/96k 8,341.6 and 6,662.9 tokens/s/GPU)."""
+    """NAME.csv + NAME.meta.yaml. Parameter columns: every knob some row sets apart from the job's own value. A
+    configuration measured more than once is one row, the mean of its runs (`_merged`): a re-run is a noise sample
+    (lease 22's two re-runs on the H200 were planned for an H100, lease 24 re-ran lease 4's three 0.5B configurations
+    to time their start-up with the bytecode cache, later leases re-ran rows on other hosts). Its noise_spread is the
+    larger of the later trial's own step-to-step spread and the re-runs' spread (max - min over their mean
+    throughput): the same configuration measured on two hosts is the noise a table of several hosts' trials holds
+    (lease 11's and lease 35's H100s ran the 1.5B's dyn12k/96k 8,341.6 and 6,662.9 tokens/s/GPU)."""
     from autotune.job import Job
 
     base = Job.from_mapping(job).candidate(Candidate())
     by_key: dict[str, list[Measured]] = {}
     for t in trials:
         by_key.setdefault(Candidate.from_params(t.params, base).key(), []).append(t)
-    kept = [dataclasses.replace(runs[-1], spread=_rerun_spread(runs)) for runs in by_key.values()]
+    kept = [_merged(runs) for runs in by_key.values()]
     full = [Candidate.from_params(t.params, base).params() for t in kept]
     own = base.params()
     varied = {n for n in Candidate.param_names()
@@ -179,12 +194,29 @@ def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict
                       + ", ".join(sorted({t.source.split('/')[0] for t in kept})),
             "model": model, "gpu_type": gpu, "gpus": gpus, "objective": "step", "job": job,
             "notes": ["throughput: verl's perf/throughput (tokens/s/GPU) at the measured step; peak_mem_gib: the "
-                      "NVML peak; *_s: verl's timing_s at that step; noise_spread: the trial's step-to-step spread, "
-                      "or its configuration's re-runs' (max - min over their mean) where larger",
+                      "NVML peak (the highest of a configuration's runs); *_s: verl's timing_s at that step (the "
+                      "runs' mean throughput and times where a configuration ran more than once); noise_spread: the "
+                      "trial's step-to-step spread, or its configuration's re-runs' (max - min over their mean) where "
+                      "larger",
                       f"written by python -m benchmarks.verl_landscapes from {len(trials)} trials "
-                      f"({len(trials) - len(kept)} re-runs of a configuration dropped)"]}
+                      f"({len(trials) - len(kept)} re-runs of a configuration merged into its row: the runs' mean)"]}
     (out / f"{name}.meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=120))
     return csv_path
+
+
+def _merged(runs: list[Measured]) -> Measured:
+    """A configuration's row from its runs, oldest first: the later trial (its status and source), with the mean
+    throughput and phase times of the runs that measured them and the highest peak, where more than one ran. The mean
+    makes a row independent of which host ran it last: lease 42 re-ran lease 37's 3B first launch at 6,191.5 against
+    7,312.1, which alone moved the table's first launch from 96 % of the best to 82 %."""
+    last = runs[-1]
+    ran = [t for t in runs if t.status == "ok" and t.throughput]
+    if last.status != "ok" or len(ran) < 2:
+        return dataclasses.replace(last, spread=_rerun_spread(runs))
+    phases = {p: sum(vs) / len(vs) for p in last.phases if (vs := [t.phases[p] for t in ran if p in t.phases])}
+    peaks = [t.peak_gib for t in ran if t.peak_gib is not None]
+    return dataclasses.replace(last, throughput=sum(t.throughput or 0.0 for t in ran) / len(ran), phases=phases,
+                               peak_gib=max(peaks) if peaks else None, spread=_rerun_spread(runs))
 
 
 def _rerun_spread(runs: list[Measured]) -> float | None:

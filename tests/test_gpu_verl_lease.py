@@ -87,11 +87,22 @@ def test_every_plan_that_resumes_a_study_asks_for_more_trials_than_it_holds() ->
 def test_a_lane_runs_its_command_on_its_gpu_only_in_the_background(tmp_path: Path) -> None:
     """A plan's lanes (one study per GPU of a node of several) see one GPU each: CUDA_VISIBLE_DEVICES and LANE (its
     work dir) are set for the command, which runs in the background with its log in lane<GPU>.out."""
-    out = _campaign(tmp_path, "lane 2 bash -c 'sleep 0.3; echo gpu=$CUDA_VISIBLE_DEVICES lane=$LANE'; "
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"  # a node of four GPUs
+    smi.write_text("#!/bin/sh\nfor i in 0 1 2 3; do echo \"GPU $i: NVIDIA H200 (UUID: GPU-$i)\"; done\n")
+    smi.chmod(0o755)
+    out = _campaign(tmp_path, f"PATH={bin_dir}:$PATH; lane 2 bash -c "
+                              "'sleep 0.3; echo gpu=$CUDA_VISIBLE_DEVICES lane=$LANE host=$LANE_HOST_GIB'; "
                               "lane 3 bash -c 'echo gpu=$CUDA_VISIBLE_DEVICES'; echo started; wait; echo done")
     assert out.splitlines() == ["started", "done"]  # the lanes ran beside the plan, which waited for them
-    assert "gpu=2 lane=2" in (tmp_path / "lane2.out").read_text()
+    lane2 = (tmp_path / "lane2.out").read_text()
+    assert "gpu=2 lane=2 host=" in lane2
     assert "gpu=3" in (tmp_path / "lane3.out").read_text() and not (tmp_path / "lane0.out").exists()
+    # each lane's share of the host's memory (`at` passes it as --host-memory): Ray's memory monitor kills for the
+    # whole node, and lease 42's two lanes, each counting all of it, lost a 7B and a 3B trial at once
+    mem_gib = next(int(ln.split()[1]) for ln in open("/proc/meminfo") if ln.startswith("MemTotal:")) / 1048576
+    assert float(lane2.rsplit("host=", 1)[1].split()[0]) == pytest.approx(mem_gib / 4, abs=0.06)
 
 
 BUILD = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_verl" / "build_payload.sh"

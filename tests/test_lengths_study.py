@@ -103,3 +103,27 @@ def test_the_real_3b_study_reproduces_its_5761_and_status_says_what_0s_predictio
     assert guessed == {0: True, 1: False, 3: False}
     code, out, _ = cli_run(capsys, "status", "--storage", f"sqlite:///{db}")
     assert code == 0 and "(lengths guessed)" in out and "the model now predicts #0" in out
+
+
+def test_a_study_keeps_what_it_knew_of_the_lengths_and_an_older_database_opens(tmp_path: Path) -> None:
+    """The data's prompt lengths (read where the job's files are) and --response-length are kept with the study, so
+    a setup rebuilt from the database alone (export, the dashboard, a replay) judges as the study did: lease 42's 7B
+    study launched dyn32k/96k with its data's ~170-token prompts, a rebuild without them dyn24k/96k. A database made
+    before the column existed gains it on open, its studies knowing nothing (None)."""
+    import dataclasses
+    import sqlite3
+
+    from autotune.search.setup import setup_from_row
+    from autotune.store.store import Store
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    setup = dataclasses.replace(make_setup(), prompt_lengths=(148.4, 234.0, "train.parquet: 16 prompts"),
+                                response_length=700.0)
+    Tuner(setup, fake_runner(env_for(tmp_path / "rec.jsonl")), url, "kept", workdir=tmp_path / "t")
+    again = setup_from_row(Store(url).get_study("kept"))
+    assert again.prompt_lengths == (148.4, 234.0, "train.parquet: 16 prompts") and again.response_length == 700.0
+    assert again.lengths == setup.lengths
+    with sqlite3.connect(tmp_path / "s.db") as con:  # as a database of before the column
+        con.execute("ALTER TABLE autotune_studies DROP COLUMN lengths")
+    old = setup_from_row(Store(url).get_study("kept"))
+    assert old.prompt_lengths is None and old.response_length is None and old.lengths is None

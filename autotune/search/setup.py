@@ -57,6 +57,11 @@ class Setup:
             return None
         return at_step(self.job, self.response_length, self.prompt_lengths, [dict(m) for m in self.measured_lengths])
 
+    def length_inputs(self) -> dict[str, Any]:
+        """What the study knows of the lengths before measuring, as its row keeps it (StudyRow.lengths)."""
+        return {"response_length": self.response_length,
+                "prompt_lengths": list(self.prompt_lengths) if self.prompt_lengths else None}
+
     @property
     def context(self) -> dict[str, Any]:
         return space_context(self.model.is_moe, self.cluster.world_size, self.cluster.gpus_per_node,
@@ -112,6 +117,7 @@ class Setup:
             cluster=dataclasses.asdict(self.cluster), job=[list(kv) for kv in self.job.overrides],
             job_source=self.job.source, space_name=self.space.name, space_text=space_text, backend=backend,
             simulated=simulated, fingerprint=self.fingerprint(), measure_step=self.measure_step,
+            lengths=self.length_inputs(),
         )
 
     def default_study_name(self) -> str:
@@ -134,6 +140,10 @@ def setup_from_row(row: StudyRow) -> Setup:
     cl = dict(row.cluster)
     cluster = Cluster(GPUType(**cl.pop("gpu")), **cl)
     job = Job(tuple((k, v) for k, v in row.job), row.job_source)
+    known = row.lengths or {}
+    prompts = known.get("prompt_lengths")
     return Setup(ModelArch(**row.model), cluster, job, parse_space(row.space_text, row.space_name), row.measure_step,
-                 objective=(row.fingerprint or {}).get("objective", "step"))
+                 objective=(row.fingerprint or {}).get("objective", "step"),
+                 response_length=known.get("response_length"),
+                 prompt_lengths=(float(prompts[0]), float(prompts[1]), str(prompts[2])) if prompts else None)
 

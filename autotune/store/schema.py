@@ -45,6 +45,10 @@ class StudyRow(Base):
     note: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    # What the study knew of the sequence lengths before any measurement (Setup.length_inputs: --response-length,
+    # the prompts of the job's data): a setup rebuilt where the data is not (export, the dashboard, a replay) judges
+    # as the study did. None: a study made before it was kept.
+    lengths: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class TrialRow(Base):
@@ -143,7 +147,7 @@ def row_dict(row: Base) -> dict[str, Any]:
 
 
 # Columns added after a table's first release: databases made before get them on open (nullable, no default).
-NEW_COLUMNS = {"autotune_trials": ("placement",)}
+NEW_COLUMNS = {"autotune_trials": ("placement",), "autotune_studies": ("lengths",)}
 
 
 def add_new_columns(engine: Engine) -> None:

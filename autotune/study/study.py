@@ -181,7 +181,7 @@ class Tuner:
             job_source=s.job.source, space_name=s.space.name,
             space_text=space_text if space_text is not None else Path(s.space.source).read_text(),
             backend=self.runner.name, simulated=self.runner.simulated, fingerprint=fp,
-            measure_step=s.measure_step,
+            measure_step=s.measure_step, lengths=s.length_inputs(),
         ))
 
     def recover(self) -> list[int]:

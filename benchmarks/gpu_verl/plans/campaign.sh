@@ -56,7 +56,7 @@ at() {
     python3 -m autotune run --backend verl --model "$d/model" --gpus 1 --gpu-type "$GPU_TYPE" \
         --job "/root/smoke/job-$m.yaml" --storage "sqlite:////root/smoke/$study.db" --study "$study" \
         --workdir "/root/smoke/trials${LANE:+/g$LANE}" --confirm 0 --trial-timeout 1200 --stall-timeout 240 \
-        --startup-timeout 600 --n-trials "$n" --timeout $((left - need)) "$@" \
+        --startup-timeout 600 --n-trials "$n" --timeout $((left - need)) ${LANE_HOST_GIB:+--host-memory "$LANE_HOST_GIB"} "$@" \
         >> "/root/smoke/$study.out" 2>> "/root/smoke/$study.err"
     local rc=$?
     stamp "$study: exit $rc"
@@ -73,14 +73,19 @@ cpu_adam_probe() {
 # lane GPU COMMAND...: COMMAND (a plan's `at`/`profile` line) in the background on GPU GPU of a node of several, as on
 # a one-GPU machine: CUDA_VISIBLE_DEVICES (Ray, vLLM and autotune's NVML monitor see that GPU only), the GPU's share of
 # the host's cores (taskset: a one-GPU lent machine has 16), its own work dir (LANE: trials/gGPU, its own compile
-# caches), its log in lane<GPU>.out. A plan ends with `wait` for its lanes.
+# caches), its share of the host's memory (LANE_HOST_GIB, passed as --host-memory: Ray's memory monitor kills any
+# lane's workers once the node as a whole passes 95 %; lease 42's two lanes each counted the whole host and a 7B and a
+# 3B trial were killed at once), its log in lane<GPU>.out. A plan ends with `wait` for its lanes.
 lane() {
     local g=$1 n per
     shift
     n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || n=1
-    per=$(( $(nproc) / (n > 0 ? n : 1) ))
+    [ "$n" -ge 1 ] || n=1
+    per=$(( $(nproc) / n ))
     (
         export CUDA_VISIBLE_DEVICES=$g LANE=$g
+        LANE_HOST_GIB=$(awk -v n="$n" '/^MemTotal:/ {printf "%.1f", $2 / 1048576 / n}' /proc/meminfo)
+        export LANE_HOST_GIB
         [ "$per" -ge 1 ] && command -v taskset > /dev/null && taskset -cp "$((g * per))-$((g * per + per - 1))" $BASHPID \
             > /dev/null 2>&1
         stamp "lane $g: GPU $g, cores $(taskset -cp $BASHPID 2>/dev/null | sed 's/.*: //'): $*"
