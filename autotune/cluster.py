@@ -69,6 +69,10 @@ class Cluster:
     # Host memory of a node, GiB (the cgroup's limit where lower: what Ray's memory monitor measures against); None:
     # unknown, and the memory model checks no host memory (--host-memory, or read on a GPU node itself).
     host_memory_gib: float | None = None
+    # Trials that may run at once on one node (--parallel trials of fewer GPUs than a node holds): they share its
+    # host memory, and Ray's memory monitor kills for the node as a whole (two one-GPU studies on a node of two, each
+    # counting all of its memory, lost a 7B and a 3B trial at once: tests/data/real_verl_gpu/h200_2026-11-28_l42).
+    trials_per_node: int = 1
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1 or self.nodes < 1:
@@ -172,9 +176,10 @@ def detect_host_memory_gib() -> float | None:
 
 
 def make_cluster(gpus: int | None, nodes: int | None, gpu_type: str | None,
-                 host_memory_gib: float | None = None) -> Cluster:
+                 host_memory_gib: float | None = None, parallel: int = 1) -> Cluster:
     """Cluster from the CLI options; what the user leaves out is read from the local GPUs, else 8 x H100. Host
-    memory: as given, else this machine's where it has GPUs (autotune runs on a node of the cluster), else unknown."""
+    memory: as given, else this machine's where it has GPUs (autotune runs on a node of the cluster), else unknown.
+    `parallel` trials at once share a node where it holds several of them (its GPUs: the local ones, else 8)."""
     local = detect_local_gpus()
     if gpu_type:
         gtype = get_gpu_type(gpu_type)
@@ -191,4 +196,13 @@ def make_cluster(gpus: int | None, nodes: int | None, gpu_type: str | None,
         detected=local is not None and gpus is None and gpu_type is None,
         host_memory_gib=host_memory_gib if host_memory_gib is not None else (
             detect_host_memory_gib() if local else None),
+        trials_per_node=trials_per_node(parallel, gpus if gpus is not None else (local[0] if local else 8),
+                                        local[0] if local else 8),
     )
+
+
+def trials_per_node(parallel: int, trial_gpus_per_node: int, node_gpus: int) -> int:
+    """How many of `parallel` trials at once can land on one node of `node_gpus` GPUs, each taking
+    `trial_gpus_per_node` of them (Ray packs a trial's GPUs of a node onto one node): the most that may share its host
+    memory."""
+    return max(1, min(parallel, node_gpus // max(1, trial_gpus_per_node)))

@@ -192,3 +192,28 @@ def test_estimate_shows_the_hosts_memory_and_the_rule(capsys):
     assert "breaks host_memory: predicted 121.3 GiB" in capsys.readouterr().out
     main([*base, "--set", "optimizer_offload=true"])
     assert "the node's memory unknown: --host-memory GIB checks it" in capsys.readouterr().out
+
+
+def test_trials_at_once_on_one_node_share_its_host_memory(monkeypatch):
+    """Ray's memory monitor kills for the node as a whole: lease 42's two one-GPU studies on a node of two, each
+    counting all its 252 GiB, lost a 7B trial (121.3 GiB of host memory predicted) and a 3B one at once. With
+    --parallel, the trials that can land on one node share it; the 7B's then breaks the host rule, which says why."""
+    from autotune.cluster import trials_per_node
+    from autotune.estimate import constraints
+
+    assert [trials_per_node(p, g, 8) for p, g in ((1, 1), (2, 1), (8, 1), (16, 1), (4, 2), (4, 8), (2, 3))] == \
+        [1, 2, 8, 8, 4, 1, 2]
+    monkeypatch.setattr("autotune.cluster.detect_local_gpus", lambda: (2, "NVIDIA H200", 139.8))
+    monkeypatch.setattr("autotune.cluster.detect_host_memory_gib", lambda: 251.77)
+    alone, shared = make_cluster(1, 1, "h200"), make_cluster(1, 1, "h200", parallel=4)
+    assert (alone.trials_per_node, shared.trials_per_node) == (1, 2)  # a node of two GPUs holds two one-GPU trials
+    assert make_cluster(2, 1, "h200", parallel=4).trials_per_node == 1  # a two-GPU trial fills the node
+    m = get_model("qwen2.5-7b")
+    c = smoke(recompute="full", recompute_num_layers=1, ppo_max_token_len_per_gpu=12288, optimizer_offload=True)
+    whole, half = estimate_memory(m, alone, JOB, c).host, estimate_memory(m, shared, JOB, c).host
+    assert whole.fits and not half.fits and half.capacity == pytest.approx(whole.capacity / 2)
+    assert half.as_dict()["trials_per_node"] == 2
+    broken = {v.rule: v.message for v in constraints.check(m, shared, JOB, c)}
+    assert "the 2 trials --parallel may run on it at once" in broken["host_memory"]
+    assert broken["host_memory"].endswith("or fewer trials at once")
+    assert "host_memory" not in {v.rule for v in constraints.check(m, alone, JOB, c)}

@@ -89,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="local: one trial at a time on this node (default); ray: up to --parallel trials at once on "
                         "a Ray cluster, each holding its own nodes x GPUs (docs/executors.md)")
-    g.add_argument("--parallel", type=int, default=1, help="with --executor ray: trials at once (default 1)")
+    g.add_argument("--parallel", type=int, default=1,
+                   help="with --executor ray: trials at once (default 1); those that land on one node share its host "
+                   "memory, which the memory model divides among them")
     g.add_argument("--ray-address", help="with --executor ray: the cluster's head, HOST:6379, or `local` for a "
                    "private Ray of this node's GPUs. Default: RAY_ADDRESS, else the cluster this host joined with `ray "
                    "start` (its address is printed: this host belongs to it), else a private local Ray; never "

@@ -186,7 +186,8 @@ def make_setup(args: argparse.Namespace) -> tuple[Setup, str]:
     if not args.model:
         raise CLIError("--model is required (or --backend replay --table FILE.csv, whose table names the model)")
     model = get_model(args.model)
-    cluster = make_cluster(args.gpus, args.nodes, args.gpu_type, getattr(args, "host_memory", None))
+    cluster = make_cluster(args.gpus, args.nodes, args.gpu_type, getattr(args, "host_memory", None),
+                           getattr(args, "parallel", None) or 1)
     job = Job.from_file(args.job) if args.job else Job.default()
     unknown = unknown_keys(job.mapping) if args.job else []
     if unknown:

@@ -42,6 +42,7 @@ class HostEstimate:
 
     terms: tuple[tuple[str, float], ...]
     capacity: float | None
+    sharing: int = 1  # trials at once on the node, whose memory the capacity is this one's share of
 
     @property
     def need(self) -> float:
@@ -56,14 +57,19 @@ class HostEstimate:
         if self.fits or self.capacity is None:
             return ""
         largest = max(self.terms, key=lambda t: t[1])[0]
-        return (f"predicted {units.gib(self.need / GIB)} GiB of host memory a node > {units.gib(self.capacity / GIB)} "
-                f"GiB, the share Ray's memory monitor lets it use before it kills workers (largest: {largest}); "
-                "offload less, or a smaller optimizer_offload_fraction")
+        shared = (f" (the node's memory over the {self.sharing} trials --parallel may run on it at once)"
+                  if self.sharing > 1 else "")
+        return (f"predicted {units.gib(self.need / GIB)} GiB of host memory a node > "
+                f"{units.gib(self.capacity / GIB)} GiB, the share Ray's memory monitor lets it use before it kills "
+                f"workers{shared} (largest: {largest}); "
+                "offload less, or a smaller optimizer_offload_fraction"
+                + (", or fewer trials at once" if self.sharing > 1 else ""))
 
     def as_dict(self) -> dict:
         return {"need_gib": round(self.need / GIB, 3),
                 "capacity_gib": round(self.capacity / GIB, 3) if self.capacity is not None else None,
-                "fits": self.fits, "terms_gib": {k: round(v / GIB, 3) for k, v in self.terms}}
+                "fits": self.fits, "terms_gib": {k: round(v / GIB, 3) for k, v in self.terms},
+                "trials_per_node": self.sharing}
 
 
 def estimate_host(cl: Cluster, c: Candidate, states: dict[str, float], ref_bytes: float,
@@ -85,5 +91,6 @@ def estimate_host(cl: Cluster, c: Candidate, states: dict[str, float], ref_bytes
         ("offloaded_ref", n * ref_bytes if ref_bytes and c.ref_offloaded else 0.0),
         ("node", cal.node_base),
     )
-    capacity = cl.host_memory_gib * GIB * cal.monitor_threshold if cl.host_memory_gib else None
-    return HostEstimate(tuple(t for t in terms if t[1]), capacity)
+    capacity = (cl.host_memory_gib * GIB * cal.monitor_threshold / cl.trials_per_node if cl.host_memory_gib
+                else None)
+    return HostEstimate(tuple(t for t in terms if t[1]), capacity, cl.trials_per_node)
