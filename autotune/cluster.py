@@ -181,6 +181,7 @@ def make_cluster(gpus: int | None, nodes: int | None, gpu_type: str | None,
     memory: as given, else this machine's where it has GPUs (autotune runs on a node of the cluster), else unknown.
     `parallel` trials at once share a node where it holds several of them (its GPUs: the local ones, else 8)."""
     local = detect_local_gpus()
+    node_gpus = local[0] if local else 8
     if gpu_type:
         gtype = get_gpu_type(gpu_type)
     elif local and (found := gpu_type_from_device_name(local[1])):
@@ -191,13 +192,12 @@ def make_cluster(gpus: int | None, nodes: int | None, gpu_type: str | None,
         gtype = GPU_TYPES["h100"]
     return Cluster(
         gpu=gtype,
-        gpus_per_node=gpus if gpus is not None else (local[0] if local else 8),
+        gpus_per_node=gpus if gpus is not None else node_gpus,
         nodes=nodes if nodes is not None else 1,
         detected=local is not None and gpus is None and gpu_type is None,
         host_memory_gib=host_memory_gib if host_memory_gib is not None else (
             detect_host_memory_gib() if local else None),
-        trials_per_node=trials_per_node(parallel, gpus if gpus is not None else (local[0] if local else 8),
-                                        local[0] if local else 8),
+        trials_per_node=trials_per_node(parallel, gpus if gpus is not None else node_gpus, node_gpus),
     )
 
 

@@ -37,6 +37,7 @@ import yaml
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.estimate.correction import NO_CORRECTION
+from autotune.estimate.lengths import DATA_PROMPTS
 from autotune.results import noise
 from autotune.results.labels import Labeller
 from autotune.search.ranking import make_ranking
@@ -150,7 +151,7 @@ def data_prompts(first: Any) -> tuple[float, float, str] | None:
     at its data's prompts, 161 tokens on average and 243 at most; at the job's 512 the pick is dyn24k/96k)."""
     known = (first.predicted_memory or {}).get("lengths") or {}
     sources = known.get("sources") or []
-    if not (sources and str(sources[0]).startswith("prompt lengths of") and known.get("prompt_max")):
+    if not (sources and str(sources[0]).startswith(DATA_PROMPTS) and known.get("prompt_max")):
         return None
     return float(known["prompt_mean"]), float(known["prompt_max"]), str(sources[0])
 

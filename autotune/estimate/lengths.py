@@ -23,6 +23,7 @@ from autotune.job import Job
 LONGEST_OVER_MEAN = 2.0
 CHARS_PER_TOKEN = 4.0  # prompt text without a tokenizer: an approximation, said so in the source
 RESPONSES_UNKNOWN = "no measurement or --response-length estimate"  # in the sources of such lengths
+DATA_PROMPTS = "prompt lengths of"  # how the source of prompt lengths read from the job's data begins
 
 
 class LengthsError(ValueError):
@@ -159,7 +160,7 @@ def prompt_lengths_from_data(job: Job, max_rows: int = 2000) -> tuple[float, flo
     lengths = [counter(x) for x in prompts]
     names = ", ".join(p.name for p in paths)
     return (sum(lengths) / len(lengths), float(max(lengths)),
-            f"prompt lengths of {len(lengths)} rows of {names} ({how})")
+            f"{DATA_PROMPTS} {len(lengths)} rows of {names} ({how})")
 
 
 def _token_counter(job: Job) -> tuple[Any, str]:

@@ -37,7 +37,7 @@ from autotune.search.samplers import ModelSampler
 from autotune.search.setup import Setup, StudyMismatchError
 from autotune.search.split import InfeasibleSpaceError, Pick
 from autotune.store.access import check_writable, open_storage
-from autotune.store.schema import REQUESTED, StudyRow, TrialRow, utcnow
+from autotune.store.schema import REQUESTED, TrialRow, utcnow
 from autotune.store.store import Store, StoreError, TrialTaken, safe_url, worker_id
 from autotune.store.tuners import OWNER, Registry
 from autotune.study.inflight import Heartbeat, Inflight
@@ -156,7 +156,7 @@ class Tuner:
         row = self.store.get_study(self.study_name)
         if row is None:
             try:
-                self._add_study_row(fp, space_text)
+                self._add_study_row(space_text)
                 return
             except StoreError as e:
                 if not isinstance(e.__cause__, IntegrityError):
@@ -173,16 +173,10 @@ class Tuner:
                 + "): use another --study name to start a new study, or the study's own options to resume it"
             )
 
-    def _add_study_row(self, fp: dict[str, str], space_text: str | None) -> None:
+    def _add_study_row(self, space_text: str | None) -> None:
         s = self.setup
-        self.store.add_study(StudyRow(
-            name=self.study_name, model_name=s.model.name, model=dataclasses.asdict(s.model),
-            cluster=dataclasses.asdict(s.cluster), job=[list(kv) for kv in s.job.overrides],
-            job_source=s.job.source, space_name=s.space.name,
-            space_text=space_text if space_text is not None else Path(s.space.source).read_text(),
-            backend=self.runner.name, simulated=self.runner.simulated, fingerprint=fp,
-            measure_step=s.measure_step, lengths=s.length_inputs(),
-        ))
+        self.store.add_study(s.study_row(self.study_name, self.runner.name, self.runner.simulated,
+                                         space_text if space_text is not None else Path(s.space.source).read_text()))
 
     def recover(self) -> list[int]:
         """Close trials left running by a tuner that died; re-queue them and interrupted ones. Returns numbers."""
