@@ -108,7 +108,7 @@ def test_a_decode_step_takes_the_hosts_overhead_where_the_gpus_replay_is_shorter
     every size's gen on either GPU type within the phase target (the H200's one-GPU and four-lane nodes differ by a
     poll interval: 6.1 against 8.1 s)."""
     steps = cal.decode_step_times(zeroed)
-    assert len(steps) == len(cal.ok_cases(zeroed)) == 131
+    assert len(steps) == len(cal.ok_cases(zeroed)) == 136
     assert all(step > c.decode_gpu_step_s > 0 for c, step in steps)
     for size in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"):
         h100 = [c for c in cal.ok_cases(held) if c.size == size and c.gpu == "h100"]
@@ -134,7 +134,7 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     hidden under the GPU's replay where that is longer: gen 3%, old_log_prob 10%, update_actor 8%, weight sync 15%,
     the step 7%, Spearman 0.92)."""
     fit = cal.errors(held)
-    assert fit.trials == 131
+    assert fit.trials == 136
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -203,7 +203,8 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
                        "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#1", "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#0",
                        "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1", "h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#4",
                        *(f"h200_2026-11-27_l41/{study}.db/{study}#{n}" for study in ("c-0.5b-h19", "c-1.5b-h20")
-                         for n in (1, 2)), "h200_2026-11-28_l42/c-3b-h24.db/c-3b-h24#1"}
+                         for n in (1, 2)), "h200_2026-11-28_l42/c-3b-h24.db/c-3b-h24#1",
+                       "h200_2026-11-28_l43/c-3b-h27.db/c-3b-h27#1"}
 # Priced, one misses a target held out, named with what it misses and a bound over its error (predicted / measured
 # - 1): lease 3b's 0.5B with a 4k budget ran unfused attention, whose long GPU work per micro-batch (0.32 s, the
 # model's) hid the cost (0.002 s a micro-batch): its update is priced 33% over, its step 15%. Lease 26's 1.5B at
@@ -238,7 +239,7 @@ def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) ->
         assert (c.small_kind, c.small_micro_batches) == (("fixed", 64) if "mbs2/" in c.label else ("dynamic", 38))
     fixed = [r for c, r in costs if c.small_kind == "fixed"]
     fused_budget = [r for c, r in costs if c.small_kind == "dynamic" and "no-fused" not in c.label]
-    assert (len(fixed), len(fused_budget)) == (8, 6)
+    assert (len(fixed), len(fused_budget)) == (8, 7)
     assert statistics.median(fused_budget) > statistics.median(fixed) + 0.03
     pairs = {}
     for c, r in costs:
@@ -303,7 +304,10 @@ def test_held_out_small_micro_batches_meet_the_targets_but_those_named(held: lis
 # five, 1.00 over the 1.5B's four: calibration.md, "How far a measured step can be ordered"). Lease 42's two-lane H200
 # node ran the 3B 12-25% under the one-GPU H200s for the same configurations (its dyn12k/96k 6,191.5 against lease
 # 37's 7,312.1, selective recompute 5,183.6 against lease 36's 6,946.0) and the 7B's first pick 8% under lease 13's
-# (2,615.9 against 2,838.6): its four are host misses too.
+# (2,615.9 against 2,838.6): its four are host misses too. Lease 43's two-lane H200 node ran lease 42's 3B
+# configurations slower still (dyn4k/8k with the optimizer offloaded: step 3 in 39.5 s against 33.9 and 36.5 s on
+# the four-lane nodes of leases 33 and 32) and the 7B's first pick 11% under lease 13's (2,528.1): its five are host
+# misses.
 HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
     f"h200_2026-11-27_l32/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-t", range(5)), ("c-1.5b-h7", range(4)),
                                                                      ("c-3b-mb", range(3))) for n in ns} | {
@@ -314,7 +318,9 @@ HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
     "h200_2026-11-27_l40/c-0.5b-h18.db/c-0.5b-h18#1"} | {
     f"h200_2026-11-27_l41/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-h19", range(5)), ("c-1.5b-h20", range(4)))
     for n in ns} | {f"h200_2026-11-28_l42/c-3b-h24.db/c-3b-h24#{n}" for n in (0, 1, 3)} | {
-    "h200_2026-11-28_l42/c-7b-h23.db/c-7b-h23#0"}
+    "h200_2026-11-28_l42/c-7b-h23.db/c-7b-h23#0"} | {
+    f"h200_2026-11-28_l43/c-3b-h27.db/c-3b-h27#{n}" for n in range(3)} | {
+    f"h200_2026-11-28_l43/c-7b-h28.db/c-7b-h28#{n}" for n in (0, 2)}
 
 
 # Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at
@@ -424,7 +430,7 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     assert len(errs) == 80 and max(errs) < 0.75 and min(errs) > -0.37
     slow = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source in HOST_MISSES]
-    assert len(slow) == 51 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
+    assert len(slow) == 56 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
     assert statistics.median(abs(e) for e in errs) <= cal.PHASE_TARGET
 
 

@@ -120,8 +120,9 @@ class Efficiency:
     # Lease 35's five 1.5B trials on an H100 host whose updates ran ~2 s over lease 11's host for the same
     # configuration (10.2 against 8.1 s) take it to 4.85 s; lease 36's five 3B trials on a one-GPU H200 host (its
     # updates 3-10% under the model, the CPU-Adam one 14% over) to 4.78 s, and lease 37's three 3B trials on another
-    # (updates 13% under to 4% over) to 4.73 s.
-    update_pass_s: float = 4.73
+    # (updates 13% under to 4% over) to 4.73 s. Lease 43's two-lane H200 node (its 3B 10-25% under the one-GPU H200s,
+    # the 7B's first pick 11% under lease 13's host) to 4.83 s.
+    update_pass_s: float = 4.83
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -162,9 +163,10 @@ class Efficiency:
     # 0.099 and 0.139 s; with update_pass_s at 4.73 s (lease 37): 0.101 and 0.142 s. Lease 41's two-lane H200 node
     # (its small models' steps 20-40 % over the one-GPU H200s', as the four-lane nodes of leases 32-33 ran) measured
     # both kinds on the 0.5B and the 1.5B: micro-batches of 2 at 0.153 and 0.165 s, a 4k budget at 0.183 and 0.171 s;
-    # fitted on every host, as update_pass_s is: 0.111 and 0.149 s.
-    small_micro_batch_s: float = 0.111
-    small_budget_micro_batch_s: float = 0.149
+    # fitted on every host, as update_pass_s is: 0.111 and 0.149 s. Lease 43's 3B at a 4k budget on another
+    # two-lane node (0.189 s a micro-batch), with update_pass_s at 4.83 s: 0.112 and 0.160 s.
+    small_micro_batch_s: float = 0.112
+    small_budget_micro_batch_s: float = 0.160
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
