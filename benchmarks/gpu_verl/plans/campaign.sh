@@ -120,19 +120,41 @@ CPU_ADAM1=optimizer_cpu_offload=true,optimizer_offload_fraction=1.0
 CPU_ADAM05=optimizer_cpu_offload=true,optimizer_offload_fraction=0.5
 FULL=recompute=full
 SEL2=recompute=selective,recompute_modules=[core_attn,mlp]
+SEL1=recompute=selective,recompute_modules=core_attn
 
-# spread_h100 STUDY_1_5B STUDY_3B: the H100's 1.5B and 3B spreads, one lane each (lease 41's H100 branch).
-spread_h100() {
-    lane 0 at qwen2.5-1.5b "$1" 5 240 --extra-steps 1 \
+# rc_sel_by_cpu_adam STUDY: the 3B's selective recompute (core_attn, verl's default modules) by the CPU optimizer at
+# dyn8k/96k, in one study (one host; lease 44). Every 3B trial of rc:sel so far had the CPU optimizer on too, and ran its
+# update 2-7 s over the model (lease 34's one-GPU H100: +6.9 s, the same without rc:sel -1.7 s): which of the two costs it
+# is not known. Then rc:sel core_attn,mlp at the same budget (the modules the model's picks use). An H200's: without the
+# CPU optimizer the 3B's dyn8k/96k does not fit an H100.
+rc_sel_by_cpu_adam() {
+    at qwen2.5-3b "$1" 5 300 --extra-steps 1 \
+        --enqueue "$(dyn 8192 98304 0.4),$SEL1" \
+        --enqueue "$(dyn 8192 98304 0.4)" \
+        --enqueue "$(dyn 8192 98304 0.4),$SEL1,$CPU_ADAM05" \
+        --enqueue "$(dyn 8192 98304 0.4),$CPU_ADAM05" \
+        --enqueue "$(dyn 8192 98304 0.4),$SEL2"
+}
+
+# spread_1_5b STUDY / spread_3b STUDY: the H100's 1.5B and 3B spreads; spread_h100 STUDY_1_5B STUDY_3B: one lane
+# each (lease 41's H100 branch).
+spread_1_5b() {
+    at qwen2.5-1.5b "$1" 5 240 --extra-steps 1 \
         --enqueue "$(dyn 12288 98304 0.4)" \
         --enqueue "$(mbs 2 8 0.4)" \
         --enqueue "$(dyn 16384 32768 0.5),$FULL" \
         --enqueue "$(dyn 4096 8192 0.4)" \
         --enqueue "$(dyn 16384 32768 0.4),$CPU_ADAM1"
-    lane 1 at qwen2.5-3b "$2" 5 280 --extra-steps 1 \
+}
+spread_3b() {
+    at qwen2.5-3b "$1" 5 280 --extra-steps 1 \
         --enqueue "$(dyn 16384 98304 0.4),$SEL2,param_offload=true" \
         --enqueue "$(dyn 8192 98304 0.4),$CPU_ADAM05" \
         --enqueue "$(dyn 16384 98304 0.4),$FULL,$CPU_ADAM1" \
         --enqueue "$(mbs 2 8 0.4),optimizer_offload=true" \
         --enqueue "$(dyn 16384 98304 0.4),$FULL,optimizer_offload=true"
+}
+spread_h100() {
+    lane 0 spread_1_5b "$1"
+    lane 1 spread_3b "$2"
 }
