@@ -136,25 +136,18 @@ rc_sel_by_cpu_adam() {
         --enqueue "$(dyn 8192 98304 0.4),$SEL2"
 }
 
-# spread_1_5b STUDY / spread_3b STUDY: the H100's 1.5B and 3B spreads; spread_h100 STUDY_1_5B STUDY_3B: one lane
-# each (lease 41's H100 branch).
-spread_1_5b() {
-    at qwen2.5-1.5b "$1" 5 240 --extra-steps 1 \
+# spread_h100 STUDY_1_5B STUDY_3B: the H100's 1.5B and 3B spreads, one lane each (lease 41's H100 branch).
+spread_h100() {
+    lane 0 at qwen2.5-1.5b "$1" 5 240 --extra-steps 1 \
         --enqueue "$(dyn 12288 98304 0.4)" \
         --enqueue "$(mbs 2 8 0.4)" \
         --enqueue "$(dyn 16384 32768 0.5),$FULL" \
         --enqueue "$(dyn 4096 8192 0.4)" \
         --enqueue "$(dyn 16384 32768 0.4),$CPU_ADAM1"
-}
-spread_3b() {
-    at qwen2.5-3b "$1" 5 280 --extra-steps 1 \
+    lane 1 at qwen2.5-3b "$2" 5 280 --extra-steps 1 \
         --enqueue "$(dyn 16384 98304 0.4),$SEL2,param_offload=true" \
         --enqueue "$(dyn 8192 98304 0.4),$CPU_ADAM05" \
         --enqueue "$(dyn 16384 98304 0.4),$FULL,$CPU_ADAM1" \
         --enqueue "$(mbs 2 8 0.4),optimizer_offload=true" \
         --enqueue "$(dyn 16384 98304 0.4),$FULL,optimizer_offload=true"
-}
-spread_h100() {
-    lane 0 spread_1_5b "$1"
-    lane 1 spread_3b "$2"
 }

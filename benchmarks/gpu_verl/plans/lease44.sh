@@ -9,9 +9,9 @@
 # one host. Only on the H200: without the CPU optimizer the 3B's dyn8k/96k does not fit an H100 (predicted 87.8 GiB).
 #   H100 node: lease 41's H100 branch: lane 0 the 1.5B, lane 1 the 3B, one spread study each.
 #   H200 node: lane 0 the 7B's two leaders in one study (one host), steps 1-4; lane 1 the 3B's rc:sel by CPU
-#              optimizer. Not two 7B lanes: the model puts
-#              each 7B at 107 GiB of the node's 252 GiB host memory, and lease 42's two lanes were killed at 239 GiB with
-#              195 GiB predicted; the 7B with the whole optimizer on the CPU (164 GiB) does not fit a lane's share.
+#              optimizer. Not two 7B lanes: the model puts each 7B at 107 GiB of the node's 252 GiB host memory,
+#              and lease 42's two lanes were killed at 239 GiB with 195 GiB predicted; the 7B with the whole optimizer
+#              on the CPU (164 GiB) does not fit a lane's share.
 # A 7B trial ~550-590 s (two in a lane), a 1.5B or 3B ~400 s cold, 240-390 s warm. Ask nvidia-h100-x2; start with
 # AT_MODEL=qwen2.5-3b AT_MORE_MODELS="qwen2.5-1.5b" on H100s, AT_MODEL=qwen2.5-3b AT_MORE_MODELS="qwen2.5-7b" on
 # H200s, LEASE_S=1600 where the machine counts in full; stage with the committed trials out (lease_tree.sh out).
