@@ -12,12 +12,14 @@ Spearman's rank correlation of the step times (beside how far a measured step or
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 from pathlib import Path
 
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY, SMALL_MICRO_BATCH_TOKENS, decode_step_seconds
 from benchmarks import real_studies
 from benchmarks.real_cases import (
+    CHECKPOINT_COST,
     HERE,
     LOGIT_COST,
     MICRO_BATCH_COST,
@@ -49,18 +51,49 @@ def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
     `fit_small_micro_batch_costs`)."""
     out = {}
     logit_ps = fit_logit_cost(zeroed) or 0.0
+    checkpoint_s = fit_checkpoint_cost(zeroed) or 0.0
     for phase, name in PASS_COSTS.items():
-        res = [_left(c, phase, logit_ps) for c in ok_cases(zeroed)
+        res = [_left(c, phase, logit_ps, checkpoint_s) for c in ok_cases(zeroed)
                if c.measured_phases.get(phase)
                and not (phase == "update_actor" and _update_priced_apart(c))]
         out[name] = statistics.median(res)
     return out
 
 
-def _left(c: Case, phase: str, logit_ps: float) -> float:
-    """Measured minus predicted (zeroed) of a phase, less what its unfused logits cost at `logit_ps`."""
+def _left(c: Case, phase: str, logit_ps: float, checkpoint_s: float = 0.0) -> float:
+    """Measured minus predicted (zeroed) of a phase, less what its unfused logits cost at `logit_ps` and (the update)
+    its selective recompute's checkpoints at `checkpoint_s`."""
     return (c.measured_phases[phase] - c.predicted_phases[phase]
-            - c.unfused_logits.get(phase, 0.0) * logit_ps * 1e-12)
+            - c.unfused_logits.get(phase, 0.0) * logit_ps * 1e-12
+            - (c.checkpointed_layers * checkpoint_s if phase == "update_actor" else 0.0))
+
+
+def checkpoint_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
+    """Each pair of ok trials of one lease and model size whose configurations differ only in selective recompute
+    (with it, without it), with what the pair's update (the median of steps 2 on: a step's noise out) differs by
+    beyond the model's difference, per checkpointed layer (seconds; CHECKPOINT_COST)."""
+    without: dict[tuple[str, str, str], Case] = {}
+    for c in ok_cases(zeroed):
+        if c.checkpointed_layers == 0 and "rc:" not in c.label:
+            without[_lease(c), c.size, c.label] = c
+    pairs = []
+    for c in ok_cases(zeroed):
+        other = without.get((_lease(c), c.size, re.sub(r" rc:sel(:\S+)?", "", c.label)))
+        if c.checkpointed_layers and other:
+            measured = c.steady_phases["update_actor"] - other.steady_phases["update_actor"]
+            predicted = c.predicted_phases["update_actor"] - other.predicted_phases["update_actor"]
+            pairs.append((c, other, (measured - predicted) / c.checkpointed_layers))
+    return pairs
+
+
+def _lease(c: Case) -> str:
+    return c.source.split("/")[0]
+
+
+def fit_checkpoint_cost(zeroed: list[Case]) -> float | None:
+    """CHECKPOINT_COST: the median of `checkpoint_pairs` (None: no such pair)."""
+    pairs = checkpoint_pairs(zeroed)
+    return statistics.median(r for _, _, r in pairs) if pairs else None
 
 
 def logit_costs(zeroed: list[Case]) -> list[tuple[Case, float]]:
@@ -169,6 +202,7 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
         added["update_actor"] += costs[RECOMPUTE_COST]
     if "update_actor" in added:
         added["update_actor"] += c.micro_batches_of_one * costs.get(MICRO_BATCH_COST, 0.0)
+        added["update_actor"] += c.checkpointed_layers * costs.get(CHECKPOINT_COST, 0.0)
         if c.small_kind:
             added["update_actor"] += c.small_micro_batches * costs.get(SMALL_COSTS[c.small_kind], 0.0)
     for p, logits in c.unfused_logits.items():
@@ -198,6 +232,7 @@ def held_out(zeroed: list[Case]) -> tuple[list[Case], dict[str, dict[str, float]
         costs |= {name: 0.0 for name in SMALL_COSTS.values()} | fit_small_micro_batch_costs(others,
                                                                                           costs["update_pass_s"])
         costs[LOGIT_COST] = fit_logit_cost(others) or 0.0
+        costs[CHECKPOINT_COST] = fit_checkpoint_cost(others) or 0.0
         fits[size] = {**costs, **{f"overhead_{g}_ms": 1e3 * v for g, v in sorted(overhead.items())}}
         out += [with_pass_costs(c, fits[size], overhead) for c in zeroed if c.size == size]
     return out, fits
@@ -212,6 +247,7 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     one = micro_batch_costs(zeroed, update_pass_s)
     small = small_micro_batch_costs(zeroed, update_pass_s)
     logit = logit_costs(zeroed)
+    pairs = checkpoint_pairs(zeroed)
     sizes = sorted({c.size for c in ok_cases(all_cases)})
     lines = ["## Summary: per model size, leave one size out", "",
              "The fixed costs (" + ", ".join(PASS_COSTS.values()) + ") are fitted on these trials "
@@ -234,7 +270,12 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
              "each log-prob pass and update, the median over the trials without them of what their old_log_prob "
              "left above the median of those with them of the same size, GPU type and attention backend, per "
              "logit: " + (", ".join(f"{c.source} {r:.0f} ps" for c, r in logit) or "no such trial") + "; the "
-             "pass costs are fitted on what is left once it is priced) "
+             f"pass costs are fitted on what is left once it is priced), {CHECKPOINT_COST} (`fit_checkpoint_cost`: "
+             "what selective recompute's checkpoint costs a layer and update micro-batch beyond its recomputed "
+             "FLOPs, the median over the pairs of trials of one lease and size that differ only in it of what the "
+             "pair's update (steps 2 on) differs by beyond the model's difference, per checkpointed layer: "
+             + (", ".join(f"{a.source} / {b.source} {1e3 * r:.2f} ms" for a, b, r in pairs)
+                or "no such pair") + ") "
              "and the host's overhead a decode step with CUDA graphs, per GPU type, a step taking the longer of "
              "it and the GPU's replay (`fit_decode_overhead`: the median decode step, by the measured gen, of the "
              "trials whose step outlasted their GPU's predicted work; overhead_<gpu>_ms). Held out: each size "
@@ -266,7 +307,7 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
                 + ("met" if met else "**not met**") + " |")
 
     for size in sizes:
-        refit = ", ".join(f"{k}={v:.2f}" for k, v in fits[size].items())
+        refit = ", ".join(f"{k}={v:.4f}" if k == CHECKPOINT_COST else f"{k}={v:.2f}" for k, v in fits[size].items())
         lines.append(row(size, errors(c for c in all_cases if c.size == size),
                          errors(c for c in held if c.size == size), refit))
     lines.append(row("**all**", errors(all_cases), errors(held), ""))

@@ -25,6 +25,7 @@ from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.offload import cpu_fraction
 from autotune.estimate.throughput import (
     SMALL_MICRO_BATCH_COSTS,
+    checkpointed_layers,
     micro_batches_of_one,
     small_micro_batch_kind,
     small_micro_batches,
@@ -55,8 +56,11 @@ ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_grap
 # ... what a logit costs that a pass without verl's fused kernels materialises (old_log_prob and update_actor: ps per
 # logit, Case.unfused_logits) ...
 LOGIT_COST = "unfused_logit_ps"
+# ... and what selective recompute's checkpoint costs a layer and micro-batch (update_actor, Case.checkpointed_layers)
+CHECKPOINT_COST = "selective_checkpoint_s"
 ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, MICRO_BATCH_COST: 0.0,
-          **{name: 0.0 for name in SMALL_COSTS.values()}, LOGIT_COST: 0.0, **ZERO_OVERHEAD}  # the refit's
+          **{name: 0.0 for name in SMALL_COSTS.values()}, LOGIT_COST: 0.0, CHECKPOINT_COST: 0.0,
+          **ZERO_OVERHEAD}  # the refit's
 # Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences (micro-batches of 2 sequences, a 4k
 # dynamic budget: fewer than the 4 sequences of ~1.2k tokens every trial the update's fit holds has at least) cost
 # something per micro-batch, as those of one sequence do: lease 26's 1.5B, lease 29's 0.5B and lease 32's 3B left
@@ -99,6 +103,7 @@ class Case:
     update_micro_batch_tokens: float = 0.0  # tokens of a typical update micro-batch (the time model's)
     small_micro_batches: float = 0.0  # small update micro-batches (throughput.small_micro_batches): SMALL_COSTS's
     small_kind: str = ""  # which of SMALL_COSTS they pay: "dynamic" (a token budget) or "fixed"; "" without them
+    checkpointed_layers: float = 0.0  # layers x update micro-batches under selective recompute: CHECKPOINT_COST's
     cut: str = ""  # what stopped it after its measured step, read in from its log (benchmarks/real_studies.py)
     # Logits a GPU materialises without fused kernels, per phase that pays LOGIT_COST on them (none with them)
     unfused_logits: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -198,6 +203,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
         update_micro_batch_tokens=thr.batching.update_tokens_typical if thr and thr.batching else 0.0,
         small_micro_batches=small, small_kind=small_micro_batch_kind(cand) if small else "",
+        checkpointed_layers=checkpointed_layers(setup.model, job, cand, thr.batching) if thr and thr.batching else 0.0,
         cut=(row.extra or {}).get(real_studies.CUT, ""),
         unfused_logits=(unfused_logits_by_phase(setup.model, setup.cluster, job, cand, thr.tokens_per_step)
                         if thr else {}),

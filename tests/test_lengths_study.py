@@ -67,7 +67,8 @@ def test_the_real_3b_study_reproduces_its_5761_and_status_says_what_0s_predictio
     """A real 3B study (2026-11-25) predicted its first pick at 2,827.6 tokens/s/GPU and the same configuration with
     selective recompute at 5,761.5: not 2x faster, but 44k tokens per step (responses at the typical share of the
     cap, 184 tokens) against the 152k its first trial measured (responses 1,018). At one length the model puts
-    recompute 1% slower. `status` marks the prediction made at guessed lengths and gives the model's now."""
+    recompute 4% slower (its checkpoint, 1.2 s over the 8k budget's 20 micro-batches: the pair's updates measured 1.1 s
+    apart over steps 2 on). `status` marks the prediction made at guessed lengths and gives the model's now."""
     import dataclasses
     import json
     import shutil
@@ -94,7 +95,7 @@ def test_the_real_3b_study_reproduces_its_5761_and_status_says_what_0s_predictio
     # 5,761.5 was the model of that day on those tokens: the stored prediction counted exactly them
     assert rows[3].predicted_step_s * rows[3].predicted_throughput == pytest.approx(t3.tokens_per_step, rel=1e-6)
     t0 = at.evaluate_uncorrected(none).throughput
-    assert 1.0 < at.evaluate_uncorrected(sel).throughput.step_time / t0.step_time < 1.02  # recompute: a bit slower
+    assert 1.03 < at.evaluate_uncorrected(sel).throughput.step_time / t0.step_time < 1.05  # recompute: a bit slower
     assert rows[0].predicted_step_s * rows[0].predicted_throughput < 0.3 * t0.tokens_per_step  # #0: 44k of 152k
 
     code, out, _ = cli_run(capsys, "status", "--storage", f"sqlite:///{db}", "--json")

@@ -9,19 +9,19 @@ STEP_TIME_ERROR: dict = {
         "old_log_prob": 12.6,
         "update_actor": 12.4,
         "update_weights": 33.3,
-        "step": 8.4
+        "step": 8.3
     },
     "held_out": {
         "gen": 25.9,
         "old_log_prob": 23.4,
-        "update_actor": 19.8,
+        "update_actor": 19.7,
         "update_weights": 33.3,
         "step": 23.9
     },
     "held_out_step_by_family": {
         "dense": 14.5,
-        "moe": 42.8
+        "moe": 42.7
     },
-    "step_p80_in_sample": 18.1,
+    "step_p80_in_sample": 17.5,
     "rows_with_step": 24
 }

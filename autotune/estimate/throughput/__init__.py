@@ -26,6 +26,7 @@ from autotune.estimate.throughput._constants import (
 from autotune.estimate.throughput._step import (
     ThroughputEstimate,
     active_params,
+    checkpointed_layers,
     decode_step_seconds,
     decode_weights,
     error_band,
@@ -53,6 +54,7 @@ __all__ = [
     "VERL_04_EFFICIENCY",
     "Workload",
     "active_params",
+    "checkpointed_layers",
     "decode_step_seconds",
     "decode_weights",
     "error_band",

@@ -167,6 +167,17 @@ class Efficiency:
     # two-lane node (0.189 s a micro-batch), with update_pass_s at 4.83 s: 0.112 and 0.160 s.
     small_micro_batch_s: float = 0.112
     small_budget_micro_batch_s: float = 0.160
+    # Selective recompute checkpoints each layer's core attention (and its MLP with recompute_modules=[core_attn,mlp])
+    # in every update micro-batch, and that costs this much a layer and micro-batch beyond the recomputed FLOPs (3% of
+    # the update's with core_attn, +20% with mlp): Megatron's checkpoint saves and restores the RNG states and runs
+    # the layer's forward again through autograd. Fitted on the paired trials, one host each, the same configuration
+    # with and without it (benchmarks/calibration.py fit_checkpoint_cost: the median over the pairs of what the pair's
+    # update differs by beyond the model's difference, per checkpointed layer; steps 2 on). Lease 44 ran the 3B at an
+    # 8k budget (36 layers, 20 micro-batches a step) with and without core_attn's, with and without the CPU optimizer,
+    # on one H200 host: +1.8 and +1.1 s, where the FLOPs say +0.2 s; leases 10 and 34 (H100s) +1.1 and +5.3 s with the
+    # CPU optimizer; the 1.5B's [core_attn,mlp] at 12k (28 layers, 14) on leases 19 and 35 +0.8 and +1.6 s, the FLOPs
+    # +0.8 s. Six pairs: 0.0 to 7.1 ms a layer and micro-batch, 1.57 ms their median.
+    selective_checkpoint_s: float = 0.0016
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused

@@ -189,6 +189,14 @@ def small_micro_batches(job: Job, c: Candidate, plan: BatchingPlan) -> float:
     return _update_micro_batches_per_step(job, plan)
 
 
+def checkpointed_layers(m: ModelArch, job: Job, c: Candidate, plan: BatchingPlan) -> float:
+    """Layers an update step runs under selective recompute's checkpoint on one data-parallel rank
+    (Efficiency.selective_checkpoint_s): each layer of a pipeline stage once per micro-batch, none otherwise."""
+    if c.recompute != "selective":
+        return 0.0
+    return m.num_layers / c.pp * _update_micro_batches_per_step(job, plan)
+
+
 def small_micro_batch_kind(c: Candidate) -> str:
     """Which of SMALL_MICRO_BATCH_COSTS a small update micro-batch of `c` pays: a dynamic budget's or a few
     sequences'."""
@@ -341,6 +349,7 @@ def estimate_throughput(
     # and 9.6 s.
     if c.recompute == "full":
         update += job.ppo_epochs * eff.logprob_pass_s
+    update += checkpointed_layers(m, job, c, plan) * eff.selective_checkpoint_s
     reshard = reshard_seconds(m, c, pc.total, eff)
     phases = [
         ("gen", gen),
