@@ -279,3 +279,25 @@ def test_an_unsharded_actor_syncs_its_weights_locally_and_a_sharded_one_gathers_
     sharded = reshard_seconds(m, tp4, m.total_params() / 4, DEFAULT_EFFICIENCY)
     assert sharded == pytest.approx(1.0 + 2 * m.total_params() / bw + m.total_params() / 4 / bw)
     assert sharded > local
+
+
+def test_selective_recompute_pays_its_checkpoint_per_layer_and_update_micro_batch():
+    """Selective recompute costs selective_checkpoint_s for each layer of a pipeline stage in each update micro-batch
+    (micro-batches of 4 of 128 sequences: 32 a step; the 0.5B's 24 layers, 12 a stage at PP 2), whatever its modules,
+    on top of its recomputed FLOPs; no recompute and full recompute pay none of it, nor do the log-prob passes."""
+    job = Job.from_mapping({"data.train_batch_size": 16, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+                            "actor_rollout_ref.rollout.n": 8})
+    zero = dataclasses.replace(DEFAULT_EFFICIENCY, selective_checkpoint_s=0.0)
+    base = {**BASE, "tp": 1, "use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 4,
+            "log_prob_micro_batch_size_per_gpu": 4}
+    assert DEFAULT_EFFICIENCY.selective_checkpoint_s > 0
+    for pp, gpus, layers in ((1, 1, 24), (2, 2, 12)):
+        s = make_setup(model="qwen2.5-0.5b", gpus=gpus)
+        for recompute, modules, priced in (("selective", "core_attn", True), ("selective", "core_attn,mlp", True),
+                                           ("none", "core_attn", False), ("full", "core_attn", False)):
+            c = Candidate.from_params({**base, "pp": pp, "recompute": recompute, "recompute_modules": modules})
+            a = dict(estimate_throughput(s.model, s.cluster, job, c).phases)
+            b = dict(estimate_throughput(s.model, s.cluster, job, c, eff=zero).phases)
+            want = layers * 32 * DEFAULT_EFFICIENCY.selective_checkpoint_s if priced else 0.0
+            assert a["update_actor"] - b["update_actor"] == pytest.approx(want), (pp, recompute, modules)
+            assert a["old_log_prob"] == b["old_log_prob"]
