@@ -12,10 +12,10 @@ Spearman's rank correlation of the step times (beside how far a measured step or
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
 from pathlib import Path
 
+from autotune.estimate.reads import RECOMPUTE_KEYS
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY, SMALL_MICRO_BATCH_TOKENS, decode_step_seconds
 from benchmarks import real_studies
 from benchmarks.real_cases import (
@@ -69,25 +69,22 @@ def _left(c: Case, phase: str, logit_ps: float, checkpoint_s: float = 0.0) -> fl
 
 
 def checkpoint_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
-    """Each pair of ok trials of one lease and model size whose configurations differ only in selective recompute
-    (with it, without it), with what the pair's update (the median of steps 2 on: a step's noise out) differs by
+    """Each pair of ok trials of one lease and model size whose parameters differ only in selective recompute (with
+    it, without any recompute), with what the pair's update (the median of steps 2 on: a step's noise out) differs by
     beyond the model's difference, per checkpointed layer (seconds; CHECKPOINT_COST)."""
-    without: dict[tuple[str, str, str], Case] = {}
-    for c in ok_cases(zeroed):
-        if c.checkpointed_layers == 0 and "rc:" not in c.label:
-            without[_lease(c), c.size, c.label] = c
+    def key(c: Case) -> tuple:
+        rest = tuple(sorted((k, str(v)) for k, v in c.params.items() if k not in RECOMPUTE_KEYS))
+        return c.source.split("/")[0], c.size, rest
+
+    without = {key(c): c for c in ok_cases(zeroed) if c.params.get("recompute") in (None, "none")}
     pairs = []
     for c in ok_cases(zeroed):
-        other = without.get((_lease(c), c.size, re.sub(r" rc:sel(:\S+)?", "", c.label)))
+        other = without.get(key(c))
         if c.checkpointed_layers and other:
             measured = c.steady_phases["update_actor"] - other.steady_phases["update_actor"]
             predicted = c.predicted_phases["update_actor"] - other.predicted_phases["update_actor"]
             pairs.append((c, other, (measured - predicted) / c.checkpointed_layers))
     return pairs
-
-
-def _lease(c: Case) -> str:
-    return c.source.split("/")[0]
 
 
 def fit_checkpoint_cost(zeroed: list[Case]) -> float | None:

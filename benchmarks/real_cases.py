@@ -104,6 +104,7 @@ class Case:
     small_micro_batches: float = 0.0  # small update micro-batches (throughput.small_micro_batches): SMALL_COSTS's
     small_kind: str = ""  # which of SMALL_COSTS they pay: "dynamic" (a token budget) or "fixed"; "" without them
     checkpointed_layers: float = 0.0  # layers x update micro-batches under selective recompute: CHECKPOINT_COST's
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)  # the trial's parameters, as stored
     cut: str = ""  # what stopped it after its measured step, read in from its log (benchmarks/real_studies.py)
     # Logits a GPU materialises without fused kernels, per phase that pays LOGIT_COST on them (none with them)
     unfused_logits: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -204,7 +205,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         update_micro_batch_tokens=thr.batching.update_tokens_typical if thr and thr.batching else 0.0,
         small_micro_batches=small, small_kind=small_micro_batch_kind(cand) if small else "",
         checkpointed_layers=checkpointed_layers(setup.model, job, cand, thr.batching) if thr and thr.batching else 0.0,
-        cut=(row.extra or {}).get(real_studies.CUT, ""),
+        params=dict(row.params), cut=(row.extra or {}).get(real_studies.CUT, ""),
         unfused_logits=(unfused_logits_by_phase(setup.model, setup.cluster, job, cand, thr.tokens_per_step)
                         if thr else {}),
     )

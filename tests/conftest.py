@@ -31,6 +31,16 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session")
+def zeroed() -> list:
+    """The committed real verl trials as calibration cases, predicted with the fitted engine costs zeroed (what the
+    fits read: benchmarks/calibration.py)."""
+    from benchmarks import calibration as cal
+    from benchmarks.real_cases import DATA
+
+    return cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED)
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'study.db'}"

@@ -8,13 +8,6 @@ import pytest
 
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY
 from benchmarks import calibration as cal
-from benchmarks.real_cases import DATA
-
-
-@pytest.fixture(scope="module")
-def zeroed() -> list[cal.Case]:
-    return cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED)
-
 
 # The pairs that tell selective recompute's checkpoint from its FLOPs: one lease (one host), one size, the same
 # configuration with and without it (steps 2 on). Lease 44 ran the 3B's core_attn by the CPU optimizer two by two.

@@ -17,11 +17,6 @@ SIZES = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
 
 
 @pytest.fixture(scope="module")
-def zeroed() -> list[cal.Case]:
-    return cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED)
-
-
-@pytest.fixture(scope="module")
 def held(zeroed: list[cal.Case]) -> list[cal.Case]:
     return cal.held_out(zeroed)[0]
 

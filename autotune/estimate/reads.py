@@ -25,7 +25,7 @@ _REF = frozenset({"param_offload", "ref_param_offload"})  # where the reference 
 _CPU_OPT = frozenset({"optimizer_cpu_offload", "optimizer_offload_fraction"})  # Megatron's CPU optimizer
 _TRAIN_MB = frozenset({"use_dynamic_bsz", "ppo_max_token_len_per_gpu", "ppo_micro_batch_size_per_gpu"})
 _LP_MB = frozenset({"use_dynamic_bsz", "log_prob_max_token_len_per_gpu", "log_prob_micro_batch_size_per_gpu"})
-_RECOMPUTE = frozenset({"recompute", "recompute_method", "recompute_num_layers", "recompute_modules"})
+RECOMPUTE_KEYS = frozenset({"recompute", "recompute_method", "recompute_num_layers", "recompute_modules"})
 _VLLM = frozenset({"rollout_tp", "gpu_memory_utilization", "max_num_batched_tokens"})
 _UTIL = frozenset({"gpu_memory_utilization"})
 
@@ -93,7 +93,7 @@ def reads_for(objective: str, job: Job) -> Reads:
 
     rules = {name: RULE_READS.get(name, ALL) for name in constraints.RULES}
     ref = _REF if job.has_ref_model else frozenset()  # without a reference model nothing of it is on the GPU
-    update = _LAYOUT | _TRAIN_MB | _RECOMPUTE | ref | _CPU_OPT | {"use_fused_kernels"}
+    update = _LAYOUT | _TRAIN_MB | RECOMPUTE_KEYS | ref | _CPU_OPT | {"use_fused_kernels"}
     update_time = ((_LAYOUT - {"sequence_parallel"}) | _TRAIN_MB | {"recompute", "recompute_modules"} | _OFFLOAD
                    | _CPU_OPT)
     if objective == "train":
