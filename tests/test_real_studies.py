@@ -93,7 +93,10 @@ def test_each_real_trial_counts_once_in_every_reader() -> None:
                      ("c-3b-h10#0", "c-3b-h10#3", 3935.4, 4500.1), ("c-3b-h6#0", "c-3b-h6#1", 3426.7, 4612.4),
                      ("c-3b-h12#1", "c-3b-h12#0", 6946.0, 6545.2), ("c-3b-h12#3", "c-3b-h12#2", 6004.6, 5308.9),
                      # lease 42's selective recompute dyn16k/96k, its study holding no partner: lease 22's offloaded
-                     ("c-3b-h24#3", "c-3b-h2#2", 5183.6, 5152.5)]
+                     ("c-3b-h24#3", "c-3b-h2#2", 5183.6, 5152.5),
+                     # lease 45's re-run of it, no partner in its study either: lease 19's offloaded, the nearest lease
+                     # not taken
+                     ("c-3b-h34#3", "c-3b-g0#0", 6092.6, 5959.9)]
 
 
 def test_a_trial_read_from_a_later_copy_finds_its_logs_where_it_ran() -> None:
