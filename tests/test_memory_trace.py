@@ -77,9 +77,8 @@ def test_every_ok_trial_with_a_trace_is_judged_and_no_moment_is_far_under(cases:
     34's four, the 3B on an H100; lease 35's five, the 1.5B on an H100;
     lease 36's five, the 3B on a one-GPU H200; leases 37 to 40 on one-GPU H200s; lease 41's nine, two lanes of an H200
     node; lease 42's four, two lanes of another, lease 43's five, two lanes of a third, leases 44 and 45 two lanes
-    of others); rollout and vLLM's start
-    within the target wherever a window holds a sample; nothing predicted more than 15% under what NVML saw (an
-    under-prediction is the side that runs out of memory)."""
+    of others); rollout and vLLM's start within the target wherever a window holds a sample; nothing predicted more
+    than 15% under what NVML saw (an under-prediction is the side that runs out of memory)."""
     assert len({c.source for c in cases}) == 150
     judged = [c for c in cases if c.error is not None]
     assert {c.moment for c in judged} == {"vllm_start", "rollout", "old_log_prob", "update"}
