@@ -181,7 +181,8 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
     steady = list(later.values())
     retest = [float(m[step_metric]) for n, m in later.items()
               if n != setup.measure_step and m.get(step_metric) is not None]
-    small = small_micro_batches(job, cand, thr.batching) if thr and thr.batching else 0.0
+    plan = thr.batching if thr else None  # how verl cuts the step's passes into micro-batches (the time model's)
+    small = small_micro_batches(job, cand, plan) if plan else 0.0
     steady_phases = {p: statistics.median(vs) for p in (*PHASES, "step")
                      if (vs := [float(m[verl.PHASE_TIMINGS[p]]) for m in steady
                                 if m.get(verl.PHASE_TIMINGS[p]) is not None])}
@@ -201,10 +202,10 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         steady_step_s=steady_phases.get("step"), retest_step_s=statistics.median(retest) if retest else None,
         gpu=setup.cluster.gpu.name,
         decode_steps=thr.decode_steps if thr else 0.0, decode_gpu_step_s=thr.decode_gpu_step_s if thr else 0.0,
-        micro_batches_of_one=micro_batches_of_one(job, cand, thr.batching) if thr and thr.batching else 0.0,
-        update_micro_batch_tokens=thr.batching.update_tokens_typical if thr and thr.batching else 0.0,
+        micro_batches_of_one=micro_batches_of_one(job, cand, plan) if plan else 0.0,
+        update_micro_batch_tokens=plan.update_tokens_typical if plan else 0.0,
         small_micro_batches=small, small_kind=small_micro_batch_kind(cand) if small else "",
-        checkpointed_layers=checkpointed_layers(setup.model, job, cand, thr.batching) if thr and thr.batching else 0.0,
+        checkpointed_layers=checkpointed_layers(setup.model, job, cand, plan) if plan else 0.0,
         params=dict(row.params), cut=(row.extra or {}).get(real_studies.CUT, ""),
         unfused_logits=(unfused_logits_by_phase(setup.model, setup.cluster, job, cand, thr.tokens_per_step)
                         if thr else {}),

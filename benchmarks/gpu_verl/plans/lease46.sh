@@ -28,7 +28,7 @@ else
         --enqueue "$(dyn 16384 32768 0.5),$OFFLOAD" \
         --enqueue "$(mbs 1 4 0.5)" \
         --enqueue "$(dyn 8192 16384 0.5),$FULL" \
-        --enqueue "$(mbs 4 8 0.5 | sed 's/use_fused_kernels=true/use_fused_kernels=false/')" \
+        --enqueue "$MICRO_05" \
         --enqueue "$(dyn 32768 98304 0.4)"
     lane 1 at qwen2.5-1.5b c-1.5b-h36 6 300 --extra-steps 1 \
         --enqueue "$(dyn 12288 32768 0.5)" \
