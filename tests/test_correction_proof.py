@@ -4,6 +4,7 @@ trial beats the uncorrected one after 1, 2 and 3 measured trials (benchmarks/cor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
@@ -88,9 +89,15 @@ def test_each_real_group_has_its_own_name():
 # lease 29's two at the 0.5B (updates 50-56% over the model) and lease 28's four +3%, +4% and +3% at k = 1, 2, 3, and
 # +3%, +4% and +2% after lease 32. With the small micro-batches priced (small_micro_batch_s,
 # small_budget_micro_batch_s) +2.2%, +1.5% and +1.5%; +2.5% and +2.7% at k = 2 and 3 with lease 41's two-lane
-# node, whose nine trials ran 15-45% over the model.
+# node, whose nine trials ran 15-45% over the model. Lease 46's two more are in its group too.
 MICRO_BATCHES_OF_ONE = {"h200_2026-11-26_l22/c-1.5b-h2#2", "h100_2026-11-26_l24/c-0.5b-bc#4",
-                        "h100_2026-11-27_l25/c-3b-h3#1", "h100_2026-11-27_l26/c-1.5b-h4#0"}
+                        "h100_2026-11-27_l25/c-3b-h3#1", "h100_2026-11-27_l26/c-1.5b-h4#0",
+                        "h200_2026-11-28_l46/c-0.5b-h35#2", "h200_2026-11-28_l46/c-1.5b-h36#2"}
+# Lease 46's 0.5B at dyn16k/32k (test_time_calibration KNOWN_OUTLIERS), its lane's first trial, its compile caches cold:
+# its update ran 2x at steps 2 and 3, its step 3 47% over the model. A study's first trial is always cold, so a user's
+# correction meets such a point: fitted on it (alone or with one more) the correction puts its group's others up to
+# 5% (k = 1) and 7.6% (k = 2) further off than the uncorrected model, within WORSE_LIMIT; without it, 2.5-2.7%.
+COLD_OUTLIER = "h200_2026-11-28_l46/c-0.5b-h35#0"
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
@@ -102,7 +109,11 @@ def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: i
     assert sum(c.better or c.tie for c in cases) / len(cases) >= BETTER_SHARE
     assert MICRO_BATCHES_OF_ONE <= {p.label for g in groups for p in g.points}
     assert max(c.worse_by for c in cases) <= WORSE_LIMIT
-    assert max(c.worse_by for c in cases) < 0.03  # the small micro-batches priced (above)
+    assert max(c.worse_by for c in cases) < 0.08  # lease 46's cold first trial among the fitted (COLD_OUTLIER)
+    warm = [dataclasses.replace(g, points=[p for p in g.points if p.label != COLD_OUTLIER]) for g in groups]
+    assert sum(len(g.points) for g in warm) == sum(len(g.points) for g in groups) - 1
+    without = [c for c in prove([g for g in warm if len(g.points) > k], shipped) if c.k == k and c.phase == "step"]
+    assert max(c.worse_by for c in without) < 0.03  # the small micro-batches priced (above)
     # Strictly better in about half the cases only (4,741 of 8,604 at k = 3 since the small micro-batches are priced,
     # 4,705 before, after lease 32; 2,775 of 4,984 after leases 28 and 29, 2,076 of 3,684 after lease 27, 2,063 of
     # 3,668 after lease 26, 1,834 of 3,184 after lease 25, 1,782 of 3,048 after lease 24, 1,834 of 3,044 after lease 22,

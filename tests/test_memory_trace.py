@@ -67,7 +67,7 @@ def cases() -> list[mm.MomentCase]:
 
 
 def test_every_ok_trial_with_a_trace_is_judged_and_no_moment_is_far_under(cases: list[mm.MomentCase]) -> None:
-    """150 trials that measured a step (each once: lease 10 resumed lease 7's 3B study, whose trials' traces stay in
+    """161 trials that measured a step (each once: lease 10 resumed lease 7's 3B study, whose trials' traces stay in
     lease 7's folder; lease 19's ten, lease 20's five and lease 22's six ran on H200s, one lane's GPU each; lease 24's
     four the 0.5B on an H100 again; lease 25's three the 3B on an H100, #2's trace and timings read from its files: the
     lease's deadline cut it after its measured step; lease 26's four the 1.5B on an H100; lease 27's one the 0.5B
@@ -76,18 +76,38 @@ def test_every_ok_trial_with_a_trace_is_judged_and_no_moment_is_far_under(cases:
     of an H200 node, the 7B and the 3B steps 1-3 only; lease 33's fifteen, lease 32's plan on a second such node; lease
     34's four, the 3B on an H100; lease 35's five, the 1.5B on an H100;
     lease 36's five, the 3B on a one-GPU H200; leases 37 to 40 on one-GPU H200s; lease 41's nine, two lanes of an H200
-    node; lease 42's four, two lanes of another, lease 43's five, two lanes of a third, leases 44 and 45 two lanes
-    of others); rollout and vLLM's start within the target wherever a window holds a sample; nothing predicted more
-    than 15% under what NVML saw (an under-prediction is the side that runs out of memory)."""
-    assert len({c.source for c in cases}) == 150
+    node; lease 42's four, two lanes of another, lease 43's five, two lanes of a third, leases 44, 45 and 46 two
+    lanes of others); rollout and vLLM's start within the target wherever a window holds a sample; nothing predicted
+    more than 15% under what NVML saw (an under-prediction is the side that runs out of memory)."""
+    assert len({c.source for c in cases}) == 161
     judged = [c for c in cases if c.error is not None]
     assert {c.moment for c in judged} == {"vllm_start", "rollout", "old_log_prob", "update"}
     assert all(abs(c.error) <= mm.TARGET for c in judged if c.moment in ("vllm_start", "rollout"))
     assert min(c.error for c in judged) > -0.15, min(judged, key=lambda c: c.error)
     # since lease 40 (verl's partitions, a log-prob pass's forward peak): 458 of 467 within the target, and none under
-    # it by more with the fused attention users run
+    # it by more with the fused attention users run but where NVML read the allocator's cache (ALLOCATOR_CACHE)
     assert sum(abs(c.error) <= mm.TARGET for c in judged) >= 455
-    assert all(c.attention == "unfused" for c in judged if c.error < -mm.TARGET)
+    under = {c.source for c in judged if c.error < -mm.TARGET and c.attention != "unfused"}
+    assert under <= set(ALLOCATOR_CACHE), under
+    assert all(c.error > -0.09 for c in judged if c.source in under)
+
+
+# Moments NVML read over PyTorch's allocator cache rather than tensors, with fused attention: lease 46's 0.5B at
+# micro-batches of 4/8 without fused kernels (its logits materialised) measured 35.0 GiB in its log-prob pass and
+# update against 32.2 predicted (-8.0% and -8.2%), where verl's own counters say the actor reserved 30.5 GiB for 25.1
+# allocated, and the model holds 25.0 GiB of tensors. The allocator frees its cache and retries before it runs out of
+# memory: the verdict needs none of it (estimate/memory.py as_nvml_sees). Trial folder by source.
+ALLOCATOR_CACHE = {"h200_2026-11-28_l46/c-0.5b-h35#4": "h200_2026-11-28_l46/c-0.5b-h35_trial_0004"}
+
+
+def test_the_moments_under_by_the_allocators_cache_are_what_verls_counters_say() -> None:
+    """Each ALLOCATOR_CACHE trial's measured step: the actor reserved over 1.2x what it allocated."""
+    import json
+
+    for folder in ALLOCATOR_CACHE.values():
+        lines = (mm.DATA / folder / "metrics.jsonl").read_text().splitlines()
+        at = next(json.loads(x)["data"] for x in lines if x.strip() and json.loads(x)["step"] == 3)
+        assert at["actor/perf/max_memory_reserved_gb"] > 1.2 * at["actor/perf/max_memory_allocated_gb"]
 
 
 def test_the_committed_table_is_what_the_data_give(cases: list[mm.MomentCase]) -> None:

@@ -111,7 +111,15 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
               "h200_2026-11-27_l38/c-1.5b-h15.db/c-1.5b-h15#1": "h200_2026-11-28_l45/c-1.5b-h33.db/c-1.5b-h33#1",
               "h200_2026-11-27_l41/c-1.5b-h20.db/c-1.5b-h20#0": "h200_2026-11-28_l45/c-1.5b-h33.db/c-1.5b-h33#3",
               "h200_2026-11-28_l43/c-3b-h27.db/c-3b-h27#0": "h200_2026-11-28_l45/c-3b-h34.db/c-3b-h34#1",
-              "h200_2026-11-28_l42/c-3b-h24.db/c-3b-h24#3": "h200_2026-11-28_l45/c-3b-h34.db/c-3b-h34#3"}
+              "h200_2026-11-28_l42/c-3b-h24.db/c-3b-h24#3": "h200_2026-11-28_l45/c-3b-h34.db/c-3b-h34#3",
+              # lease 46's: the 0.5B's and the 1.5B's spreads on one host, seven configurations run before
+              "h200_2026-11-27_l39/c-0.5b-h16.db/c-0.5b-h16#0": "h200_2026-11-28_l46/c-0.5b-h35.db/c-0.5b-h35#5",
+              "h200_2026-11-27_l41/c-0.5b-h19.db/c-0.5b-h19#3": "h200_2026-11-28_l46/c-0.5b-h35.db/c-0.5b-h35#3",
+              "h200_2026-11-26_l19/c-1.5b-h.db/c-1.5b-h#2": "h200_2026-11-28_l46/c-1.5b-h36.db/c-1.5b-h36#0",
+              "h200_2026-11-27_l33/c-1.5b-h8.db/c-1.5b-h8#3": "h200_2026-11-28_l46/c-1.5b-h36.db/c-1.5b-h36#1",
+              "h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#2": "h200_2026-11-28_l46/c-1.5b-h36.db/c-1.5b-h36#2",
+              "h200_2026-11-27_l38/c-1.5b-h15.db/c-1.5b-h15#2": "h200_2026-11-28_l46/c-1.5b-h36.db/c-1.5b-h36#3",
+              "h200_2026-11-26_l22/c-1.5b-h2.db/c-1.5b-h2#1": "h200_2026-11-28_l46/c-1.5b-h36.db/c-1.5b-h36#4"}
     while any(new in reruns for new in reruns.values()):  # a rerun re-run again: the row is the latest's
         reruns = {old: reruns.get(new, new) for old, new in reruns.items()}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
@@ -161,8 +169,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     # lease 40's two studies launched configurations the plan enqueued (1.5B dyn36k/96k, 0.5B dyn96k/96k): ok, and so
     # did lease 41's two (the 0.5B's and 1.5B's own picks re-run on a two-lane node, enqueued); lease 42's 7B study
     # launched its own pick, its 3B study an enqueued one: ok; lease 43's two studies their own picks: ok; lease 44's
-    # two enqueued ones: ok, and so did lease 45's two
-    assert "50 of 53 real studies' first launches ran (15 of 18 the model's own picks;" in report
+    # two enqueued ones: ok, and so did lease 45's two and lease 46's two
+    assert "52 of 55 real studies' first launches ran (15 of 18 the model's own picks;" in report
     assert ("| h200_2026-11-27_l38/c-1.5b-h15.db/c-1.5b-h15#0: tp1 rtp1 dyn32k/96k util0.4 | model-seed | ok | "
             "tp1 rtp1 dyn32k/96k util0.4 | ok |") in report
     # lease 37's study launched dyn12k/96k at its data's prompts (161 tokens, 243 at most); today's model, at the same
@@ -212,7 +220,9 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     # With the means: 5 of 8 tables within 90%, three ties. Lease 45's two-lane node re-ran the 1.5B's first launch
     # (7,577.1: its three runs 6,317.0-9,127.6, the row their mean, 7,673.9) beside selective recompute at the same
     # budgets (8,632.5, its step 3's gen one 2 s poll shorter), the table's best now: the first launch at 89%, a tie
-    # within the noise of the configuration's runs (37%).
+    # within the noise of the configuration's runs (37%). Lease 46's two-lane node re-ran seven configurations of the
+    # H200's 0.5B and 1.5B tables (their rows the means) and added four to the 0.5B's (17 rows): the first launches
+    # and bests stand.
     assert ("5 of 8 tables: the replayed first launch runs and is within 90% of the best; 3 more where it runs and "
             "is under 90% of the best but within the measured noise of it") in report
     assert ("verl-qwen2.5-0.5b-h100-g1-fused.csv at 88%, the noise 14%; verl-qwen2.5-1.5b-h200-g1-fused.csv at 89%, "
@@ -226,7 +236,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert one_five.best.extra["trial"] == "h100_2026-11-26_l18/c-1.5b-s.db/c-1.5b-s#1"
     assert ("| verl-qwen2.5-1.5b-h100-g1-fused.csv | 13 | tp1 rtp1 dyn12k/96k util0.4 | ok | 7502.2 | 95% | "
             "tp1 rtp1 mbs4/8 util0.5 no-fused (7876.8) | yes |") in report
-    assert ("| verl-qwen2.5-0.5b-h200-g1-fused.csv | 13 | tp1 rtp1 dyn64k/96k util0.5 | ok | 10054.3 | 96% | tp1 rtp1 "
+    assert ("| verl-qwen2.5-0.5b-h200-g1-fused.csv | 17 | tp1 rtp1 dyn64k/96k util0.5 | ok | 10054.3 | 96% | tp1 rtp1 "
             "dyn32k/96k util0.5 mnbt16k (10462.2) | yes |") in report
     assert ("| verl-qwen2.5-3b-h200-g1-fused.csv | 22 | tp1 rtp1 dyn12k/96k util0.4 | ok | 6751.8 | 89% | "
             "tp1 rtp1 dyn12k/96k util0.5 (7588.5) | yes: a tie within the measured noise (17%) |") in report

@@ -136,8 +136,10 @@ class Efficiency:
     # Not a cost of every micro-batch: the four trials with micro-batches of 4 sequences (0.5B to 7B, 32 a step) and
     # the dynamic-batch ones of 8k to 32k tokens (6 to 20 a step) are predicted within a few % without it (0.15 s each
     # would put the four 4.9 s, 15-57%, over). What a micro-batch of one sequence pays that one of four does not is
-    # not measured; micro-batches under 4.5k tokens of more than one sequence pay their own (below).
-    micro_batch_of_one_s: float = 0.146  # 0.146 s since update_pass_s moved to 4.73 s (lease 37)
+    # not measured; micro-batches under 4.5k tokens of more than one sequence pay their own (below). Lease 46's
+    # two-lane H200 node ran the 0.5B's and the 1.5B's at 0.125 and 0.116 s (their updates 22.6 and 25.1 s, the model
+    # 25.3 and 29.0 s at 0.146 s): the six's median 0.142 s.
+    micro_batch_of_one_s: float = 0.142  # 0.146 s from lease 37 (update_pass_s at 4.73 s) to lease 46
     # Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences cost this much each beyond
     # their FLOPs and update_pass_s, fixed micro-batches of a few sequences (small_micro_batch_s) and those of a
     # dynamic token budget (small_budget_micro_batch_s) apart, as they measured apart: the median per micro-batch of
