@@ -57,7 +57,13 @@ _PER_TRIAL_ENV = (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "RAY_ADDRESS")
 
 
 class HeadError(RuntimeError):
-    """The kept head could not be started; the message says why (the trial then uses a private Ray)."""
+    """The kept head could not be started; the message says why (the trial then uses a private Ray). `exited`: `ray
+    start` gave up by itself (Ray waits 30 s for its raylet to register, a loaded node can miss that), which a second
+    start may not."""
+
+    def __init__(self, message: str, exited: bool = False) -> None:
+        super().__init__(message)
+        self.exited = exited
 
 
 @dataclass(frozen=True)
@@ -206,9 +212,14 @@ class KeptRay:
 
     def join(self, env: Mapping[str, str], gpus: int, cpus: int | None, study_dir: Path) -> tuple[str, float, str]:
         """("fresh", seconds, "") where this attempt started the head, ("kept", 0, "") where it joins the running one,
-        ("private", 0, why) where the head cannot start (`failed`: later trials do not try again)."""
+        ("private", 0, why) where the head cannot start twice (`failed`: later trials do not try again)."""
         try:
-            paid = self.ensure(env, node_gpus(gpus, env), cpus, study_dir)
+            try:
+                paid = self.ensure(env, node_gpus(gpus, env), cpus, study_dir)
+            except HeadError as e:
+                if not e.exited:
+                    raise
+                paid = self.ensure(env, node_gpus(gpus, env), cpus, study_dir)  # its log keeps both starts
         except (HeadError, OSError, subprocess.SubprocessError) as e:  # no Ray CLI, a timed-out token, ...
             self.stop()
             self.failed = f"no kept Ray head ({str(e)[:300]}): a private Ray per trial"
@@ -251,7 +262,7 @@ class KeptRay:
                 why = "exited" if not self.alive() else f"was not up after {START_TIMEOUT_S:g} s"
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
                 self.stop()
-                raise HeadError(f"`ray start --head` {why} ({log}): {' | '.join(tail)}")
+                raise HeadError(f"`ray start --head` {why} ({log}): {' | '.join(tail)}", exited=why == "exited")
             time.sleep(0.1)
         self.head = Head(written.read_text().strip(), self._proc.pid, temp_dir, gpus, cpus, key)
         if not self._atexit:  # a tuner ending without close() (an uncaught error) stops it too; SIGKILL: the record
