@@ -198,6 +198,8 @@ class Case:
     phase: str
     uncorrected: float  # |log(predicted / measured)|
     corrected: float
+    trial: str = ""  # the predicted point's label
+    fitted: tuple[str, ...] = ()  # the labels of the k points the correction was fitted on
 
     @property
     def better(self) -> bool:
@@ -235,6 +237,7 @@ def prove(groups: list[Group], fitter: Callable[[list[Observation], Job], Correc
                 continue
             for train in subsets(len(g.points), k):
                 corr = fitter([g.points[i].obs for i in train], g.job)
+                fitted = tuple(g.points[i].label for i in train)
                 for j, p in enumerate(g.points):
                     if j in train:
                         continue
@@ -242,7 +245,8 @@ def prove(groups: list[Group], fitter: Callable[[list[Observation], Job], Correc
                     for ph in PHASES:
                         m, u, c = p.measured.get(ph), raw[j].get(ph), got.get(ph)
                         if m and u and c:
-                            out.append(Case(g.source, g.name, k, ph, abs(math.log(u / m)), abs(math.log(c / m))))
+                            out.append(Case(g.source, g.name, k, ph, abs(math.log(u / m)), abs(math.log(c / m)),
+                                            p.label, fitted))
     return out
 
 

@@ -4,7 +4,6 @@ trial beats the uncorrected one after 1, 2 and 3 measured trials (benchmarks/cor
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 
@@ -96,7 +95,8 @@ MICRO_BATCHES_OF_ONE = {"h200_2026-11-26_l22/c-1.5b-h2#2", "h100_2026-11-26_l24/
 # Lease 46's 0.5B at dyn16k/32k (test_time_calibration KNOWN_OUTLIERS), its lane's first trial, its compile caches cold:
 # its update ran 2x at steps 2 and 3, its step 3 47% over the model. A study's first trial is always cold, so a user's
 # correction meets such a point: fitted on it (alone or with one more) the correction puts its group's others up to
-# 5% (k = 1) and 7.6% (k = 2) further off than the uncorrected model, within WORSE_LIMIT; without it, 2.5-2.7%.
+# 5% (k = 1) and 7.6% (k = 2) further off than the uncorrected model, within WORSE_LIMIT; the cases that neither
+# fitted on it nor predicted it, 2.2-2.7%.
 COLD_OUTLIER = "h200_2026-11-28_l46/c-0.5b-h35#0"
 
 
@@ -110,10 +110,11 @@ def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: i
     assert MICRO_BATCHES_OF_ONE <= {p.label for g in groups for p in g.points}
     assert max(c.worse_by for c in cases) <= WORSE_LIMIT
     assert max(c.worse_by for c in cases) < 0.08  # lease 46's cold first trial among the fitted (COLD_OUTLIER)
-    warm = [dataclasses.replace(g, points=[p for p in g.points if p.label != COLD_OUTLIER]) for g in groups]
-    assert sum(len(g.points) for g in warm) == sum(len(g.points) for g in groups) - 1
-    without = [c for c in prove([g for g in warm if len(g.points) > k], shipped) if c.k == k and c.phase == "step"]
-    assert max(c.worse_by for c in without) < 0.03  # the small micro-batches priced (above)
+    cold = [COLD_OUTLIER in (c.trial, *c.fitted) for c in cases]
+    worst_cold = max(c.worse_by for c, x in zip(cases, cold, strict=True) if x)
+    assert any(cold) and worst_cold == max(c.worse_by for c in cases)
+    warm = max(c.worse_by for c, x in zip(cases, cold, strict=True) if not x)
+    assert warm < 0.03  # the small micro-batches priced (above)
     # Strictly better in about half the cases only (4,741 of 8,604 at k = 3 since the small micro-batches are priced,
     # 4,705 before, after lease 32; 2,775 of 4,984 after leases 28 and 29, 2,076 of 3,684 after lease 27, 2,063 of
     # 3,668 after lease 26, 1,834 of 3,184 after lease 25, 1,782 of 3,048 after lease 24, 1,834 of 3,044 after lease 22,

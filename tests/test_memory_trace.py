@@ -102,12 +102,13 @@ ALLOCATOR_CACHE = {"h200_2026-11-28_l46/c-0.5b-h35#4": "h200_2026-11-28_l46/c-0.
 
 def test_the_moments_under_by_the_allocators_cache_are_what_verls_counters_say() -> None:
     """Each ALLOCATOR_CACHE trial's measured step: the actor reserved over 1.2x what it allocated."""
-    import json
+    from autotune import verl
+    from autotune.verl.log import parse_jsonl_record
 
     for folder in ALLOCATOR_CACHE.values():
         lines = (mm.DATA / folder / "metrics.jsonl").read_text().splitlines()
-        at = next(json.loads(x)["data"] for x in lines if x.strip() and json.loads(x)["step"] == 3)
-        assert at["actor/perf/max_memory_reserved_gb"] > 1.2 * at["actor/perf/max_memory_allocated_gb"]
+        at = dict(filter(None, map(parse_jsonl_record, lines)))[3]
+        assert at[verl.M_MAX_MEM_RESERVED] > 1.2 * at[verl.M_MAX_MEM_ALLOCATED]
 
 
 def test_the_committed_table_is_what_the_data_give(cases: list[mm.MomentCase]) -> None:

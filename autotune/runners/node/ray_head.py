@@ -214,12 +214,13 @@ class KeptRay:
         """("fresh", seconds, "") where this attempt started the head, ("kept", 0, "") where it joins the running one,
         ("private", 0, why) where the head cannot start twice (`failed`: later trials do not try again)."""
         try:
+            gpus = node_gpus(gpus, env)
             try:
-                paid = self.ensure(env, node_gpus(gpus, env), cpus, study_dir)
+                paid = self.ensure(env, gpus, cpus, study_dir)
             except HeadError as e:
                 if not e.exited:
                     raise
-                paid = self.ensure(env, node_gpus(gpus, env), cpus, study_dir)  # its log keeps both starts
+                paid = self.ensure(env, gpus, cpus, study_dir)  # its log keeps both starts
         except (HeadError, OSError, subprocess.SubprocessError) as e:  # no Ray CLI, a timed-out token, ...
             self.stop()
             self.failed = f"no kept Ray head ({str(e)[:300]}): a private Ray per trial"
