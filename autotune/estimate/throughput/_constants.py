@@ -166,8 +166,9 @@ class Efficiency:
     # (its small models' steps 20-40 % over the one-GPU H200s', as the four-lane nodes of leases 32-33 ran) measured
     # both kinds on the 0.5B and the 1.5B: micro-batches of 2 at 0.153 and 0.165 s, a 4k budget at 0.183 and 0.171 s;
     # fitted on every host, as update_pass_s is: 0.111 and 0.149 s. Lease 43's 3B at a 4k budget on another
-    # two-lane node (0.189 s a micro-batch), with update_pass_s at 4.83 s: 0.112 and 0.160 s.
-    small_micro_batch_s: float = 0.112
+    # two-lane node (0.189 s a micro-batch), with update_pass_s at 4.83 s: 0.112 and 0.160 s. Lease 47's 0.5B at
+    # micro-batches of 2 on another two-lane H200 node (0.141 s): 0.114 s.
+    small_micro_batch_s: float = 0.114
     small_budget_micro_batch_s: float = 0.160
     # Selective recompute checkpoints each layer's core attention (and its MLP with recompute_modules=[core_attn,mlp])
     # in every update micro-batch, and that costs this much a layer and micro-batch beyond the recomputed FLOPs (3% of
