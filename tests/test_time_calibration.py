@@ -514,10 +514,11 @@ def test_the_repeat_of_a_measured_step_is_the_median_of_its_other_steps() -> Non
     assert short.retest_step_s == pytest.approx(14.4, abs=0.05)
 
 
-def _case(source: str, predicted: float, measured: float, retest: float) -> cal.Case:
-    return cal.Case(source=source, model="m", label="", status="ok", measured_step_s=measured, measured_phases={},
-                    predicted_step_s=predicted, predicted_phases={}, measured_peak_gib=None, predicted_peak_gib=None,
-                    predicted_fits=True, binding="", size="s", gpu="h100", retest_step_s=retest)
+def _case(source: str, predicted: float, measured: float, retest: float, gen: float = 8.1) -> cal.Case:
+    return cal.Case(source=source, model="m", label="", status="ok", measured_step_s=measured,
+                    measured_phases={"gen": gen}, predicted_step_s=predicted, predicted_phases={"gen": 7.0},
+                    measured_peak_gib=None, predicted_peak_gib=None, predicted_fits=True, binding="", size="s",
+                    gpu="h100", retest_step_s=retest)
 
 
 def test_the_ordering_table_sets_the_models_spearman_beside_the_measurements_own() -> None:
@@ -531,4 +532,18 @@ def test_the_ordering_table_sets_the_models_spearman_beside_the_measurements_own
     cells = [c.strip() for c in row.strip("|").split("|")]
     model = cal.spearman([c.predicted_step_s for c in a + b], [c.measured_step_s for c in a + b])
     assert model is not None and model < 0.95
-    assert cells == ["s", "h100", "6", f"{model:.2f}", "0.94 (6)", "2 (6)", "1.00"]
+    assert cells == ["s", "h100", "6", f"{model:.2f}", "0.94 (6)", f"{model:.2f} (6)", "2 (6)", "1.00"]
+
+
+def test_the_ordering_table_takes_gens_poll_out_of_the_step_beside_it() -> None:
+    """Three configurations the model orders by what is not gen (its gen the same for all, as a size's rollout is):
+    each measured step 3 is that plus a gen verl's 2 s poll rounded to 6.1 or 10.1 s, which turns the order of the
+    whole steps around (the model's Spearman -0.5) and not the order of the steps without gen (1.00)."""
+    cases = [_case("l1/a.db/a#0", 17.0, 10.0 + 10.1, 17.0, gen=10.1),
+             _case("l1/a.db/a#1", 18.0, 11.0 + 6.1, 18.0, gen=6.1),
+             _case("l1/a.db/a#2", 19.0, 12.0 + 6.1, 19.0, gen=6.1)]
+    row = next(line for line in cal.ordering(cases) if line.startswith("| s | h100 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "-0.50" and cells[5] == "1.00 (3)"
+    assert cal.without_gen(cases[0], "measured") == pytest.approx(10.0)
+    assert cal.without_gen(dataclasses.replace(cases[0], measured_phases={}), "measured") is None
