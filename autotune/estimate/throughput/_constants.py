@@ -182,7 +182,8 @@ class Efficiency:
     # +0.8 s. Six pairs: 0.0 to 7.1 ms a layer and micro-batch, 1.57 ms their median. Lease 45 tested that price where
     # it was not fitted, each pair on one H200 host: core_attn's at a 16k budget on the 3B (the model at 1.6 ms +0.7 s,
     # measured +0.5 s), at 8k and 32k on the 1.5B (+1.0 and +0.4 s; measured +0.9 and -0.2 s), and the 3B's
-    # [core_attn,mlp] at 16k (+2.0 s, its FLOPs +1.4 s; measured +0.8 s). Ten pairs: -1.9 to 7.1 ms, 1.19 ms.
+    # [core_attn,mlp] at 16k (+2.0 s, its FLOPs +1.4 s; measured +0.8 s). Ten pairs: -1.9 to 7.1 ms, 1.19 ms. Lease
+    # 47's 0.5B [core_attn,mlp] at dyn16k/32k on a two-lane H200 node, 0.5 ms: eleven, 1.16 ms (kept at 1.2 ms).
     selective_checkpoint_s: float = 0.0012
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
