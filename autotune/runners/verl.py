@@ -16,21 +16,21 @@ import shlex
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotune import units, verl
 from autotune.model import ModelArch
-from autotune.results import memory_trace, noise, timeline
 from autotune.results.export import launch_argv
 from autotune.runners import base
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.node import ray_head
-from autotune.runners.node.gpu_monitor import GpuMonitor, GpuUsage, RemoteGpus
+from autotune.runners.node.gpu_monitor import GpuMonitor, RemoteGpus
 from autotune.runners.node.procs import RECORD, ProcessTracker, reap_orphans, spawn, write_record
 from autotune.runners.progress import estimate
-from autotune.verl.caches import BYTECODE_EXTRA, share_caches
+from autotune.runners.verl_attempt import Attempt, trial_result
+from autotune.verl.caches import share_caches
 from autotune.verl.doctor import Diagnosis, has_bytecode, run_doctor, stack_env
 from autotune.verl.log import LineTail, RunLog, classify
 from autotune.verl.preflight import check_data, hydra_overrides, validate_overrides
@@ -76,28 +76,6 @@ class VerlOptions:
     # point, and on a Ray cluster, whose trials run on other nodes: run `autotune doctor` there)
     doctor: bool | None = None
     doctor_timeout_s: float = 300.0
-
-
-@dataclass
-class _Attempt:
-    status: TrialStatus
-    reason: str
-    log: RunLog
-    log_path: Path
-    returncode: int | None
-    excerpt: str = ""
-    failure: str = ""
-    gpu: GpuUsage = field(default_factory=lambda: GpuUsage(False, "not sampled"))
-    cleanup: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    ray_tmp: str = ""
-    ray: str = ""  # the trial's Ray: node/ray_head.py's modes ("kept", "fresh", "private", "cluster", "verl")
-    ray_note: str = ""  # why it is private where a kept head was asked for
-    caches: str = ""  # the shared caches at launch: "warm", "cold", "" (off)
-    missed: str = ""  # why the extra steps after the measured one are missing (the run ended first)
-    trace: Path | None = None  # NVML's samples of the attempt (memory per moment)
-    bytecode_cache: bool = False  # its processes kept their bytecode under the shared caches
-    stopped_by: KeyboardInterrupt | None = None  # a stop that came after the measured step: run() re-raises it
 
 
 class VerlRunner(Runner):
@@ -229,7 +207,7 @@ class VerlRunner(Runner):
                                    log_excerpt=pre.message, log_path=str(trial_dir / "preflight.txt"),
                                    extra={**extra_info, "failure": "config_error"})
 
-        att: _Attempt | None = None
+        att: Attempt | None = None
         reported: set[int] = set()
         for attempt in range(1, self.options.retries + 2):
             att = self._attempt(spec, trial_dir, attempt, first, reported)
@@ -247,12 +225,14 @@ class VerlRunner(Runner):
             self._fatal = (f"trial {spec.number} failed: {att.reason[:300]}; every other candidate would fail the "
                            "same way. Fix it (`autotune doctor` checks the node's stack; the trial's log: "
                            f"{att.log_path}), then re-run the same command to resume the study")
-        result = self._result(spec, att, first, extra_info)
+        if self._orphans:
+            extra_info["orphans_stopped_before"], self._orphans = self._orphans, []
+        result = trial_result(spec, att, first, self.extra_steps(spec), extra_info)
         if att.stopped_by is not None:
             raise base.MeasuredThenInterrupted(att.stopped_by, result)
         return result
 
-    def _attempt(self, spec: TrialSpec, trial_dir: Path, attempt: int, first: int, reported: set[int]) -> _Attempt:
+    def _attempt(self, spec: TrialSpec, trial_dir: Path, attempt: int, first: int, reported: set[int]) -> Attempt:
         opts = self.options
         sfx = "" if attempt == 1 else f".attempt{attempt}"
         log_path, jsonl = trial_dir / f"verl{sfx}.log", trial_dir / f"metrics{sfx}.jsonl"
@@ -396,7 +376,7 @@ class VerlRunner(Runner):
             missed = f"{failure or status.value}: {units.clip(reason, 300)}"
             status, failure, reason = TrialStatus.OK, "", ""
         kept = self._ray.logs_kept(ray_tmp, head_tmp, status != TrialStatus.OK or opts.keep_ray_tmp)
-        return _Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, how,
+        return Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, how,
                         ray_note, caches, missed, monitor.trace if gpu.available else None, bytecode, stopped_by)
 
     def _abandon(self, log: RunLog, tracker: ProcessTracker, monitor: GpuMonitor, trial_dir: Path, mark: str,
@@ -512,64 +492,6 @@ class VerlRunner(Runner):
         if not res.ok:
             raise RunnerFatal(f"job {spec.job.source}: {res.message}")
         self._data_checked.add(key)
-
-    # the result -----------------------------------------------------------------------------------------------
-    def _result(self, spec: TrialSpec, att: _Attempt, first: int, extra: dict[str, Any]) -> TrialResult:
-        steps = tuple({"step": s, **m} for s, m in sorted(att.log.steps.items()))
-        window = [att.log.steps[s] for s in range(first, spec.measure_step + 1) if s in att.log.steps]
-        thr = None
-        phases: dict[str, float] = {}
-        if att.status == TrialStatus.OK:
-            thr = sum(m[verl.M_THROUGHPUT] for m in window) / len(window)
-            for phase, metric in verl.PHASE_TIMINGS.items():
-                vals = [m[metric] for m in window if metric in m]
-                if vals:
-                    phases[phase] = sum(vals) / len(vals)
-            where = f"step {first}" if first == spec.measure_step else f"mean of steps {first}-{spec.measure_step}"
-            att.reason = f"measured {thr:.1f} tokens/s/GPU ({where})"
-            extra["noise"] = noise.measure(att.log.steps, first, spec.measure_step, self.extra_steps(spec), att.missed)
-            att.reason += f"; {noise.Noise.from_extra(extra).words()}"  # type: ignore[union-attr]
-        alloc = [m[verl.M_MAX_MEM_ALLOCATED] for m in att.log.steps.values() if verl.M_MAX_MEM_ALLOCATED in m]
-        reserved = [m[verl.M_MAX_MEM_RESERVED] for m in att.log.steps.values() if verl.M_MAX_MEM_RESERVED in m]
-        gpu = att.gpu
-        extra.update({
-            "failure": att.failure or None,
-            "returncode": att.returncode,
-            "gpu": gpu.as_dict(),
-            "memory": {
-                "nvml_peak_gib": gpu.peak_max_gib,
-                "nvml_peak_per_gpu_gib": list(gpu.peak_gib) or None,
-                "nvml_note": "" if gpu.available else f"GPU memory not measured: {gpu.reason}",
-                "verl_max_memory_allocated_gib": max(alloc) if alloc else None,
-                "verl_max_memory_reserved_gib": max(reserved) if reserved else None,
-                "predicted_peak_gib": spec.memory.peak / 2**30 if spec.memory else None,
-            },
-            "cleanup": att.cleanup,
-            "timings": att.timings,
-            timeline.SPANS: timeline.step_spans(att.log.step_at, att.log.steps),
-        })
-        if att.status == TrialStatus.OK and att.trace is not None:
-            extra[memory_trace.EXTRA] = memory_trace.from_trial(att.trace, att.log.steps, att.log.step_at,
-                                                                spec.measure_step, att.timings)
-        if att.caches:
-            extra["caches"] = att.caches
-        if att.bytecode_cache:
-            extra[BYTECODE_EXTRA] = True
-        if att.ray_tmp:
-            extra["ray_tmp"] = att.ray_tmp
-        extra["ray"] = att.ray
-        if att.ray_note:
-            extra["ray_note"] = att.ray_note
-        if self._orphans:
-            extra["orphans_stopped_before"], self._orphans = self._orphans, []
-        if len(extra["attempts"]) > 1:
-            first_try = extra["attempts"][0]
-            att.reason += f" (attempt {len(extra['attempts'])}; attempt 1: {first_try['failure']}: " \
-                          f"{first_try['reason'][:200]})"
-        return TrialResult(status=att.status, reason=att.reason, throughput=thr, steps=steps, phase_timings=phases,
-                           peak_memory_gib=gpu.peak_max_gib, peak_memory_per_gpu_gib=gpu.peak_gib,
-                           framework_memory_gib=max(alloc) if alloc else None, log_path=str(att.log_path),
-                           log_excerpt=att.excerpt, simulated=False, extra=extra)
 
     def close(self) -> None:
         self._monitor = None
