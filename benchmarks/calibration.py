@@ -336,11 +336,9 @@ def _rho(r: float | None) -> str:
     return f"{r:.2f}" if r is not None else "n/a"
 
 
-def without_gen(c: Case, which: str) -> float | None:
-    """The step less its gen, "predicted" or "measured": what is left once verl's 2 s poll, which rounds each rollout
-    up to 6.1, 8.1, 10.1 s ..., and the host's decode overhead are taken out (None without a gen)."""
-    step, phases = ((c.predicted_step_s, c.predicted_phases) if which == "predicted"
-                    else (c.measured_step_s, c.measured_phases))
+def without_gen(step: float | None, phases: dict[str, float]) -> float | None:
+    """A step (predicted or measured) less its gen: what is left once verl's 2 s poll, which rounds each rollout up to
+    6.1, 8.1, 10.1 s ..., and the host's decode overhead are taken out (None without a gen)."""
     return step - phases["gen"] if step is not None and "gen" in phases else None
 
 
@@ -368,8 +366,9 @@ def ordering(held: list[Case]) -> list[str]:
         model = spearman([c.predicted_step_s for c in cs], [c.measured_step_s for c in cs])
         both = [c for c in cs if c.retest_step_s]
         retest = spearman([c.measured_step_s for c in both], [c.retest_step_s for c in both])
-        gens = [c for c in cs if without_gen(c, "measured") is not None and without_gen(c, "predicted") is not None]
-        no_gen = spearman([without_gen(c, "predicted") for c in gens], [without_gen(c, "measured") for c in gens])
+        gens = [(p, m) for c in cs if (p := without_gen(c.predicted_step_s, c.predicted_phases)) is not None
+                and (m := without_gen(c.measured_step_s, c.measured_phases)) is not None]
+        no_gen = spearman([p for p, _ in gens], [m for _, m in gens])
         studies = [g for st in sorted({study_of(c) for c in cs}) if len(g := [c for c in cs if study_of(c) == st]) >= 3]
         rhos = [(len(g), r) for g in studies
                 if (r := spearman([c.predicted_step_s for c in g], [c.measured_step_s for c in g])) is not None
