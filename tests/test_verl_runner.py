@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import py_compile
+import signal
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from autotune import verl
 from autotune.candidate import Candidate
 from autotune.cluster import visible_gpus
-from autotune.runners import RunnerUnavailable, make_runner
+from autotune.runners import RunnerUnavailable, make_runner, stopping
 from autotune.runners.base import MeasuredThenInterrupted, RunnerFatal, TrialStatus
 from autotune.runners.node.gpu_monitor import GpuMonitor
 from autotune.runners.progress import TrialProgress
@@ -242,6 +243,29 @@ def test_a_stop_after_the_measured_step_keeps_the_measurement_and_still_stops(tm
     assert records(rec) and leftovers(rec) == []
 
 
+def test_a_signal_in_the_clean_up_after_the_measured_window_keeps_the_measurement(tmp_path: Path) -> None:
+    """Lease 48's last 1.5B trial: its step 4 was in and the runner was stopping verl when the lease's deadline sent
+    SIGTERM; the signal cut the clean-up, the study recorded the trial interrupted with nothing of its steps, and its
+    NVML trace was never written. A real SIGTERM through autotune's handler, landing in the clean-up: the clean-up
+    finishes, the trial is recorded measured and the stop still reaches the study."""
+    rec = tmp_path / "rec.jsonl"
+    runner = fake_runner(env_for(rec, FAKE_VERL_MODE="ok"))
+    clean = runner._stop_and_clean
+
+    def signalled_clean_up(*args: object, **kwargs: object) -> dict:
+        signal.raise_signal(signal.SIGTERM)  # the handler raises at once inside an interruptible section
+        return clean(*args, **kwargs)
+
+    runner._stop_and_clean = signalled_clean_up  # type: ignore[method-assign]
+    with pytest.raises(stopping.Stopped), stopping.handle_signals():  # the stop reaches the caller after the block
+        with pytest.raises(MeasuredThenInterrupted) as caught, stopping.interruptible():
+            runner.run(make_spec(make_setup(), tmp_path))
+    assert str(caught.value) == "SIGTERM"
+    res = caught.value.result
+    assert res.status == TrialStatus.OK and res.throughput == res.steps[2][verl.M_THROUGHPUT]
+    assert records(rec) and leftovers(rec) == []  # the clean-up ran to its end
+
+
 def test_a_stop_before_the_measured_step_is_a_plain_interrupt(tmp_path: Path) -> None:
     rec, hold = tmp_path / "rec.jsonl", tmp_path / "step3"
 
@@ -327,6 +351,11 @@ def test_gpu_monitor_traces_every_sample(tmp_path: Path) -> None:
     nv = FakeNVML([1.0, 1.0])
     mon = GpuMonitor(interval_s=3600, nvml=nv, trace=tmp_path / "gpu.csv")  # samples at start and at stop only
     mon.start()
+    for _ in range(200):  # the start's sample is on disk while the monitor runs: a killed trial keeps its trace
+        if len((tmp_path / "gpu.csv").read_text().splitlines()) == 2:
+            break
+        time.sleep(0.01)
+    assert (tmp_path / "gpu.csv").read_text().splitlines()[1].endswith(",1.000,1.000")
     nv.used[1] = 60.0
     usage = mon.stop()
     rows = (tmp_path / "gpu.csv").read_text().splitlines()

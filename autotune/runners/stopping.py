@@ -55,6 +55,19 @@ def interruptible() -> Iterator[None]:
         _depth -= 1
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A section a signal must not cut, even inside an interruptible() one: a trial's clean-up and its record after
+    its run (cut there, a measured trial was lost and its processes left behind). A signal only sets the flag; the
+    code after the section reads `requested()`."""
+    global _depth
+    saved, _depth = _depth, 0
+    try:
+        yield
+    finally:
+        _depth = saved
+
+
 def _handler(signum: int, frame: Any) -> None:
     global _requested
     name = signal.Signals(signum).name

@@ -23,7 +23,7 @@ from typing import Any
 from autotune import units, verl
 from autotune.model import ModelArch
 from autotune.results.export import launch_argv
-from autotune.runners import base
+from autotune.runners import base, stopping
 from autotune.runners.base import Runner, RunnerFatal, RunnerUnavailable, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.node import ray_head
 from autotune.runners.node.gpu_monitor import GpuMonitor, RemoteGpus
@@ -210,6 +210,8 @@ class VerlRunner(Runner):
         att: Attempt | None = None
         reported: set[int] = set()
         for attempt in range(1, self.options.retries + 2):
+            if attempt > 1:
+                stopping.check()  # a stop asked in the last attempt's clean-up: no retry, the trial is re-queued
             att = self._attempt(spec, trial_dir, attempt, first, reported)
             extra_info["attempts"].append({"status": att.status.value, "failure": att.failure,
                                            "reason": att.reason[:500], "returncode": att.returncode,
@@ -227,9 +229,13 @@ class VerlRunner(Runner):
                            f"{att.log_path}), then re-run the same command to resume the study")
         if self._orphans:
             extra_info["orphans_stopped_before"], self._orphans = self._orphans, []
-        result = trial_result(spec, att, first, self.extra_steps(spec), extra_info)
-        if att.stopped_by is not None:
-            raise base.MeasuredThenInterrupted(att.stopped_by, result)
+        with stopping.deferred():
+            result = trial_result(spec, att, first, self.extra_steps(spec), extra_info)
+        stopped_by = att.stopped_by
+        if stopped_by is None and att.status == TrialStatus.OK and stopping.requested():
+            stopped_by = stopping.Stopped(stopping.requested())
+        if stopped_by is not None:  # measured, then stopped: the study records it and stops
+            raise base.MeasuredThenInterrupted(stopped_by, result)
         return result
 
     def _attempt(self, spec: TrialSpec, trial_dir: Path, attempt: int, first: int, reported: set[int]) -> Attempt:
@@ -335,49 +341,54 @@ class VerlRunner(Runner):
                 time.sleep(opts.poll_s)
         except KeyboardInterrupt as e:
             if not measured:
-                self._abandon(log, tracker, monitor, trial_dir, mark, ray_tmp)
+                with stopping.deferred():
+                    self._abandon(log, tracker, monitor, trial_dir, mark, ray_tmp)
                 raise
             # the measured step is in: stop the run as after it, record it measured, then stop the study (run())
             stopped_by = e
-            how = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
-            status, failure, reason = TrialStatus.INTERRUPTED, "interrupted", f"interrupted {how}"
+            by = "by SIGTERM" if str(e) == "SIGTERM" else "by the user (Ctrl-C)"
+            status, failure, reason = TrialStatus.INTERRUPTED, "interrupted", f"interrupted {by}"
         except BaseException:  # a bug here: nothing of the trial may outlive this call
             self._abandon(log, tracker, monitor, trial_dir, mark, ray_tmp)
             raise
-        rc = proc.poll()
-        killed_by_us = rc is None
-        cleanup = self._stop_and_clean(tracker, monitor, log, trial_dir, mark)
-        gpu = monitor.stop()
-        rc = proc.returncode
-        log.poll(final=True)
-        log.close()
-        timings["wall_s"] = round(time.monotonic() - started, 3)
-        timings.update({f"{k}_s": v for k, v in log.milestones.items() if f"{k}_s" not in timings})
-        if status is None:  # the process ended by itself before its measured step
-            if rc == 0:
-                status, failure = TrialStatus.FAILED, "early_exit"
-                reason = (f"verl exited normally after {len(log.steps)} steps without reaching measured step "
-                          f"{spec.measure_step} (too few prompts for that many steps?)")
+        # a signal from here on waits for the clean-up and the record: cut here, a trial measured by then was lost
+        with stopping.deferred():
+            rc = proc.poll()
+            killed_by_us = rc is None
+            cleanup = self._stop_and_clean(tracker, monitor, log, trial_dir, mark)
+            gpu = monitor.stop()
+            rc = proc.returncode
+            log.poll(final=True)
+            log.close()
+            timings["wall_s"] = round(time.monotonic() - started, 3)
+            timings.update({f"{k}_s": v for k, v in log.milestones.items() if f"{k}_s" not in timings})
+            if status is None:  # the process ended by itself before its measured step
+                if rc == 0:
+                    status, failure = TrialStatus.FAILED, "early_exit"
+                    reason = (f"verl exited normally after {len(log.steps)} steps without reaching measured step "
+                              f"{spec.measure_step} (too few prompts for that many steps?)")
+                    excerpt = log.tail()
+                else:
+                    f = classify(log_path.read_text(errors="replace") if log_path.exists() else "", rc, killed_by_us)
+                    status, failure, reason, excerpt = TrialStatus(f.status), f.kind, f.message, f.excerpt
+                    if hung_after_fatal:
+                        reason += (f" (verl did not exit {opts.fatal_grace_s:g} s after it; autotune stopped the run "
+                                   "instead of waiting for --startup-timeout)")
+            elif status in (TrialStatus.TIMEOUT,):
                 excerpt = log.tail()
+            elif status == TrialStatus.OK:
+                excerpt = log.tail(12)
             else:
-                f = classify(log_path.read_text(errors="replace") if log_path.exists() else "", rc, killed_by_us)
-                status, failure, reason, excerpt = TrialStatus(f.status), f.kind, f.message, f.excerpt
-                if hung_after_fatal:
-                    reason += (f" (verl did not exit {opts.fatal_grace_s:g} s after it; autotune stopped the run "
-                               "instead of waiting for --startup-timeout)")
-        elif status in (TrialStatus.TIMEOUT,):
-            excerpt = log.tail()
-        elif status == TrialStatus.OK:
-            excerpt = log.tail(12)
-        else:
-            excerpt = log.tail(20)
-        missed = ""  # why the extra steps are missing: the measured step is in, so the trial is measured
-        if measured and status != TrialStatus.OK:
-            missed = f"{failure or status.value}: {units.clip(reason, 300)}"
-            status, failure, reason = TrialStatus.OK, "", ""
-        kept = self._ray.logs_kept(ray_tmp, head_tmp, status != TrialStatus.OK or opts.keep_ray_tmp)
-        return Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, how,
-                        ray_note, caches, missed, monitor.trace if gpu.available else None, bytecode, stopped_by)
+                excerpt = log.tail(20)
+            missed = ""  # why the extra steps are missing: the measured step is in, so the trial is measured
+            if measured and status != TrialStatus.OK:
+                missed = f"{failure or status.value}: {units.clip(reason, 300)}"
+                status, failure, reason = TrialStatus.OK, "", ""
+            if measured and stopped_by is None and stopping.requested():  # it came in the clean-up: stop after it
+                stopped_by = stopping.Stopped(stopping.requested())
+            kept = self._ray.logs_kept(ray_tmp, head_tmp, status != TrialStatus.OK or opts.keep_ray_tmp)
+            return Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, how,
+                            ray_note, caches, missed, monitor.trace if gpu.available else None, bytecode, stopped_by)
 
     def _abandon(self, log: RunLog, tracker: ProcessTracker, monitor: GpuMonitor, trial_dir: Path, mark: str,
                  ray_tmp: str) -> None:

@@ -110,7 +110,7 @@ class GpuMonitor:
         if not self.available:
             return
         if self.trace is not None:
-            self._trace = self.trace.open("w")
+            self._trace = self.trace.open("w", buffering=1)  # line by line: a killed trial keeps its samples
             self._trace.write("t_s," + ",".join(f"gpu{i}_used_gib" for i in range(len(self._handles))) + "\n")
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="gpu-monitor")
