@@ -27,9 +27,10 @@ def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> No
     pick, which ran out of memory in update_actor, is now predicted not to fit, and every trial that ran is still
     predicted to fit, the twelve measured 7B trials of leases 13, 20, 32, 42, 43, 44 and 47 among them."""
     cases = real_cases.cases(list(real_cases.DATA.glob("*/*.db")))
-    assert len(cases) == 177 and {c.status for c in cases} == {"ok", "oom"}
-    assert [c.source for c in cases if c.cut] == ["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2"]
-    assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 12
+    assert len(cases) == 185 and {c.status for c in cases} == {"ok", "oom"}
+    assert [c.source for c in cases if c.cut] == ["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2",
+                                                  "h200_2026-11-28_l48/c-1.5b-h44.db/c-1.5b-h44#5"]
+    assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 14
     assert all((c.status == "ok") == c.predicted_fits for c in cases), [
         (c.source, c.status, c.predicted_peak_gib) for c in cases if (c.status == "ok") != c.predicted_fits]
     groups = {c.model for c in cases}

@@ -42,7 +42,8 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     0.5B (rc:full on an H200, on the node whose small models' updates ran 10-30% slow: HOST_MISSES) left 6.3 s, the
     most of any, and lease 33's (the same on a second four-lane H200 node) 5.1 s: their hosts', out of the per-GPU
     comparison, as lease 41's (a two-lane H200 node) 5.9 s, and lease 46's (another) 3.8 s; that node's 1.5B left 2.4
-    s, within the H100s' spread. Lease 20's two-by-two
+    s, within the H100s' spread, and lease 48's 1.5B (another, read from its files: the lease's deadline cut it after
+    its step 4) 1.6 s. Lease 20's two-by-two
     on the 1.5B (H200) says the cost is the recompute's and not the 8k token budget every earlier full-recompute trial
     also had: without recompute the budgets' updates differ by 0.3 s, with it they cost 2.1-2.8 s more, where the model
     said 1.0-1.2 s before it priced the second forward's fixed cost (3.4-3.5 s now)."""
@@ -69,18 +70,19 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
         assert 2.0 < measured < 3.0 and flops_only < 1.5 and predicted == pytest.approx(measured, abs=1.5)
 
 
-def test_a_logit_without_fused_kernels_costs_what_the_fifteen_trials_fit(zeroed: list[cal.Case]) -> None:
-    """unfused_logit_ps is the fit (to 1 ps) over the fifteen trials without fused kernels (0.5B and 1.5B on H100s,
-    leases 32's, 33's and 38's 1.5B on H200s: 67, 71 and 30 ps, lease 46's 0.5B on an H200: 31 ps), each against
-    the trials with them of its size, GPU type and attention backend: their log-prob passes ran ~1 s (0.7-1.1 s by
-    group) over those with fused kernels at ~2.3e10 logits a step. Every other trial pays nothing."""
+def test_a_logit_without_fused_kernels_costs_what_the_sixteen_trials_fit(zeroed: list[cal.Case]) -> None:
+    """unfused_logit_ps is the fit (to 1 ps) over the sixteen trials without fused kernels (0.5B and 1.5B on H100s,
+    leases 32's, 33's, 38's and 48's 1.5B on H200s: 66, 71, 30 and 32 ps, lease 46's 0.5B on an H200: 31 ps), each
+    against the trials with them of its size, GPU type and attention backend: their log-prob passes ran ~1 s (0.7-1.1
+    s by group) over those with fused kernels at ~2.3e10 logits a step. Every other trial pays nothing."""
     costs = cal.logit_costs(zeroed)
     assert DEFAULT_EFFICIENCY.unfused_logit_ps == pytest.approx(cal.fit_logit_cost(zeroed), abs=1.0)
-    assert len(costs) == 15 and all("no-fused" in c.label for c, _ in costs)
+    assert len(costs) == 16 and all("no-fused" in c.label for c, _ in costs)
     assert [c.source for c, _ in costs if c.gpu != "h100"] == ["h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#0",
                                                                "h200_2026-11-27_l33/c-1.5b-h8.db/c-1.5b-h8#0",
                                                                "h200_2026-11-27_l38/c-1.5b-h15.db/c-1.5b-h15#4",
-                                                               "h200_2026-11-28_l46/c-0.5b-h35.db/c-0.5b-h35#4"]
+                                                               "h200_2026-11-28_l46/c-0.5b-h35.db/c-0.5b-h35#4",
+                                                               "h200_2026-11-28_l48/c-1.5b-h44.db/c-1.5b-h44#3"]
     assert {c.source for c, _ in costs} == {c.source for c in cal.ok_cases(zeroed) if c.unfused_logits}
     assert all(bool(c.unfused_logits) == ("no-fused" in c.label) for c in cal.ok_cases(zeroed))
 
@@ -107,7 +109,7 @@ def test_a_decode_step_takes_the_hosts_overhead_where_the_gpus_replay_is_shorter
     every size's gen on either GPU type within the phase target (the H200's one-GPU and four-lane nodes differ by a
     poll interval: 6.1 against 8.1 s)."""
     steps = cal.decode_step_times(zeroed)
-    assert len(steps) == len(cal.ok_cases(zeroed)) == 169
+    assert len(steps) == len(cal.ok_cases(zeroed)) == 177
     assert all(step > c.decode_gpu_step_s > 0 for c, step in steps)
     for size in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"):
         h100 = [c for c in cal.ok_cases(held) if c.size == size and c.gpu == "h100"]
@@ -133,9 +135,10 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     hidden under the GPU's replay where that is longer: gen 3%, old_log_prob 10%, update_actor 8%, weight sync 15%,
     the step 7%, Spearman 0.92; 161 since lease 46's eleven on a two-lane H200 node: gen 16%, old_log_prob 12%,
     update_actor 9%, weight sync 16%, the step 9%, Spearman 0.90; 169 since lease 47's eight on another: gen 16%,
-    old_log_prob 12%, update_actor 9%, weight sync 16%, the step 9%, Spearman 0.91)."""
+    old_log_prob 12%, update_actor 9%, weight sync 16%, the step 9%, Spearman 0.91; 177 since lease 48's eight on
+    another: gen 16%, old_log_prob 12%, update_actor 8%, weight sync 16%, the step 10%, Spearman 0.91)."""
     fit = cal.errors(held)
-    assert fit.trials == 169
+    assert fit.trials == 177
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -209,7 +212,8 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
                        "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1", "h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#4",
                        *(f"h200_2026-11-27_l41/{study}.db/{study}#{n}" for study in ("c-0.5b-h19", "c-1.5b-h20")
                          for n in (1, 2)), "h200_2026-11-28_l42/c-3b-h24.db/c-3b-h24#1",
-                       "h200_2026-11-28_l43/c-3b-h27.db/c-3b-h27#1", "h200_2026-11-28_l47/c-0.5b-h40.db/c-0.5b-h40#4"}
+                       "h200_2026-11-28_l43/c-3b-h27.db/c-3b-h27#1", "h200_2026-11-28_l47/c-0.5b-h40.db/c-0.5b-h40#4",
+                       *(f"h200_2026-11-28_l48/c-1.5b-h44.db/c-1.5b-h44#{n}" for n in (1, 2))}
 # Priced, one misses a target held out, named with what it misses and a bound over its error (predicted / measured
 # - 1): lease 3b's 0.5B with a 4k budget ran unfused attention, whose long GPU work per micro-batch (0.32 s, the
 # model's) hid the cost (0.002 s a micro-batch): its update is priced 33% over, its step 15%. Lease 26's 1.5B at
@@ -222,10 +226,12 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
 # joined the other sizes' fit: 19.0% under since, within the target. Lease 47's 0.5B at micro-batches of 2 (0.141 s a
 # micro-batch on a two-lane node) lifted the fit without the 1.5B from 0.111 to 0.126 s: lease 26's 1.5B's update is
 # priced 30% over and its step 27%, and lease 33's 3B at micro-batches of 2 (0.071 s a micro-batch; KNOWN_OUTLIERS)
-# its step 20.3% over (update 19.6%).
+# its step 20.3% over (update 19.6%); lease 48's 1.5B at micro-batches of 2 (0.121 s) took it back to 18.9 %, within
+# the target. Lease 48's 1.5B at a 4k budget measured its step 3 in 33.8 s, its step 4 in 23.8 s (gen 12.2 against
+# 6.1 s, update 16.0 against 12.7 s): its step is 21 % under held out.
 SMALL_MISSES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1": {"update_actor": 0.36},
                 "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2": {"update_actor": 0.32, "step": 0.29},
-                "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1": {"step": 0.22}}
+                "h200_2026-11-28_l48/c-1.5b-h44.db/c-1.5b-h44#1": {"step": 0.22}}
 
 
 def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
@@ -243,19 +249,23 @@ def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) ->
     for name, value in fit.items():
         assert getattr(DEFAULT_EFFICIENCY, name) == pytest.approx(value, abs=0.005)
     costs = cal.small_micro_batch_costs(zeroed, update_pass_s)
-    assert {c.source for c, _ in costs} == SMALL_MICRO_BATCHES == {c.source for c in zeroed if c.small_micro_batches}
+    # and lease 48's 7B at micro-batches of 2, its optimizer on the CPU as no update in the fit has (it left -0.02 s)
+    cpu_adam = {"h200_2026-11-28_l48/c-7b-h43.db/c-7b-h43#1"}
+    assert {c.source for c, _ in costs} == SMALL_MICRO_BATCHES == {c.source for c in zeroed if c.small_micro_batches
+                                                                   } - cpu_adam
+    assert all(c.cpu_optimizer for c in zeroed if c.source in cpu_adam)
     for c, _ in costs:
         assert (c.small_kind, c.small_micro_batches) == (("fixed", 64) if "mbs2/" in c.label else ("dynamic", 38))
     fixed = [r for c, r in costs if c.small_kind == "fixed"]
     fused_budget = [r for c, r in costs if c.small_kind == "dynamic" and "no-fused" not in c.label]
-    assert (len(fixed), len(fused_budget)) == (9, 7)
+    assert (len(fixed), len(fused_budget)) == (10, 8)
     assert statistics.median(fused_budget) > statistics.median(fixed) + 0.03
     pairs = {}
     for c, r in costs:
         if "no-fused" not in c.label:
             pairs.setdefault(c.source.split("#")[0], {})[c.small_kind] = r
     pairs = {k: p for k, p in pairs.items() if len(p) == 2}  # lease 35 re-ran lease 26's micro-batches of 2 alone
-    assert len(pairs) == 6 and all(p["dynamic"] > p["fixed"] for p in pairs.values())
+    assert len(pairs) == 7 and all(p["dynamic"] > p["fixed"] for p in pairs.values())
 
 
 def test_held_out_small_micro_batches_meet_the_targets_but_those_named(held: list[cal.Case]) -> None:
@@ -343,6 +353,8 @@ HOST_MISSES = {f"h100_2026-11-26_l10/c-3b.db/c-3b#{n}" for n in (0, 3, 4)} | {
     f"h200_2026-11-28_l46/{study}.db/{study}#{n}" for study, ns in (("c-0.5b-h35", range(6)), ("c-1.5b-h36", range(5)))
     for n in ns} | {
     f"h200_2026-11-28_l47/{study}.db/{study}#{n}" for study, ns in (("c-7b-h39", range(2)), ("c-0.5b-h40", range(6)))
+    for n in ns} | {
+    f"h200_2026-11-28_l48/{study}.db/{study}#{n}" for study, ns in (("c-7b-h43", range(2)), ("c-1.5b-h44", range(6)))
     for n in ns}
 
 
@@ -480,7 +492,7 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     assert len(errs) == 80 and max(errs) < 0.77 and min(errs) > -0.37
     slow = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source in HOST_MISSES]
-    assert len(slow) == 89 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
+    assert len(slow) == 97 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
     assert statistics.median(abs(e) for e in errs) <= cal.PHASE_TARGET
 
 

@@ -185,6 +185,35 @@ def test_a_handler_that_only_sets_the_flag_never_raises_outside_an_interruptible
     assert stopping.requested() is None
 
 
+def test_a_deferred_section_holds_a_signal_until_it_ends_even_inside_an_interruptible_one():
+    """A trial's clean-up and record (stopping.deferred): a signal there sets the flag and the section runs to its end;
+    the interruptible section around it raises again after it. A thread's deferred section leaves the main thread's
+    sections alone (the Ray executor's trials run in threads)."""
+    import signal
+    import threading
+
+    done = []
+    with pytest.raises(stopping.Stopped), stopping.handle_signals(), stopping.interruptible():
+        with stopping.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            done.append("clean-up")  # not cut
+        assert stopping.requested() == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGTERM)  # interruptible again: raises at once
+        done.append("never")
+    assert done == ["clean-up"]
+    depth = []
+
+    def trial_thread() -> None:
+        with stopping.deferred():
+            depth.append(stopping._depth)
+
+    with stopping.interruptible():
+        t = threading.Thread(target=trial_thread)
+        t.start()
+        t.join()
+        assert depth == [1] and stopping._depth == 1  # the main thread's wait stays interruptible
+
+
 def test_status_and_the_dashboard_show_optuna_trials_without_a_row(sqlite_url, capsys):
     """An Optuna trial asked and never recorded is not hidden: `status` (text and JSON) and the dashboard's summary
     name it, its owner and whether that tuner is alive."""

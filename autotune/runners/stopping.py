@@ -59,8 +59,12 @@ def interruptible() -> Iterator[None]:
 def deferred() -> Iterator[None]:
     """A section a signal must not cut, even inside an interruptible() one: a trial's clean-up and its record after
     its run (cut there, a measured trial was lost and its processes left behind). A signal only sets the flag; the
-    code after the section reads `requested()`."""
+    code after the section reads `requested()`. Off the main thread (the Ray executor's trial threads) a signal never
+    raises there anyway, and the main thread's sections are left alone."""
     global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     saved, _depth = _depth, 0
     try:
         yield
