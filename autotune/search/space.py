@@ -50,6 +50,9 @@ PARAM_TYPES: dict[str, tuple[str, bool]] = {
 _ENUMS = {"recompute": RECOMPUTE_CHOICES, "recompute_method": ("uniform", "block")}
 
 
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML was built with it
+
+
 def value_error(name: str, value: Any) -> str | None:
     """Why `value` cannot be parameter `name` (its type, range or allowed words); None when it can."""
     kind, nullable = PARAM_TYPES[name]
@@ -209,14 +212,16 @@ def _line_of(node: yaml.Node | None, *path: str) -> int | None:
 
 
 def parse_space(text: str, source: str = "<string>") -> SearchSpace:
-    try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
-    except yaml.YAMLError as e:
-        raise SpaceError(f"{source}: not valid YAML: {yaml_error(e)}") from None
+    try:  # libyaml where PyYAML has it (every study's setup parses its space); PyYAML's own words for an error
+        data = yaml.load(text, Loader=_FAST_LOADER)
+    except yaml.YAMLError:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise SpaceError(f"{source}: not valid YAML: {yaml_error(e)}") from None
 
     def fail(msg: str, *path: str) -> SpaceError:
-        line = _line_of(root, *path) if path else None
+        line = _line_of(yaml.compose(text), *path) if path else None  # the node tree only to say where
         where = f"{source}:{line}" if line else source
         key = f" ({'.'.join(path)})" if path else ""
         return SpaceError(f"{where}{key}: {msg}")
