@@ -232,7 +232,7 @@ class VerlRunner(Runner):
         with stopping.deferred():
             result = trial_result(spec, att, first, self.extra_steps(spec), extra_info)
         stopped_by = att.stopped_by
-        if stopped_by is None and att.status == TrialStatus.OK and stopping.requested():
+        if stopped_by is None and att.status == TrialStatus.OK and stopping.requested():  # came in the clean-up
             stopped_by = stopping.Stopped(stopping.requested())
         if stopped_by is not None:  # measured, then stopped: the study records it and stops
             raise base.MeasuredThenInterrupted(stopped_by, result)
@@ -384,8 +384,6 @@ class VerlRunner(Runner):
             if measured and status != TrialStatus.OK:
                 missed = f"{failure or status.value}: {units.clip(reason, 300)}"
                 status, failure, reason = TrialStatus.OK, "", ""
-            if measured and stopped_by is None and stopping.requested():  # it came in the clean-up: stop after it
-                stopped_by = stopping.Stopped(stopping.requested())
             kept = self._ray.logs_kept(ray_tmp, head_tmp, status != TrialStatus.OK or opts.keep_ray_tmp)
             return Attempt(status, reason, log, log_path, rc, excerpt, failure, gpu, cleanup, timings, kept, how,
                             ray_note, caches, missed, monitor.trace if gpu.available else None, bytecode, stopped_by)
