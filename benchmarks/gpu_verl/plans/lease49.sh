@@ -12,6 +12,7 @@
 #              on one host: full, selective [core_attn,mlp] and none with half the optimizer on the CPU, then full and
 #              selective without it (lease 48's #5 and #4 once more): whether the CPU optimizer hides full
 #              recompute's fixed cost at a size where a trial is ~200-250 s.
+# On one H200 (nvidia-h200): AT_MODEL=qwen2.5-1.5b AT_MORE_MODELS="", the 1.5B's six alone.
 # Ask nvidia-h200-x2; start with AT_MODEL=qwen2.5-7b AT_MORE_MODELS="qwen2.5-1.5b" (on an H100 node: AT_MODEL=qwen2.5-3b
 # AT_MORE_MODELS="qwen2.5-1.5b"), LEASE_S=1600 where the machine counts in full; stage with the committed trials out
 # (lease_tree.sh out). Each configuration was checked with a simulated dry run on this job (all fit; the lane's host
@@ -23,6 +24,16 @@ cd /root/smoke
 
 if [ "$GPU_TYPE" = h100 ]; then
     spread_h100 c-1.5b-h41 c-3b-h42
+elif [ "$(nvidia-smi -L | grep -c '^GPU')" = 1 ]; then
+    # One H200 (session 53: only nvidia-h200 was lent): the 1.5B's question alone, as pairs by the CPU optimizer so
+    # that a cut lease keeps whole pairs, and no recompute without it to close the 3 x 2 grid.
+    at qwen2.5-1.5b c-1.5b-h46 6 260 --extra-steps 1 \
+        --enqueue "$(dyn 16384 32768 0.5),$FULL,$CPU_ADAM05" \
+        --enqueue "$(dyn 16384 32768 0.5),$FULL" \
+        --enqueue "$(dyn 16384 32768 0.5),$SEL2,$CPU_ADAM05" \
+        --enqueue "$(dyn 16384 32768 0.5),$SEL2" \
+        --enqueue "$(dyn 16384 32768 0.5),$CPU_ADAM05" \
+        --enqueue "$(dyn 16384 32768 0.5)"
 else
     SEVEN=param_offload=true,$CPU_ADAM05
     lane 0 at qwen2.5-7b c-7b-h45 3 600 --extra-steps 1 \
