@@ -24,7 +24,9 @@ CHECKPOINT_PAIRS = {(f"{lease}/{study}.db/{study}#{a}", f"{lease}/{other or stud
                                                       ("h200_2026-11-28_l45", "c-1.5b-h33", 2, "", 3),
                                                       ("h200_2026-11-28_l45", "c-3b-h34", 0, "", 1),
                                                       ("h200_2026-11-28_l45", "c-3b-h34", 3, "", 1),
-                                                      ("h200_2026-11-28_l47", "c-0.5b-h40", 1, "", 3))}
+                                                      ("h200_2026-11-28_l47", "c-0.5b-h40", 1, "", 3),
+                                                      ("h200_2026-11-28_l49", "c-1.5b-h46", 2, "", 4),
+                                                      ("h200_2026-11-28_l49", "c-1.5b-h46", 3, "", 5))}
 
 
 def test_selective_recompute_s_checkpoint_costs_what_the_pairs_fit(zeroed: list[cal.Case]) -> None:

@@ -44,16 +44,16 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     most of any, and lease 33's (the same on a second four-lane H200 node) 5.1 s: their hosts', out of the per-GPU
     comparison, as lease 41's (a two-lane H200 node) 5.9 s, and lease 46's (another) 3.8 s; that node's 1.5B left 2.4
     s, within the H100s' spread, and lease 48's 1.5B (another, read from its files: the lease's deadline cut it after
-    its step 4) 1.6 s. Lease 20's two-by-two
-    on the 1.5B (H200) says the cost is the recompute's and not the 8k token budget every earlier full-recompute trial
-    also had: without recompute the budgets' updates differ by 0.3 s, with it they cost 2.1-2.8 s more, where the model
-    said 1.0-1.2 s before it priced the second forward's fixed cost (3.4-3.5 s now)."""
+    its step 4) 1.6 s; lease 49's 1.5B on a one-GPU H200 (c-1.5b-h46 #1) 1.7 s, the H200s' median 1.6 s.
+    Lease 20's two-by-two on the 1.5B (H200) says the cost is the recompute's and not the 8k token budget every
+    earlier full-recompute trial also had: without recompute the budgets' updates differ by 0.3 s, with it they cost
+    2.1-2.8 s more, where the model said 1.0-1.2 s before it priced the second forward's fixed cost (3.4-3.5 s now)."""
     costs = cal.fit_pass_costs(zeroed)
     assert cal.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
         DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
     residuals = cal.recompute_residuals(zeroed, costs["update_pass_s"])
     per_gpu = {g: [r for c, r in residuals if c.gpu == g and c.source not in HOST_MISSES] for g in ("h100", "h200")}
-    assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (4, 7)
+    assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (4, 8)
     assert statistics.median(per_gpu["h100"]) > 1.6 * statistics.median(per_gpu["h200"])
     slow = [r for c, r in residuals  # leases 32's, 33's, 41's and 46's 0.5B on multi-lane nodes
             if c.source in HOST_MISSES and c.size == "qwen2.5-0.5b"]
@@ -69,6 +69,31 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
         predicted = update[full][1] - update[none][1]
         flops_only = predicted - DEFAULT_EFFICIENCY.logprob_pass_s
         assert 2.0 < measured < 3.0 and flops_only < 1.5 and predicted == pytest.approx(measured, abs=1.5)
+
+
+def test_the_cpu_optimizer_does_not_hide_full_recompute_on_one_host() -> None:
+    """Lease 49 (a one-GPU H200) ran the 1.5B's recompute none / selective [core_attn,mlp] / full at dyn16k/32k, each
+    with half the optimizer on the CPU and without it. Over steps 2-4 full recompute cost the update 2.8 s over none
+    with the CPU optimizer and 3.4 s without, the model 3.3 s both: the CPU optimizer's step does not hide the second
+    forward's fixed cost, so the 7B's full recompute (1 s over selective where the model says 4 s, lease 48) is not
+    that; the model keeps one price. The CPU optimizer cost 2.5-3.6 s a step, the model 2.4 s."""
+    cs = {c.source.rsplit("#", 1)[1]: cal.steady(c)
+          for c in cal.cases([DATA / "h200_2026-11-28_l49" / "c-1.5b-h46.db"])}
+    assert [cs[n].label for n in "024"] == [
+        f"tp1 rtp1 {rc}dyn16k/32k util0.5 cpu-adam0.5" for rc in ("rc:full:u1 ", "rc:sel:core_attn,mlp ", "")]
+    assert all(cs[str(n + 1)].label == cs[str(n)].label.removesuffix(" cpu-adam0.5") for n in (0, 2, 4))
+    update = {n: (c.measured_phases["update_actor"], c.predicted_phases["update_actor"]) for n, c in cs.items()}
+
+    def over(a: str, b: str) -> tuple[float, float]:  # what a's update costs over b's: measured, predicted
+        return update[a][0] - update[b][0], update[a][1] - update[b][1]
+
+    with_cpu, without = over("0", "4"), over("1", "5")
+    assert abs(with_cpu[0] - without[0]) < 1.0 and with_cpu[0] > 2.0
+    for measured, predicted in (with_cpu, without):
+        assert predicted == pytest.approx(measured, abs=0.6)
+    for cpu, gpu in (("0", "1"), ("2", "3"), ("4", "5")):
+        measured, predicted = over(cpu, gpu)
+        assert 2.0 < predicted <= measured < predicted + 1.3
 
 
 def test_a_logit_without_fused_kernels_costs_what_the_sixteen_trials_fit(zeroed: list[cal.Case]) -> None:
@@ -110,7 +135,7 @@ def test_a_decode_step_takes_the_hosts_overhead_where_the_gpus_replay_is_shorter
     every size's gen on either GPU type within the phase target (the H200's one-GPU and four-lane nodes differ by a
     poll interval: 6.1 against 8.1 s)."""
     steps = cal.decode_step_times(zeroed)
-    assert len(steps) == len(cal.ok_cases(zeroed)) == 177
+    assert len(steps) == len(cal.ok_cases(zeroed)) == 183
     assert all(step > c.decode_gpu_step_s > 0 for c, step in steps)
     for size in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"):
         h100 = [c for c in cal.ok_cases(held) if c.size == size and c.gpu == "h100"]
@@ -139,7 +164,7 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     old_log_prob 12%, update_actor 9%, weight sync 16%, the step 9%, Spearman 0.91; 177 since lease 48's eight on
     another: gen 16%, old_log_prob 12%, update_actor 8%, weight sync 16%, the step 10%, Spearman 0.91)."""
     fit = cal.errors(held)
-    assert fit.trials == 177
+    assert fit.trials == 183
     assert all(v <= cal.PHASE_TARGET for v in fit.phases.values()), fit.phases
     assert fit.step is not None and fit.step <= cal.STEP_TARGET
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
@@ -487,10 +512,11 @@ def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.C
     one-GPU H200 synced in 0.39-0.63 s at step 3: its 0.39 s (c-3b-h12 #2, the 3B's fastest) is 71% over (74% since
     lease 41's node, whose syncs of 0.5-0.9 s take the refit without the 3B from 0.45 to 0.47 s; 75% since lease
     45's node's 1.5B syncs of 0.6-0.9 s; 76% since lease 47's 0.5B syncs of 0.35-0.73 s). Leases 38's and 39's 1.5B
-    and 0.5B on one-GPU H200s synced in 0.38-0.68 s, 23% under to 19% over."""
+    and 0.5B on one-GPU H200s synced in 0.38-0.68 s, 23% under to 19% over; lease 49's 1.5B on another in 0.48-0.60 s,
+    up to 26% over."""
     errs = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source not in HOST_MISSES]
-    assert len(errs) == 80 and max(errs) < 0.77 and min(errs) > -0.37
+    assert len(errs) == 86 and max(errs) < 0.77 and min(errs) > -0.37
     slow = [c.predicted_phases["update_weights"] / c.measured_phases["update_weights"] - 1 for c in cal.ok_cases(held)
             if c.source in HOST_MISSES]
     assert len(slow) == 97 and min(slow) > -0.55  # lease 32's 0.5B #1: 0.94 s (0.6-0.9 s over its steps) vs 0.45
