@@ -71,10 +71,10 @@ def test_factors_are_shown_with_their_range():
     assert old.shown_sd == 0.0
 
 
-def test_each_real_group_has_its_own_name():
+def test_each_real_group_has_its_own_name(real_proof: tuple[list, list]):
     """The tables match cases to groups by name: two 0.5B groups of one name (another attention) once showed each
     other's cases, both rows the union of the two."""
-    names = [g.name for g in real_groups()]
+    names = [g.name for g in real_proof[0]]
     assert len(names) == len(set(names)) >= 3  # the 0.5B of lease 3, of lease 4, the 3B of lease 7
 
 
@@ -100,11 +100,20 @@ MICRO_BATCHES_OF_ONE = {"h200_2026-11-26_l22/c-1.5b-h2#2", "h100_2026-11-26_l24/
 COLD_OUTLIER = "h200_2026-11-28_l46/c-0.5b-h35#0"
 
 
+@pytest.fixture(scope="module")
+def real_proof() -> tuple[list, list]:
+    """The real groups and every case of the shipped correction on them (every k and phase): proved once for the
+    module, as benchmarks/correction_proof.py does, not once per k."""
+    groups = real_groups()
+    return groups, prove(groups, shipped)
+
+
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: int):
-    groups = [g for g in real_groups() if len(g.points) > k]  # k to fit on, one at least to predict
+def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: int, real_proof: tuple[list, list]):
+    all_groups, proof = real_proof
+    groups = [g for g in all_groups if len(g.points) > k]  # k to fit on, one at least to predict
     assert any(len(g.points) >= 5 for g in groups)  # lease 3's five, then lease 4's three (another attention)
-    cases = [c for c in prove(groups, shipped) if c.k == k and c.phase == "step"]
+    cases = [c for c in proof if c.k == k and c.phase == "step"]
     assert cases
     assert sum(c.better or c.tie for c in cases) / len(cases) >= BETTER_SHARE
     assert MICRO_BATCHES_OF_ONE <= {p.label for g in groups for p in g.points}
@@ -136,17 +145,18 @@ def test_on_a_landscape_the_robust_level_holds_where_a_gaussian_one_over_correct
     assert max(c.worse_by for c in robust) <= WORSE_LIMIT < 0.5 < max(c.worse_by for c in gaussian)
 
 
-def test_within_one_study_the_trials_noise_is_what_a_free_level_would_chase():
+def test_within_one_study_the_trials_noise_is_what_a_free_level_would_chase(real_proof: tuple[list, list]):
     """Cut into their studies (one host each), the real trials still do not share an error a correction could learn
     from three trials: the shipped rule stays within the limit, while a level free to follow the measurements (no
     spike) is strictly better in well under 80% of the cases and further off by more than the limit in some, as
     across hosts (correction_accuracy.md, within one study: 48-62% better, worst +21% to +37%)."""
     from benchmarks.correction_proof import study_groups, variant
 
-    groups = study_groups(real_groups())
+    groups = study_groups(real_proof[0])
     assert len(groups) >= 20 and all(len({p.label.rsplit("#", 1)[0] for p in g.points}) == 1 for g in groups)
+    held_all, free_all = prove(groups, shipped), prove(groups, variant(spike_p=0.0))
     for k in (1, 3):
-        held = [c for c in prove(groups, shipped) if c.k == k and c.phase == "step"]
-        free = [c for c in prove(groups, variant(spike_p=0.0)) if c.k == k and c.phase == "step"]
+        held = [c for c in held_all if c.k == k and c.phase == "step"]
+        free = [c for c in free_all if c.k == k and c.phase == "step"]
         assert max(c.worse_by for c in held) <= WORSE_LIMIT
         assert sum(c.better for c in free) / len(free) < BETTER_SHARE and max(c.worse_by for c in free) > WORSE_LIMIT

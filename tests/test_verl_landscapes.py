@@ -18,9 +18,17 @@ from tests.conftest import REPO
 DATA = REPO / "tests" / "data" / "real_verl_gpu"
 
 
-def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
-    vl.main(["--out", str(tmp_path / "land"), "--report", str(tmp_path / "fl.md")])
-    tables = {p.name: ReplayTable.load(p) for p in sorted((tmp_path / "land").glob("verl-*.csv"))}
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The landscapes and the first-launch report as `python -m benchmarks.verl_landscapes` writes them, written once
+    for the module: <dir>/land/ and <dir>/fl.md."""
+    out = tmp_path_factory.mktemp("landscapes")
+    vl.main(["--out", str(out / "land"), "--report", str(out / "fl.md")])
+    return out
+
+
+def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
+    tables = {p.name: ReplayTable.load(p) for p in sorted((generated / "land").glob("verl-*.csv"))}
     # The 7B's nine trials: four out of memory (c-7b #0 on the GPU, #2, #3 and c-7b-fl #0 the host's RAM) and the
     # five measured ones of leases 13, 20 and 32, the rows that make its table replayable. Lease 32's 0.5B on an H200
     # node is a table of its own.
@@ -156,7 +164,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(tmp_path):
     assert fused.job().get(vl.verl.ATTENTION_BACKEND) == "fused"  # the node's default the trials ran with
     assert not any(k in fused.meta["job"] for k in vl._MACHINE_PATHS)
     assert fused.setup().model.name == "qwen2.5-0.5b"
-    report = (tmp_path / "fl.md").read_text()
+    report = (generated / "fl.md").read_text()
     # lease 26's four 1.5B trials on an H100 join the six before, and lease 35's five (two of them re-runs)
     assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 13 |" in report
     # lease 25's three 3B trials join lease 10's five, #2 read from its log (cut in its extra step, after step 3)
@@ -302,15 +310,14 @@ def test_a_first_launch_under_90_percent_holds_only_as_a_tie_within_the_measured
     assert not fl(87.0, 0.14, "oom").good and not fl(87.0, 0.14, "oom").tied
 
 
-def test_the_committed_landscapes_are_what_the_data_give(tmp_path):
-    out = tmp_path / "land"
-    vl.main(["--out", str(out), "--report", str(tmp_path / "fl.md")])
+def test_the_committed_landscapes_are_what_the_data_give(generated: Path):
+    out = generated / "land"
     committed = sorted(p.name for p in vl.OUT.glob(f"{vl.PREFIX}*"))
     redo = "run python -m benchmarks.verl_landscapes"
     assert committed == sorted(p.name for p in out.iterdir()), redo
     for name in committed:
         assert filecmp.cmp(vl.OUT / name, out / name, shallow=False), f"{name}: {redo}"
-    assert (tmp_path / "fl.md").read_text() == vl.RESULTS.read_text()
+    assert (generated / "fl.md").read_text() == vl.RESULTS.read_text()
 
 
 def test_the_first_launch_is_read_from_the_replay(tmp_path):
