@@ -12,7 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from autotune.candidate import Candidate
+from autotune.estimate.safer import SAFE_TOLERANCE
 from autotune.search.setup import Setup, setup_from_row
+from autotune.search.split import Pick
 from autotune.store.schema import StudyRow
 
 
@@ -124,3 +126,15 @@ class Labeller:
         if got is None:
             got = self._cache[key] = _label(params, self._ref)
         return got
+
+
+def first_launch_words(setup: Setup, first: Pick, top: Pick) -> str:
+    """Why the first launch is not the model's fastest setting, in the words `autotune best` uses for a passed-over
+    trial."""
+    label = Labeller(setup.stock)
+    verdict = (setup.memory_record(setup.evaluate(top.candidate)) or {}).get("verdict") or "not safe"
+    return (f"first launch: {label(first.candidate.applied_params())}, not the model's fastest "
+            f"{label(top.candidate.applied_params())}, predicted {(top.throughput / first.throughput - 1) * 100:.1f}% "
+            f"faster: its memory is not safe ({verdict}), and until this study has measured a trial it launches a "
+            f"safe setting first (after that, a faster one that is not safe goes behind a safe one only within the "
+            f"model's error of it, {SAFE_TOLERANCE:.0%})")

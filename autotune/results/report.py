@@ -44,6 +44,17 @@ def prune_kind(reason: str) -> tuple[str, str]:
     return "other", ""
 
 
+def idle_kind(reason: str) -> str:
+    """A prune reason's kind, for counting the proposals that launched nothing (`autotune run`'s idle stop):
+    'duplicate', 'predicted OOM (update)', or the constraint rule broken."""
+    kind, detail = prune_kind(reason)
+    if kind == "static constraint":
+        return detail
+    if kind == "memory model":
+        return f"predicted OOM ({detail})"
+    return reason.split(":", 1)[0][:40] if kind == "other" else kind
+
+
 # Launched, but stopped and re-queued: --n-trials counts the re-run instead (study.NOT_COUNTED); their wall time
 # was spent all the same.
 INTERRUPTED = "interrupted"

@@ -1,5 +1,6 @@
 """A launched trial while it runs, as the Tuner (study/study.py) holds it between propose and finish: its record
-(Inflight) and the heartbeat that keeps its row alive, so that another tuner does not close it as stale (Heartbeat).
+(Inflight), the heartbeat that keeps its row alive, so that another tuner does not close it as stale (Heartbeat), and
+the note of where an executor placed it (placement_note).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import optuna
 
 from autotune.candidate import Candidate
+from autotune.executors.base import Executor
 from autotune.runners.base import TrialSpec
 from autotune.store.schema import TrialRow
 from autotune.store.store import Store, StoreError
@@ -55,3 +57,18 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def placement_note(store: Store, executor: Executor, row: TrialRow) -> Callable[[], None]:
+    """Writes where a running trial was placed, once the executor knows (status and the dashboard show it)."""
+    done: list[bool] = []
+
+    def note() -> None:
+        if done:
+            return
+        placement = executor.placement_of(row.number)
+        if placement is not None:
+            store.update_trial(row.id, placement=placement.as_dict())
+            done.append(True)
+
+    return note

@@ -4,7 +4,8 @@ Flow of one trial: ask Optuna -> parameters -> candidate -> constraints -> memor
 when either says no) -> runner -> result -> our tables + tell Optuna. Optuna's state mirrors ours: ok is
 COMPLETE (value = tokens/s/GPU), oom / config_error / pruned are PRUNED (the sampler learns that region is bad),
 timeout / failed / interrupted are FAIL (recovery.OPTUNA_STATE). What a study is for lives in autotune/search/setup.py;
-closing what dead tuners left, in autotune/study/recovery.py.
+closing what dead tuners left, in autotune/study/recovery.py; stopping a running trial early (--prune-slower-than), in
+autotune/study/pruning.py.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from sqlalchemy.exc import IntegrityError
 
 from autotune import faults
 from autotune.candidate import Candidate
-from autotune.estimate.safer import SAFE_TOLERANCE
 from autotune.executors.base import Executor, Placement
 from autotune.executors.local import LocalExecutor
-from autotune.results.labels import Labeller
-from autotune.results.report import prune_kind
+from autotune.results.labels import first_launch_words
+from autotune.results.report import idle_kind
 from autotune.runners import stopping
 from autotune.runners.base import MeasuredThenInterrupted, Runner, RunnerFatal, TrialResult, TrialSpec, TrialStatus
 from autotune.runners.progress import TrialProgress
@@ -35,12 +35,13 @@ from autotune.search.plan import REFERENCES, Plan
 from autotune.search.ranking import infeasible_message, make_ranking
 from autotune.search.samplers import ModelSampler
 from autotune.search.setup import Setup, StudyMismatchError
-from autotune.search.split import InfeasibleSpaceError, Pick
+from autotune.search.split import InfeasibleSpaceError
 from autotune.store.access import check_writable, open_storage
 from autotune.store.schema import REQUESTED, TrialRow, utcnow
 from autotune.store.store import Store, StoreError, TrialTaken, safe_url, worker_id
 from autotune.store.tuners import OWNER, Registry
-from autotune.study.inflight import Heartbeat, Inflight
+from autotune.study.inflight import Heartbeat, Inflight, placement_note
+from autotune.study.pruning import slower_than_best
 from autotune.study.recovery import OPTUNA_STATE, RECOVER_EVERY_S, Recovery
 from autotune.units import OPTUNA_REASON_CHARS, cut
 
@@ -313,7 +314,7 @@ class Tuner:
                         break
                     row, pending = self.propose(inflight)
                     if pending is None:
-                        kind = _reason_kind(row.reason or "")
+                        kind = idle_kind(row.reason or "")
                         why_idle[kind] = why_idle.get(kind, 0) + 1
                         if on_trial:
                             on_trial(row)
@@ -461,24 +462,11 @@ class Tuner:
             study=self.study_name, number=trial.number, model=s.model, cluster=s.cluster, job=s.job,
             candidate=cand, memory=ev.memory, prediction=ev.throughput, measure_step=s.measure_step,
             workdir=self.workdir / self.study_name / f"trial_{trial.number:04d}",
-            measure_from=self.measure_from, report=self._reporter(trial), progress=self.on_progress,
+            measure_from=self.measure_from, progress=self.on_progress,
+            report=slower_than_best(self.study, trial, self.prune_slower_than, self.prune_after),
         )
-        return row, Inflight(row, trial, cand, spec, Heartbeat(
-            self.store, row.id, self._placement_note(row) if self.executor.name != "local" else None))
-
-    def _placement_note(self, row: TrialRow) -> Callable[[], None]:
-        """Writes where a running trial was placed, once the executor knows (status and the dashboard show it)."""
-        done: list[bool] = []
-
-        def note() -> None:
-            if done:
-                return
-            placement = self.executor.placement_of(row.number)
-            if placement is not None:
-                self.store.update_trial(row.id, placement=placement.as_dict())
-                done.append(True)
-
-        return note
+        note = placement_note(self.store, self.executor, row) if self.executor.name != "local" else None
+        return row, Inflight(row, trial, cand, spec, Heartbeat(self.store, row.id, note))
 
     def finish(self, pending: Inflight, result: TrialResult, duration: float, placement: Placement | None = None
                ) -> None:
@@ -506,22 +494,6 @@ class Tuner:
         measured = measured_lengths(self.store, self.study_name, self.setup.measure_step)
         if tuple(measured) != self.setup.measured_lengths:
             self.setup = dataclasses.replace(self.setup, measured_lengths=tuple(measured))
-
-    def _reporter(self, trial: optuna.Trial) -> Callable[[int, float], bool]:
-        """A runner's per-step callback: Optuna's intermediate value; True when the trial is clearly slower."""
-
-        def report(step: int, value: float) -> bool:
-            trial.report(value, step)
-            if self.prune_slower_than is None:
-                return False
-            done = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if len(done) < self.prune_after:
-                return False
-            same_step = [t.intermediate_values[step] for t in done if step in t.intermediate_values]
-            best = max(same_step) if same_step else max(t.value for t in done if t.value is not None)
-            return value < self.prune_slower_than * best
-
-        return report
 
     def _claim_launch(self, row: TrialRow) -> str | None:
         """Record the trial as launched unless the budget is spent or its configuration was launched (by any
@@ -557,24 +529,3 @@ class Tuner:
         self.study.tell(trial, value if state == TrialState.COMPLETE else None, state=state, skip_if_finished=True)
         self._asked.pop(trial.number, None)
 
-
-def _reason_kind(reason: str) -> str:
-    """A prune reason's kind, for counting: 'duplicate', 'predicted OOM (update)', or the constraint rule broken."""
-    kind, detail = prune_kind(reason)
-    if kind == "static constraint":
-        return detail
-    if kind == "memory model":
-        return f"predicted OOM ({detail})"
-    return reason.split(":", 1)[0][:40] if kind == "other" else kind
-
-
-def first_launch_words(setup: Setup, first: Pick, top: Pick) -> str:
-    """Why the first launch is not the model's fastest setting, in the words `autotune best` uses for a passed-over
-    trial."""
-    label = Labeller(setup.stock)
-    verdict = (setup.memory_record(setup.evaluate(top.candidate)) or {}).get("verdict") or "not safe"
-    return (f"first launch: {label(first.candidate.applied_params())}, not the model's fastest "
-            f"{label(top.candidate.applied_params())}, predicted {(top.throughput / first.throughput - 1) * 100:.1f}% "
-            f"faster: its memory is not safe ({verdict}), and until this study has measured a trial it launches a "
-            f"safe setting first (after that, a faster one that is not safe goes behind a safe one only within the "
-            f"model's error of it, {SAFE_TOLERANCE:.0%})")
