@@ -170,6 +170,11 @@ class Job:
     def ppo_epochs(self) -> int:
         return int(self.get(verl.PPO_EPOCHS, 1) or 1)
 
+    @property
+    def optimizer_steps(self) -> float:
+        """Optimizer steps a training step: one per PPO mini-batch and epoch."""
+        return self.train_batch_size / self.ppo_mini_batch_size * self.ppo_epochs
+
     @functools.cached_property
     def has_ref_model(self) -> bool:
         """The reference model exists only for a KL loss or a KL penalty in the reward."""

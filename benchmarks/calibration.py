@@ -15,11 +15,12 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-from autotune.estimate.reads import RECOMPUTE_KEYS
+from autotune.estimate.reads import CPU_OPTIMIZER_KEYS, RECOMPUTE_KEYS
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY, SMALL_MICRO_BATCH_TOKENS, decode_step_seconds
 from benchmarks import real_studies
 from benchmarks.real_cases import (
     CHECKPOINT_COST,
+    CPU_ADAM_RATE,
     HERE,
     LOGIT_COST,
     MICRO_BATCH_COST,
@@ -90,6 +91,34 @@ def checkpoint_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
 def fit_checkpoint_cost(zeroed: list[Case]) -> float | None:
     """CHECKPOINT_COST: the median of `checkpoint_pairs` (None: no such pair)."""
     pairs = checkpoint_pairs(zeroed)
+    return statistics.median(r for _, _, r in pairs) if pairs else None
+
+
+def cpu_adam_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
+    """Each pair of ok trials of one lease and model size whose parameters differ only in Megatron's CPU optimizer
+    (with it, without it), with the rate its update's difference says (parameters a second): the parameters the CPU
+    steps over what the pair's update (the median of steps 2 on) differs by beyond the model's difference without the
+    CPU step."""
+    def key(c: Case) -> tuple:
+        rest = tuple(sorted((k, str(v)) for k, v in c.params.items() if k not in CPU_OPTIMIZER_KEYS))
+        return c.source.split("/")[0], c.size, rest
+
+    without = {key(c): c for c in ok_cases(zeroed) if not c.cpu_adam_params}
+    pairs = []
+    for c in ok_cases(zeroed):
+        other = without.get(key(c))
+        if c.cpu_adam_params and other:
+            measured = c.steady_phases["update_actor"] - other.steady_phases["update_actor"]
+            predicted = c.predicted_phases["update_actor"] - other.predicted_phases["update_actor"]
+            rest = predicted - c.cpu_adam_params / DEFAULT_EFFICIENCY.cpu_adam_params_per_s
+            if measured > rest:
+                pairs.append((c, other, c.cpu_adam_params / (measured - rest)))
+    return pairs
+
+
+def fit_cpu_adam_rate(zeroed: list[Case]) -> float | None:
+    """CPU_ADAM_RATE: the median of `cpu_adam_pairs` (None: no such pair)."""
+    pairs = cpu_adam_pairs(zeroed)
     return statistics.median(r for _, _, r in pairs) if pairs else None
 
 
@@ -202,6 +231,9 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
         added["update_actor"] += c.checkpointed_layers * costs.get(CHECKPOINT_COST, 0.0)
         if c.small_kind:
             added["update_actor"] += c.small_micro_batches * costs.get(SMALL_COSTS[c.small_kind], 0.0)
+        if c.cpu_adam_params and CPU_ADAM_RATE in costs:  # the case's CPU step at this rate instead of the model's
+            added["update_actor"] += c.cpu_adam_params * (
+                1 / costs[CPU_ADAM_RATE] - 1 / DEFAULT_EFFICIENCY.cpu_adam_params_per_s)
     for p, logits in c.unfused_logits.items():
         if p in added:
             added[p] += logits * costs.get(LOGIT_COST, 0.0) * 1e-12
@@ -230,6 +262,7 @@ def held_out(zeroed: list[Case]) -> tuple[list[Case], dict[str, dict[str, float]
                                                                                           costs["update_pass_s"])
         costs[LOGIT_COST] = fit_logit_cost(others) or 0.0
         costs[CHECKPOINT_COST] = fit_checkpoint_cost(others) or 0.0
+        costs[CPU_ADAM_RATE] = fit_cpu_adam_rate(others) or DEFAULT_EFFICIENCY.cpu_adam_params_per_s
         fits[size] = {**costs, **{f"overhead_{g}_ms": 1e3 * v for g, v in sorted(overhead.items())}}
         out += [with_pass_costs(c, fits[size], overhead) for c in zeroed if c.size == size]
     return out, fits

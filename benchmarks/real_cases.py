@@ -22,7 +22,8 @@ from autotune.candidate import Candidate
 from autotune.cluster import GIB
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import Lengths, at_step
-from autotune.estimate.offload import cpu_fraction
+from autotune.estimate.memory import model_state_bytes
+from autotune.estimate.offload import cpu_fraction, cpu_optimizer_params
 from autotune.estimate.throughput import (
     SMALL_MICRO_BATCH_COSTS,
     checkpointed_layers,
@@ -58,6 +59,9 @@ ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_grap
 LOGIT_COST = "unfused_logit_ps"
 # ... and what selective recompute's checkpoint costs a layer and micro-batch (update_actor, Case.checkpointed_layers)
 CHECKPOINT_COST = "selective_checkpoint_s"
+# ... and the rate of Megatron's CPU optimizer step (update_actor: parameters a second, Case.cpu_adam_params; not
+# zeroed: a case is predicted at the model's rate, a refit's rate replaces it)
+CPU_ADAM_RATE = "cpu_adam_params_per_s"
 ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, MICRO_BATCH_COST: 0.0,
           **{name: 0.0 for name in SMALL_COSTS.values()}, LOGIT_COST: 0.0, CHECKPOINT_COST: 0.0,
           **ZERO_OVERHEAD}  # the refit's
@@ -104,6 +108,7 @@ class Case:
     small_micro_batches: float = 0.0  # small update micro-batches (throughput.small_micro_batches): SMALL_COSTS's
     small_kind: str = ""  # which of SMALL_COSTS they pay: "dynamic" (a token budget) or "fixed"; "" without them
     checkpointed_layers: float = 0.0  # layers x update micro-batches under selective recompute: CHECKPOINT_COST's
+    cpu_adam_params: float = 0.0  # parameters the CPU optimizer steps a training step: CPU_ADAM_RATE's
     params: dict[str, Any] = dataclasses.field(default_factory=dict)  # the trial's parameters, as stored
     cut: str = ""  # what stopped it after its measured step, read in from its log (benchmarks/real_studies.py)
     # Logits a GPU materialises without fused kernels, per phase that pays LOGIT_COST on them (none with them)
@@ -206,6 +211,8 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         update_micro_batch_tokens=plan.update_tokens_typical if plan else 0.0,
         small_micro_batches=small, small_kind=small_micro_batch_kind(cand) if small else "",
         checkpointed_layers=checkpointed_layers(setup.model, job, cand, plan) if plan else 0.0,
+        cpu_adam_params=job.optimizer_steps * cpu_optimizer_params(
+            model_state_bytes(setup.model, setup.cluster, cand), cand),
         params=dict(row.params), cut=(row.extra or {}).get(real_studies.CUT, ""),
         unfused_logits=(unfused_logits_by_phase(setup.model, setup.cluster, job, cand, thr.tokens_per_step)
                         if thr else {}),

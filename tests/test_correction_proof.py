@@ -118,7 +118,9 @@ def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: i
     assert sum(c.better or c.tie for c in cases) / len(cases) >= BETTER_SHARE
     assert MICRO_BATCHES_OF_ONE <= {p.label for g in groups for p in g.points}
     assert max(c.worse_by for c in cases) <= WORSE_LIMIT
-    assert max(c.worse_by for c in cases) < 0.08  # lease 46's cold first trial among the fitted (COLD_OUTLIER)
+    # lease 46's cold first trial among the fitted (COLD_OUTLIER): 8.0% at k = 3 since the CPU optimizer's rate is
+    # the pairs' fit (under 8% before)
+    assert max(c.worse_by for c in cases) < 0.085
     cold = [COLD_OUTLIER in (c.trial, *c.fitted) for c in cases]
     worst_cold = max(c.worse_by for c, x in zip(cases, cold, strict=True) if x)
     assert any(cold) and worst_cold == max(c.worse_by for c in cases)

@@ -34,13 +34,12 @@ class HostCopy:
     # Together with link_share: 64 * 0.8 / 2 = 25.6 GB/s per GPU on an 8-GPU H100 node, the 25 GB/s the time model
     # used before it priced each move.
     gpus_per_uplink: int = 2
-    # torch.optim.AdamW(fused=True) on fp32 CPU tensors (Megatron's hybrid optimizer's CPU class), one thread (Ray
-    # starts workers with OMP_NUM_THREADS=1): 6.5e8 parameters/s measured on the H200 lease's host (Intel Xeon, torch
-    # 2.11, 770M parameters in 40 tensors; 6.7e8 at 100M), 7.6e8 on the H100 lease's (`python -m
-    # benchmarks.cpu_adam_rate`, benchmarks/results/cpu_adam_rate_h100_host.json): the hosts the real verl trials ran
-    # on; the slower is kept. The build host (AMD EPYC) did 1.35e9-1.75e9. One rank per GPU steps its own shard, each
-    # on its own core.
-    cpu_adam_params_per_s: float = 6.5e8
+    # Megatron's CPU optimizer step as verl runs it, parameters a second: the median of the real trials' pairs with it
+    # and without it on one host (benchmarks/calibration.py fit_cpu_adam_rate: lease 44's 3B two, lease 49's 1.5B
+    # three, 4.2e8-6.2e8). Alone, torch.optim.AdamW(fused=True) on fp32 CPU tensors, one thread (Ray starts workers
+    # with OMP_NUM_THREADS=1), did 6.5e8 on the H200 lease's host and 7.6e8 on the H100 lease's (`python -m
+    # benchmarks.cpu_adam_rate`); the build host (AMD EPYC) 1.35e9-1.75e9. One rank per GPU steps its own shard.
+    cpu_adam_params_per_s: float = 5.4e8
 
 
 DEFAULT_HOST_COPY = HostCopy()
@@ -73,16 +72,20 @@ def cpu_optimizer_bytes(states: dict[str, float], c: Candidate) -> float:
     return f * (states["optimizer_master"] + states["optimizer_adam"]) + f * states["optimizer_master"]
 
 
+def cpu_optimizer_params(states: dict[str, float], c: Candidate) -> float:
+    """Parameters the CPU optimizer steps on this GPU's rank: its share of the shard (4 bytes of fp32 master each)."""
+    return cpu_fraction(c) * states["optimizer_master"] / 4
+
+
 def cpu_optimizer_seconds(states: dict[str, float], c: Candidate, cl: Cluster,
                           hc: HostCopy = DEFAULT_HOST_COPY) -> float:
     """One optimizer step of the CPU share: fp32 grads down, CPU AdamW, fp32 params up (copy_ into the bf16 shard
     converts on the GPU, so 4 bytes cross). autotune turns overlap_cpu_optimizer_d2h_h2d on with it: the copies run
     under the CPU step, parameter by parameter, so the step costs the slower of the two. An update runs one step per
     mini-batch: the caller multiplies."""
-    f = cpu_fraction(c)
-    if not f:
+    params = cpu_optimizer_params(states, c)
+    if not params:
         return 0.0
-    params = f * states["optimizer_master"] / 4  # the shard's parameters (4 bytes of fp32 master each)
     copies = 2 * 4 * params / (host_gbps(cl, hc) * 1e9)
     compute = params / hc.cpu_adam_params_per_s
     return max(copies, compute)

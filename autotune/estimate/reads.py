@@ -22,7 +22,7 @@ _STATES = frozenset({"tp", "pp", "ep", "etp"})  # what decides the parameters, g
 _LAYOUT = frozenset({"tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel"})
 _OFFLOAD = frozenset({"param_offload", "optimizer_offload"})
 _REF = frozenset({"param_offload", "ref_param_offload"})  # where the reference model's weights live
-_CPU_OPT = frozenset({"optimizer_cpu_offload", "optimizer_offload_fraction"})  # Megatron's CPU optimizer
+CPU_OPTIMIZER_KEYS = frozenset({"optimizer_cpu_offload", "optimizer_offload_fraction"})  # Megatron's CPU optimizer
 _TRAIN_MB = frozenset({"use_dynamic_bsz", "ppo_max_token_len_per_gpu", "ppo_micro_batch_size_per_gpu"})
 _LP_MB = frozenset({"use_dynamic_bsz", "log_prob_max_token_len_per_gpu", "log_prob_micro_batch_size_per_gpu"})
 RECOMPUTE_KEYS = frozenset({"recompute", "recompute_method", "recompute_num_layers", "recompute_modules"})
@@ -59,7 +59,7 @@ RULE_READS: dict[str, frozenset[str]] = {
     "batch_divisibility": frozenset({"tp", "pp", "cp", "use_dynamic_bsz", "ppo_micro_batch_size_per_gpu",
                                      "log_prob_micro_batch_size_per_gpu"}),
     "recompute": frozenset({"recompute", "recompute_method", "recompute_num_layers", "pp", "vpp"}),
-    "host_memory": _STATES | _OFFLOAD | _CPU_OPT | _REF,
+    "host_memory": _STATES | _OFFLOAD | CPU_OPTIMIZER_KEYS | _REF,
 }
 
 
@@ -72,7 +72,7 @@ OFFLOAD_REFERENCE = {"param_offload": False, "optimizer_offload": False, "ref_pa
 _ADD_STATES = (frozenset(OFFLOAD_REFERENCE), _STATES)
 _ADD_COPIES = (frozenset({"param_offload", "optimizer_offload"}), _STATES | {"cp"})
 # The update's copies and the CPU optimizer's step (what stays on the GPU decides what verl's offload moves).
-_ADD_UPDATE = (_OFFLOAD | _CPU_OPT, _STATES | {"cp"})
+_ADD_UPDATE = (_OFFLOAD | CPU_OPTIMIZER_KEYS, _STATES | {"cp"})
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,9 @@ def reads_for(objective: str, job: Job) -> Reads:
 
     rules = {name: RULE_READS.get(name, ALL) for name in constraints.RULES}
     ref = _REF if job.has_ref_model else frozenset()  # without a reference model nothing of it is on the GPU
-    update = _LAYOUT | _TRAIN_MB | RECOMPUTE_KEYS | ref | _CPU_OPT | {"use_fused_kernels"}
+    update = _LAYOUT | _TRAIN_MB | RECOMPUTE_KEYS | ref | CPU_OPTIMIZER_KEYS | {"use_fused_kernels"}
     update_time = ((_LAYOUT - {"sequence_parallel"}) | _TRAIN_MB | {"recompute", "recompute_modules"} | _OFFLOAD
-                   | _CPU_OPT)
+                   | CPU_OPTIMIZER_KEYS)
     if objective == "train":
         rules.pop("rollout_tp", None)
         return Reads({"update_actor": update_time}, {"update": update}, frozenset({"cp"}) | _TRAIN_MB, rules,
@@ -104,7 +104,7 @@ def reads_for(objective: str, job: Job) -> Reads:
     asleep = frozenset() if job.free_cache_engine else _UTIL
     # vpp: with it verl makes the micro-batches a multiple of PP (estimate/batching.py partition_tokens)
     log_prob = (_LAYOUT | _LP_MB | {"recompute", "recompute_modules", "use_fused_kernels"} | _OFFLOAD
-                | _CPU_OPT | ref | asleep)
+                | CPU_OPTIMIZER_KEYS | ref | asleep)
     lp_time = (_LAYOUT - {"sequence_parallel", "vpp"}) | _LP_MB | {"use_fused_kernels"}  # unfused logits
     phases = {
         "gen": _VLLM,
@@ -114,9 +114,9 @@ def reads_for(objective: str, job: Job) -> Reads:
         "adv": frozenset(),
     }
     moments = {
-        "vllm_start": _STATES | _OFFLOAD | _CPU_OPT | ref | _UTIL,
-        "reshard": _STATES | _OFFLOAD | _CPU_OPT | ref | {"rollout_tp"} | _UTIL,
-        "rollout": _STATES | _OFFLOAD | _CPU_OPT | ref | _UTIL,
+        "vllm_start": _STATES | _OFFLOAD | CPU_OPTIMIZER_KEYS | ref | _UTIL,
+        "reshard": _STATES | _OFFLOAD | CPU_OPTIMIZER_KEYS | ref | {"rollout_tp"} | _UTIL,
+        "rollout": _STATES | _OFFLOAD | CPU_OPTIMIZER_KEYS | ref | _UTIL,
         "old_log_prob": log_prob,
         "update": update | asleep,
         "vllm_kv_cache": _VLLM,

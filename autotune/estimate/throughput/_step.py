@@ -169,7 +169,7 @@ def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
 
 def _update_micro_batches_per_step(job: Job, plan: BatchingPlan) -> float:
     """Update micro-batches in a step on one data-parallel rank: per mini-batch, times mini-batches and epochs."""
-    return plan.update_micro_batches * job.train_batch_size / job.ppo_mini_batch_size * job.ppo_epochs
+    return plan.update_micro_batches * job.optimizer_steps
 
 
 def micro_batches_of_one(job: Job, c: Candidate, plan: BatchingPlan) -> float:
@@ -314,7 +314,7 @@ def estimate_throughput(
     # Data-parallel gradient reduce-scatter + parameter all-gather once per mini-batch.
     pc = params_per_gpu(m, c)
     dp = plan.data_parallel
-    mini_batches = job.train_batch_size / job.ppo_mini_batch_size * job.ppo_epochs
+    mini_batches = job.optimizer_steps
     link = g.link_gbps if world <= cl.gpus_per_node else g.inter_node_gbps
     if dp * c.cp > 1:
         update += mini_batches * pc.total * 6 / (link * 1e9)
