@@ -45,7 +45,10 @@ def test_trials_join_one_kept_head_a_leftover_worker_restarts_it_and_close_stops
     leak = [{"when": {verl.EXPERIMENT_NAME: "autotune-s-t0001-a1"}, "mode": "leak_actor"}]
     env = {**env_for(tmp_path / "rec.jsonl", FAKE_VERL_TEARDOWN_S="0.2", FAKE_VERL_STEP_S="0.1",
                      FAKE_VERL_RULES=json.dumps(leak)), "CUDA_VISIBLE_DEVICES": "0,1"}
-    runner = VerlRunner(fast_options(keep_ray=True, preflight=False, cleanup_timeout_s=3.0, **PATIENT), entry=ENTRY,
+    # The cleanup's wait for a trial's Ray workers: the leaked actor of the second outlives it; the others' workers go
+    # in well under a second alone, but took over 3 s once on this 2-core machine beside the suite's other worker (the
+    # head was then stopped after the third trial as if a worker had been left).
+    runner = VerlRunner(fast_options(keep_ray=True, preflight=False, cleanup_timeout_s=15.0, **PATIENT), entry=ENTRY,
                         env=env)
     setup = kept_setup()
     specs = [make_spec(setup, tmp_path, number=n) for n in range(3)]
@@ -60,7 +63,7 @@ def test_trials_join_one_kept_head_a_leftover_worker_restarts_it_and_close_stops
         assert ov[verl.RAY_NUM_CPUS] == "null"  # the head has the job's 8 CPUs
         assert ov[verl.RAY_SETUP_HOOK_KEY.lstrip("+")] == "autotune.verl.shims.install"
         assert "Connected to Ray cluster" in Path(first.log_path).read_text()
-        assert first.extra["cleanup"]["ray_workers_s"] < 3.0 and "ray_head_stopped" not in first.extra["cleanup"]
+        assert first.extra["cleanup"]["ray_workers_s"] < 15.0 and "ray_head_stopped" not in first.extra["cleanup"]
         record = tmp_path / ray_head.HEAD_DIR / RECORD
         assert json.loads(record.read_text())["root_pid"] == head.pid  # kill-safe while it runs
 
