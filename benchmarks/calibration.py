@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from autotune.estimate.reads import CPU_OPTIMIZER_KEYS, RECOMPUTE_KEYS
@@ -69,22 +70,27 @@ def _left(c: Case, phase: str, logit_ps: float, checkpoint_s: float = 0.0) -> fl
             - (c.checkpointed_layers * checkpoint_s if phase == "update_actor" else 0.0))
 
 
+def _pairs(zeroed: list[Case], keys: frozenset[str], base: Callable[[Case], bool], other: Callable[[Case], bool]
+           ) -> list[tuple[Case, Case]]:
+    """(other, base): pairs of ok trials of one lease and model size whose parameters differ only in `keys`."""
+    def key(c: Case) -> tuple:
+        rest = tuple(sorted((k, str(v)) for k, v in c.params.items() if k not in keys))
+        return c.source.split("/")[0], c.size, rest
+
+    bases = {key(c): c for c in ok_cases(zeroed) if base(c)}
+    return [(c, bases[key(c)]) for c in ok_cases(zeroed) if other(c) and key(c) in bases]
+
+
 def checkpoint_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
     """Each pair of ok trials of one lease and model size whose parameters differ only in selective recompute (with
     it, without any recompute), with what the pair's update (the median of steps 2 on: a step's noise out) differs by
     beyond the model's difference, per checkpointed layer (seconds; CHECKPOINT_COST)."""
-    def key(c: Case) -> tuple:
-        rest = tuple(sorted((k, str(v)) for k, v in c.params.items() if k not in RECOMPUTE_KEYS))
-        return c.source.split("/")[0], c.size, rest
-
-    without = {key(c): c for c in ok_cases(zeroed) if c.params.get("recompute") in (None, "none")}
     pairs = []
-    for c in ok_cases(zeroed):
-        other = without.get(key(c))
-        if c.checkpointed_layers and other:
-            measured = c.steady_phases["update_actor"] - other.steady_phases["update_actor"]
-            predicted = c.predicted_phases["update_actor"] - other.predicted_phases["update_actor"]
-            pairs.append((c, other, (measured - predicted) / c.checkpointed_layers))
+    for c, other in _pairs(zeroed, RECOMPUTE_KEYS, lambda c: c.params.get("recompute") in (None, "none"),
+                           lambda c: bool(c.checkpointed_layers)):
+        measured = c.steady_phases["update_actor"] - other.steady_phases["update_actor"]
+        predicted = c.predicted_phases["update_actor"] - other.predicted_phases["update_actor"]
+        pairs.append((c, other, (measured - predicted) / c.checkpointed_layers))
     return pairs
 
 
@@ -99,20 +105,14 @@ def cpu_adam_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
     (with it, without it), with the rate its update's difference says (parameters a second): the parameters the CPU
     steps over what the pair's update (the median of steps 2 on) differs by beyond the model's difference without the
     CPU step."""
-    def key(c: Case) -> tuple:
-        rest = tuple(sorted((k, str(v)) for k, v in c.params.items() if k not in CPU_OPTIMIZER_KEYS))
-        return c.source.split("/")[0], c.size, rest
-
-    without = {key(c): c for c in ok_cases(zeroed) if not c.cpu_adam_params}
     pairs = []
-    for c in ok_cases(zeroed):
-        other = without.get(key(c))
-        if c.cpu_adam_params and other:
-            measured = c.steady_phases["update_actor"] - other.steady_phases["update_actor"]
-            predicted = c.predicted_phases["update_actor"] - other.predicted_phases["update_actor"]
-            rest = predicted - c.cpu_adam_params / DEFAULT_EFFICIENCY.cpu_adam_params_per_s
-            if measured > rest:
-                pairs.append((c, other, c.cpu_adam_params / (measured - rest)))
+    for c, other in _pairs(zeroed, CPU_OPTIMIZER_KEYS, lambda c: not c.cpu_adam_params,
+                           lambda c: bool(c.cpu_adam_params)):
+        measured = c.steady_phases["update_actor"] - other.steady_phases["update_actor"]
+        predicted = c.predicted_phases["update_actor"] - other.predicted_phases["update_actor"]
+        rest = predicted - c.cpu_adam_params / DEFAULT_EFFICIENCY.cpu_adam_params_per_s
+        if measured > rest:
+            pairs.append((c, other, c.cpu_adam_params / (measured - rest)))
     return pairs
 
 
