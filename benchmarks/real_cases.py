@@ -23,7 +23,7 @@ from autotune.cluster import GIB
 from autotune.estimate import evaluate
 from autotune.estimate.lengths import Lengths, at_step
 from autotune.estimate.memory import model_state_bytes
-from autotune.estimate.offload import cpu_fraction, cpu_optimizer_params
+from autotune.estimate.offload import cpu_optimizer_params
 from autotune.estimate.throughput import (
     SMALL_MICRO_BATCH_COSTS,
     checkpointed_layers,
@@ -91,7 +91,6 @@ class Case:
     predicted_fits: bool
     binding: str
     size: str = ""  # the catalog model of the same shape
-    cpu_optimizer: bool = False  # Megatron's CPU optimizer steps a share of the parameters
     full_recompute: bool = False  # the update recomputes every layer's forward
     # The median of each phase and of the step over the trial's steps from 2 on (step 1 carries start-up work): what
     # the model predicts, one step's noise (11-18% step to step) taken out
@@ -108,11 +107,18 @@ class Case:
     small_micro_batches: float = 0.0  # small update micro-batches (throughput.small_micro_batches): SMALL_COSTS's
     small_kind: str = ""  # which of SMALL_COSTS they pay: "dynamic" (a token budget) or "fixed"; "" without them
     checkpointed_layers: float = 0.0  # layers x update micro-batches under selective recompute: CHECKPOINT_COST's
-    cpu_adam_params: float = 0.0  # parameters the CPU optimizer steps a training step: CPU_ADAM_RATE's
+    # Parameters Megatron's CPU optimizer steps a training step, CPU_ADAM_RATE's (its step is the CPU's, not the
+    # copies': on the campaign's hosts the copies take a sixth of it)
+    cpu_adam_params: float = 0.0
     params: dict[str, Any] = dataclasses.field(default_factory=dict)  # the trial's parameters, as stored
     cut: str = ""  # what stopped it after its measured step, read in from its log (benchmarks/real_studies.py)
     # Logits a GPU materialises without fused kernels, per phase that pays LOGIT_COST on them (none with them)
     unfused_logits: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def cpu_optimizer(self) -> bool:
+        """Megatron's CPU optimizer steps a share of the parameters."""
+        return self.cpu_adam_params > 0
 
 
 @dataclass(frozen=True)
@@ -202,7 +208,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         predicted_peak_gib=mem.peak / GIB if mem else None,
         predicted_fits=bool(mem and mem.fits and not ev.violations),
         binding=mem.binding.name if mem else "",
-        size=catalog_size(setup.model), cpu_optimizer=bool(cpu_fraction(cand)), full_recompute=cand.recompute == "full",
+        size=catalog_size(setup.model), full_recompute=cand.recompute == "full",
         steady_phases={p: v for p, v in steady_phases.items() if p != "step"},
         steady_step_s=steady_phases.get("step"), retest_step_s=statistics.median(retest) if retest else None,
         gpu=setup.cluster.gpu.name,
