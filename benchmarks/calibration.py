@@ -42,6 +42,7 @@ from benchmarks.real_cases import (
     spearman,
     steady,
 )
+from benchmarks.step_order import ordering, study_of
 
 
 def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
@@ -357,58 +358,44 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
                          errors(c for c in steady_held if c.size == size), None))
     lines.append(row("**all**", errors(steady(c) for c in all_cases), errors(steady_held), None))
     lines.append("")
-    return lines + ordering(held)
+    return lines + fixed_costs(zeroed) + ordering(held)
 
 
-def study_of(c: Case) -> str:
-    """The study a case ran in (one host: a study's trials run on one node)."""
-    return c.source.rsplit("#", 1)[0]
+def fixed_costs(zeroed: list[Case]) -> list[str]:
+    """Per size and GPU type, what a pass leaves above its FLOPs (each trial predicted with the fixed costs zeroed; the
+    medians): a log-prob pass, an update (without micro-batches of one sequence or small ones, priced apart), and an
+    update with full recompute, whose second forward the model charges one log-prob pass more. The model charges each
+    size the same; this table says where a size pays less or more."""
+    logit_ps, checkpoint_s = fit_logit_cost(zeroed) or 0.0, fit_checkpoint_cost(zeroed) or 0.0
+    lines = ["## What a pass leaves above its FLOPs, by size", "",
+             "Each trial predicted with the fixed costs zeroed; the median of measured less predicted (less its "
+             "unfused logits and selective recompute's checkpoints), seconds, the trials in brackets. The model "
+             "charges every size one log-prob pass (logprob_pass_s) in old_log_prob, one update_pass_s in the update "
+             "and one more log-prob pass for full recompute's second forward: the last column, within each study "
+             "(one host) that ran both, its updates with full recompute less those without (the median over such "
+             "studies; hosts differ by more than it), is what that second forward leaves.", "",
+             "| size | GPU | old_log_prob | update, no full recompute | update, full recompute | full less the others, "
+             "one host |",
+             "|---|---|---|---|---|---|"]
 
+    def med(vs: list[float]) -> str:
+        return f"{statistics.median(vs):.2f} ({len(vs)})" if vs else "-"
 
-def _rho(r: float | None) -> str:
-    return f"{r:.2f}" if r is not None else "n/a"
-
-
-def without_gen(step: float | None, phases: dict[str, float]) -> float | None:
-    """A step (predicted or measured) less its gen: what is left once verl's 2 s poll, which rounds each rollout up to
-    6.1, 8.1, 10.1 s ..., and the host's decode overhead are taken out (None without a gen)."""
-    return step - phases["gen"] if step is not None and "gen" in phases else None
-
-
-def ordering(held: list[Case]) -> list[str]:
-    """Per size and GPU type: the model's Spearman (held out) beside how well the measurement orders itself (step 3
-    against the same trials' other steps), the model's Spearman of the step without gen (the phase a configuration
-    hardly moves, whose measure is rounded to verl's poll and follows the host) and within each study of 3 or more ok
-    trials (one host), their mean weighted by trials: what part of the landscape's disorder is one step's noise, the
-    poll's and the hosts'."""
-    lines = ["## How far a measured step can be ordered", "",
-             "Spearman's rank correlation per size and GPU type: the model's (held out, as above) against step 3; "
-             "step 3 against its repeat (the median of the same trial's other steps from 2 on: no model, only "
-             "one step's noise between them); the model's of the step without gen, predicted and measured (gen's "
-             "measure is the rollout rounded up to verl's 2 s poll, and it follows the host's decode overhead, "
-             "where the configurations of a size differ little); and the model's within each study of 3 or more ok "
-             "trials (one host, as a user's study runs), the mean weighted by the study's trials.", "",
-             "| size | GPU | ok trials | model | step 3 vs its repeat | model, the step without gen | studies (trials) "
-             "| model within one study |",
-             "|---|---|---|---|---|---|---|---|"]
-    ok = ok_cases(held)
+    ok = ok_cases(zeroed)
     for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
         cs = [c for c in ok if c.size == size and c.gpu == gpu]
-        if len(cs) < 3:
-            continue
-        model = spearman([c.predicted_step_s for c in cs], [c.measured_step_s for c in cs])
-        both = [c for c in cs if c.retest_step_s]
-        retest = spearman([c.measured_step_s for c in both], [c.retest_step_s for c in both])
-        gens = [(p, m) for c in cs if (p := without_gen(c.predicted_step_s, c.predicted_phases)) is not None
-                and (m := without_gen(c.measured_step_s, c.measured_phases)) is not None]
-        no_gen = spearman([p for p, _ in gens], [m for _, m in gens])
-        studies = [g for st in sorted({study_of(c) for c in cs}) if len(g := [c for c in cs if study_of(c) == st]) >= 3]
-        rhos = [(len(g), r) for g in studies
-                if (r := spearman([c.predicted_step_s for c in g], [c.measured_step_s for c in g])) is not None
-                and r == r]  # nan where a study's steps tie
-        within = sum(n * r for n, r in rhos) / sum(n for n, _ in rhos) if rhos else None
-        lines.append(f"| {size} | {gpu} | {len(cs)} | {_rho(model)} | {_rho(retest)} ({len(both)}) | "
-                     f"{_rho(no_gen)} ({len(gens)}) | {len(rhos)} ({sum(n for n, _ in rhos)}) | {_rho(within)} |")
+        olp = [_left(c, "old_log_prob", logit_ps) for c in cs if c.measured_phases.get("old_log_prob")]
+        left = {c.source: _left(c, "update_actor", logit_ps, checkpoint_s) for c in cs
+                if c.measured_phases.get("update_actor") and not (c.micro_batches_of_one or c.small_micro_batches)}
+        upd = {full: [v for c in cs if c.full_recompute == full and (v := left.get(c.source)) is not None]
+               for full in (False, True)}
+        pairs = []  # within one study (one host): its full-recompute updates' median less its others'
+        for st in sorted({study_of(c) for c in cs}):
+            both = {full: [left[c.source] for c in cs if study_of(c) == st and c.full_recompute == full
+                           and c.source in left] for full in (False, True)}
+            if both[True] and both[False]:
+                pairs.append(statistics.median(both[True]) - statistics.median(both[False]))
+        lines.append(f"| {size} | {gpu} | {med(olp)} | {med(upd[False])} | {med(upd[True])} | {med(pairs)} |")
     lines.append("")
     return lines
 

@@ -1,0 +1,60 @@
+"""How far a measured step can be ordered: the model's rank correlation per size and GPU type beside the measurement's
+own (step 3 against the same trial's other steps), without gen (rounded to verl's poll), and within one study (one
+host). A section of benchmarks/results/calibration.md (benchmarks/calibration.py)."""
+
+from __future__ import annotations
+
+from benchmarks.real_cases import Case, ok_cases, spearman
+
+
+def study_of(c: Case) -> str:
+    """The study a case ran in (one host: a study's trials run on one node)."""
+    return c.source.rsplit("#", 1)[0]
+
+
+def _rho(r: float | None) -> str:
+    return f"{r:.2f}" if r is not None else "n/a"
+
+
+def without_gen(step: float | None, phases: dict[str, float]) -> float | None:
+    """A step (predicted or measured) less its gen: what is left once verl's 2 s poll, which rounds each rollout up to
+    6.1, 8.1, 10.1 s ..., and the host's decode overhead are taken out (None without a gen)."""
+    return step - phases["gen"] if step is not None and "gen" in phases else None
+
+
+def ordering(held: list[Case]) -> list[str]:
+    """Per size and GPU type: the model's Spearman (held out) beside how well the measurement orders itself (step 3
+    against the same trials' other steps), the model's Spearman of the step without gen (the phase a configuration
+    hardly moves, whose measure is rounded to verl's poll and follows the host) and within each study of 3 or more ok
+    trials (one host), their mean weighted by trials: what part of the landscape's disorder is one step's noise, the
+    poll's and the hosts'."""
+    lines = ["## How far a measured step can be ordered", "",
+             "Spearman's rank correlation per size and GPU type: the model's (held out, as above) against step 3; "
+             "step 3 against its repeat (the median of the same trial's other steps from 2 on: no model, only "
+             "one step's noise between them); the model's of the step without gen, predicted and measured (gen's "
+             "measure is the rollout rounded up to verl's 2 s poll, and it follows the host's decode overhead, "
+             "where the configurations of a size differ little); and the model's within each study of 3 or more ok "
+             "trials (one host, as a user's study runs), the mean weighted by the study's trials.", "",
+             "| size | GPU | ok trials | model | step 3 vs its repeat | model, the step without gen | studies (trials) "
+             "| model within one study |",
+             "|---|---|---|---|---|---|---|---|"]
+    ok = ok_cases(held)
+    for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
+        cs = [c for c in ok if c.size == size and c.gpu == gpu]
+        if len(cs) < 3:
+            continue
+        model = spearman([c.predicted_step_s for c in cs], [c.measured_step_s for c in cs])
+        both = [c for c in cs if c.retest_step_s]
+        retest = spearman([c.measured_step_s for c in both], [c.retest_step_s for c in both])
+        gens = [(p, m) for c in cs if (p := without_gen(c.predicted_step_s, c.predicted_phases)) is not None
+                and (m := without_gen(c.measured_step_s, c.measured_phases)) is not None]
+        no_gen = spearman([p for p, _ in gens], [m for _, m in gens])
+        studies = [g for st in sorted({study_of(c) for c in cs}) if len(g := [c for c in cs if study_of(c) == st]) >= 3]
+        rhos = [(len(g), r) for g in studies
+                if (r := spearman([c.predicted_step_s for c in g], [c.measured_step_s for c in g])) is not None
+                and r == r]  # nan where a study's steps tie
+        within = sum(n * r for n, r in rhos) / sum(n for n, _ in rhos) if rhos else None
+        lines.append(f"| {size} | {gpu} | {len(cs)} | {_rho(model)} | {_rho(retest)} ({len(both)}) | "
+                     f"{_rho(no_gen)} ({len(gens)}) | {len(rhos)} ({sum(n for n, _ in rhos)}) | {_rho(within)} |")
+    lines.append("")
+    return lines
