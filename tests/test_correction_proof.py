@@ -92,7 +92,7 @@ def test_each_real_group_has_its_own_name(real_proof: tuple[list, list]):
 MICRO_BATCHES_OF_ONE = {"h200_2026-11-26_l22/c-1.5b-h2#2", "h100_2026-11-26_l24/c-0.5b-bc#4",
                         "h100_2026-11-27_l25/c-3b-h3#1", "h100_2026-11-27_l26/c-1.5b-h4#0",
                         "h200_2026-11-28_l46/c-0.5b-h35#2", "h200_2026-11-28_l46/c-1.5b-h36#2"}
-# Lease 46's 0.5B at dyn16k/32k (test_time_calibration KNOWN_OUTLIERS), its lane's first trial, its compile caches cold:
+# Lease 46's 0.5B at dyn16k/32k (tests/known_misses.py KNOWN_OUTLIERS), its lane's first trial, its compile caches cold:
 # its update ran 2x at steps 2 and 3, its step 3 47% over the model. A study's first trial is always cold, so a user's
 # correction meets such a point: fitted on it (alone or with one more) the correction puts its group's others up to
 # 5% (k = 1) and 7.6% (k = 2) further off than the uncorrected model, within WORSE_LIMIT; the cases that neither

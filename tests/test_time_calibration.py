@@ -4,17 +4,14 @@ achieved (issue 23), so it cannot silently regress."""
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
-from collections.abc import Iterable
 
 import pytest
 
-from autotune import verl
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY
 from benchmarks import calibration as cal
-from benchmarks import step_order
 from benchmarks.real_cases import DATA
+from tests.known_misses import HOST_MISSES, KNOWN_OUTLIERS, MODEL_TIE, STEP_NOISE, host, split_by_the_poll, trials
 
 SIZES = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
 
@@ -28,129 +25,6 @@ def test_the_pass_costs_are_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
     """One place per fact: the Efficiency constants are the fit on these trials (rounded), not a number beside it."""
     for name, value in cal.fit_pass_costs(zeroed).items():
         assert getattr(DEFAULT_EFFICIENCY, name) == pytest.approx(value, abs=0.1)
-
-
-def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> None:
-    """Full recompute's second forward is priced as a log-prob pass (its FLOPs and logprob_pass_s): the eight trials
-    with full recompute and no CPU optimizer leave about that above update_pass_s (2.5 s, the median, once the two
-    without fused kernels pay their logits; 2.4 s before; 2.6 s over the seven before lease 25, 2.9 s over the six
-    before lease 22), more on the H100 nodes (median 3.4 s: 3.4-3.7 s for the 0.5B and 1.5B, 3.8 s before their
-    logits were priced, 2.4 s for lease 25's 3B with its optimizer offloaded) than on the H200s (median 1.6 s, 1.1-2.6
-    s; lease 22's 3B with its optimizer offloaded 1.8 s), as their decode steps' host overhead is larger too: a spread
-    the model does not price. Lease 36's pair on the 3B (one-GPU H200, optimizer offloaded and not) left 1.7 and 1.8 s:
-    with update_pass_s refitted on every trial, the H100s' median is 2.9 s and the H200s' 1.5 s (1.9x). Lease 38's 1.5B
-    with full recompute on a one-GPU H200 (c-1.5b-h15 #2, updates of 12.3-13.8 s over steps 2-4) left 4.7 s, the most
-    of the H200s': their median 1.8 s, the H100s' 2.9 s (1.7x). Lease 32's
-    0.5B (rc:full on an H200, on the node whose small models' updates ran 10-30% slow: HOST_MISSES) left 6.3 s, the
-    most of any, and lease 33's (the same on a second four-lane H200 node) 5.1 s: their hosts', out of the per-GPU
-    comparison, as lease 41's (a two-lane H200 node) 5.9 s, and lease 46's (another) 3.8 s; that node's 1.5B left 2.4
-    s, within the H100s' spread, and lease 48's 1.5B (another, read from its files: the lease's deadline cut it after
-    its step 4) 1.6 s; lease 49's 1.5B on a one-GPU H200 (c-1.5b-h46 #1) 1.7 s, the H200s' median 1.6 s.
-    Lease 20's two-by-two on the 1.5B (H200) says the cost is the recompute's and not the 8k token budget every
-    earlier full-recompute trial also had: without recompute the budgets' updates differ by 0.3 s, with it they cost
-    2.1-2.8 s more, where the model said 1.0-1.2 s before it priced the second forward's fixed cost (3.4-3.5 s now)."""
-    costs = cal.fit_pass_costs(zeroed)
-    assert cal.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
-        DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
-    residuals = cal.recompute_residuals(zeroed, costs["update_pass_s"])
-    per_gpu = {g: [r for c, r in residuals if c.gpu == g and c.source not in HOST_MISSES] for g in ("h100", "h200")}
-    assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (4, 8)
-    assert statistics.median(per_gpu["h100"]) > 1.6 * statistics.median(per_gpu["h200"])
-    slow = [r for c, r in residuals  # leases 32's, 33's, 41's and 46's 0.5B on multi-lane nodes
-            if c.source in HOST_MISSES and c.size == "qwen2.5-0.5b"]
-    assert len(slow) == 4 and min(slow) > max(per_gpu["h100"])
-    two_by_two = {c.source.rsplit("#", 1)[1]: cal.steady(c)
-                  for c in cal.cases([DATA / "h200_2026-11-26_l20" / "c-1.5b-rc.db"])}
-    assert len(two_by_two) == 4
-    update = {n: (c.measured_phases["update_actor"], c.predicted_phases["update_actor"]) for n, c in two_by_two.items()}
-    assert abs(update["1"][0] - update["3"][0]) < 0.5 and abs(update["1"][1] - update["3"][1]) < 0.5  # 8k vs 16k
-    for full, none in (("0", "1"), ("2", "3")):  # 8k and 16k token budgets
-        assert two_by_two[full].label.split()[2] == "rc:full:u1" and "rc:" not in two_by_two[none].label
-        measured = update[full][0] - update[none][0]
-        predicted = update[full][1] - update[none][1]
-        flops_only = predicted - DEFAULT_EFFICIENCY.logprob_pass_s
-        assert 2.0 < measured < 3.0 and flops_only < 1.5 and predicted == pytest.approx(measured, abs=1.5)
-
-
-def test_the_cpu_optimizer_does_not_hide_full_recompute_on_one_host() -> None:
-    """Lease 49 (a one-GPU H200) ran the 1.5B's recompute none / selective [core_attn,mlp] / full at dyn16k/32k, each
-    with half the optimizer on the CPU and without it. Over steps 2-4 full recompute cost the update 2.8 s over none
-    with the CPU optimizer and 3.4 s without, the model 3.3 s both: the CPU optimizer's step does not hide the second
-    forward's fixed cost, so the 7B's full recompute (1 s over selective where the model says 4 s, lease 48) is not
-    that; the model keeps one price. The CPU optimizer cost 2.5-3.6 s a step: the model said 2.4 s at the
-    microbenchmark's rate, 2.9 s at the pairs' (test_the_cpu_optimizers_rate_is_what_the_pairs_on_one_host_fit)."""
-    cs = {c.source.rsplit("#", 1)[1]: cal.steady(c)
-          for c in cal.cases([DATA / "h200_2026-11-28_l49" / "c-1.5b-h46.db"])}
-    assert [cs[n].label for n in "024"] == [
-        f"tp1 rtp1 {rc}dyn16k/32k util0.5 cpu-adam0.5" for rc in ("rc:full:u1 ", "rc:sel:core_attn,mlp ", "")]
-    assert all(cs[str(n + 1)].label == cs[str(n)].label.removesuffix(" cpu-adam0.5") for n in (0, 2, 4))
-    update = {n: (c.measured_phases["update_actor"], c.predicted_phases["update_actor"]) for n, c in cs.items()}
-
-    def over(a: str, b: str) -> tuple[float, float]:  # what a's update costs over b's: measured, predicted
-        return update[a][0] - update[b][0], update[a][1] - update[b][1]
-
-    with_cpu, without = over("0", "4"), over("1", "5")
-    assert abs(with_cpu[0] - without[0]) < 1.0 and with_cpu[0] > 2.0
-    for measured, predicted in (with_cpu, without):
-        assert predicted == pytest.approx(measured, abs=0.6)
-    for cpu, gpu in (("0", "1"), ("2", "3"), ("4", "5")):
-        measured, predicted = over(cpu, gpu)
-        assert 2.0 < predicted and abs(measured - predicted) < 0.8
-
-
-def test_the_7bs_full_recompute_on_one_host_costs_less_than_priced_and_orders_as_priced() -> None:
-    """Lease 50 (a one-GPU H200) ran the 7B job's pick (selective [core_attn,mlp] at dyn24k/96k) and full recompute at
-    dyn16k/96k and dyn24k/96k on one host, all with the parameters offloaded and half the optimizer on the CPU. Over
-    steps 2-4 full recompute cost the update 1.9 and 1.2 s over the pick; the model says 3.7 and 3.3 s. Its second
-    forward's fixed cost (a log-prob pass, 2.3 s) is what the 1.5B pays on one host (lease 49), and about half of it
-    is what the 7B pays: a 7B layer's GPU work may hide what the host spends on it (as with its small micro-batches,
-    Efficiency.small_micro_batch_s). Three trials of one size, one host: known, not priced; the order holds."""
-    cs = {c.source.rsplit("#", 1)[1]: cal.steady(c)
-          for c in cal.cases([DATA / "h200_2026-11-29_l50" / "c-7b-h45.db"])}
-    assert [cs[n].label for n in "012"] == [f"tp1 rtp1 {rc} util0.4 offload:params cpu-adam0.5" for rc in (
-        "rc:sel:core_attn,mlp dyn24k/96k", "rc:full:u1 dyn16k/96k", "rc:full:u1 dyn24k/96k")]
-    update = {n: (c.measured_phases["update_actor"], c.predicted_phases["update_actor"]) for n, c in cs.items()}
-    for full in "12":
-        measured, predicted = (update[full][i] - update["0"][i] for i in (0, 1))
-        assert 1.0 < measured < 2.0 and 3.0 < predicted < 4.0
-        assert predicted - measured < 0.07 * update[full][0]  # over by under 7 % of the update
-    steps = {n: (c.measured_step_s, c.predicted_step_s) for n, c in cs.items()}
-    assert min(steps, key=lambda n: steps[n][0]) == min(steps, key=lambda n: steps[n][1]) == "0"
-
-
-def test_the_7b_leaves_less_above_its_flops_than_the_smaller_sizes(zeroed: list[cal.Case]) -> None:
-    """calibration.md "What a pass leaves above its FLOPs, by size": the 0.5B-3B leave 2.2-2.8 s above a log-prob
-    pass's FLOPs on either GPU type (the model's logprob_pass_s, 2.27 s, their fit), the 7B 0.85 s over its seventeen;
-    on one host the 1.5B's and 3B's full recompute leaves the log-prob pass the model charges for its second forward
-    (2.2 and 2.3 s on the H200s), the 7B's 1.2 s (lease 50). The model charges every size alike: the 7B's
-    old_log_prob is its one phase over the target's reach held out (21 %)."""
-    rows = {tuple(cells[:2]): cells[2:] for line in cal.fixed_costs(zeroed) if line.startswith("| qwen")
-            for cells in [[x.strip() for x in line.strip("|").split("|")]]}
-
-    def value(cell: str) -> float:
-        return float(cell.split()[0])
-
-    small = [value(r[0]) for (size, _), r in rows.items() if size != "qwen2.5-7b"]
-    assert len(small) == 6 and 2.0 < min(small) and max(small) < 3.0
-    assert min(small) > 2 * value(rows["qwen2.5-7b", "h200"][0])
-    for size in ("qwen2.5-1.5b", "qwen2.5-3b"):
-        assert value(rows[size, "h200"][3]) == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, abs=0.3)
-    assert value(rows["qwen2.5-7b", "h200"][3]) < DEFAULT_EFFICIENCY.logprob_pass_s / 1.5
-
-
-def test_the_cpu_optimizers_rate_is_what_the_pairs_on_one_host_fit(zeroed: list[cal.Case]) -> None:
-    """cpu_adam_params_per_s is the median (to 2 %) of what the five pairs with Megatron's CPU optimizer and without it
-    on one host say: lease 44's 3B and lease 49's 1.5B, 4.3e8-6.2e8 parameters a second (the model had 6.5e8, the
-    slower host's microbenchmark, and put every such pair's difference 0.2-1.3 s under). Held out, each size takes the
-    other sizes' pairs."""
-    pairs = cal.cpu_adam_pairs(zeroed)
-    assert sorted(a.source.split("/")[1] for a, _, _ in pairs) == ["c-1.5b-h46.db"] * 3 + ["c-3b-h30.db"] * 2
-    rates = [r for _, _, r in pairs]
-    assert 4.0e8 < min(rates) and max(rates) < 6.5e8
-    assert DEFAULT_EFFICIENCY.cpu_adam_params_per_s == pytest.approx(cal.fit_cpu_adam_rate(zeroed), rel=0.02)
-    _, fits = cal.held_out(zeroed)
-    three = [c for c in zeroed if c.size != "qwen2.5-3b"]
-    assert fits["qwen2.5-3b"]["cpu_adam_params_per_s"] == pytest.approx(cal.fit_cpu_adam_rate(three))
 
 
 def test_a_logit_without_fused_kernels_costs_what_the_sixteen_trials_fit(zeroed: list[cal.Case]) -> None:
@@ -227,8 +101,6 @@ def test_held_out_every_phase_and_the_step_meet_the_targets_over_all_sizes(held:
     assert fit.rho is not None and fit.rho >= cal.SPEARMAN_TARGET
 
 
-STEP_NOISE = 0.11  # the least step-to-step spread of one trial's steps on the real trials (11-18%)
-MODEL_TIE = 0.01  # two predictions this close are a tie the model cannot order
 # Known misses, each a phase the base model does not meet the target in yet (issue 23 stays open on them), held out.
 # gen: verl's 2 s poll rounds each trial's rollout up (6.1, 8.1, 10.1 s ...), one interval being 2 ms a decode step,
 # and the per-step overhead the trials imply differs by size: 0.5B 6-8 ms, 1.5B 2.8-4.8 ms and 3B 2.8-6.7 ms on the
@@ -281,11 +153,6 @@ def test_a_micro_batch_of_one_sequence_costs_what_the_six_trials_fit(zeroed: lis
         assert abs(c.predicted_step_s / c.measured_step_s - 1) <= cal.STEP_TARGET, c.source
 
 
-def _trials(lease: str, study: str, numbers: Iterable[int]) -> set[str]:
-    """Case sources of a study's trials: "<lease>/<study>.db/<study>#<n>"."""
-    return {f"{lease}/{study}.db/{study}#{n}" for n in numbers}
-
-
 # Update micro-batches under 4.5k tokens that are not single sequences (throughput.small_micro_batches), priced per
 # micro-batch since lease 32 ran them at a third size: fixed ones of 2 sequences (64 a step, 2.4k tokens) on the 0.5B
 # (lease 29, H100), the 1.5B (lease 26, H100) and the 3B (lease 32's slow H200 node), and 4k dynamic budgets (38 a step)
@@ -298,11 +165,11 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
                        "h100_2026-11-27_l29/c-0.5b-mb.db/c-0.5b-mb#1", "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#0",
                        "h200_2026-11-27_l32/c-3b-mb.db/c-3b-mb#1", "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#0",
                        "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1", "h100_2026-11-27_l35/c-1.5b-h11.db/c-1.5b-h11#4",
-                       *_trials("h200_2026-11-27_l41", "c-0.5b-h19", (1, 2)),
-                       *_trials("h200_2026-11-27_l41", "c-1.5b-h20", (1, 2)),
+                       *trials("h200_2026-11-27_l41", "c-0.5b-h19", (1, 2)),
+                       *trials("h200_2026-11-27_l41", "c-1.5b-h20", (1, 2)),
                        "h200_2026-11-28_l42/c-3b-h24.db/c-3b-h24#1",
                        "h200_2026-11-28_l43/c-3b-h27.db/c-3b-h27#1", "h200_2026-11-28_l47/c-0.5b-h40.db/c-0.5b-h40#4",
-                       *_trials("h200_2026-11-28_l48", "c-1.5b-h44", (1, 2))}
+                       *trials("h200_2026-11-28_l48", "c-1.5b-h44", (1, 2))}
 # Priced, one misses a target held out, named with what it misses and a bound over its error (predicted / measured
 # - 1): lease 3b's 0.5B with a 4k budget ran unfused attention, whose long GPU work per micro-batch (0.32 s, the
 # model's) hid the cost (0.002 s a micro-batch): its update is priced 33% over, its step 15%. Lease 26's 1.5B at
@@ -374,131 +241,6 @@ def test_held_out_small_micro_batches_meet_the_targets_but_those_named(held: lis
             assert missed == set(bounds) and all(abs(err[k]) < b for k, b in bounds.items()), (c.source, err)
         else:
             assert not missed, (c.source, err)
-
-
-# Known ordering misses across hosts of one GPU type: lease 10's three 3B trials with half the optimizer on the CPU
-# (cpu-adam0.5) ran their updates 4.7-5.9 s over the model on that lease's H100 host (21.9-23.4 s against 17.2-17.7
-# held out), where lease 25's H100 host ran the whole optimizer's CPU Adam as priced (c-3b-h3 #2: update 26.3 s
-# against 26.4, with full recompute; its #0, the same without the CPU optimizer, 18.2 against 18.4). So lease 10's
-# three measured 25-35% slower than lease 25's #0, which the model puts 1-3.5% slower than them, and 7-15% slower
-# than lease 25's #2, which it puts 24-27% slower. Lease 30 told the host from the half-split optimizer: lease 10's
-# #0 once more on another H100 host (c-3b-h5 #0, the same configuration) ran its step in 32.9 s against 45.7 s on
-# lease 10's (gen 8.1 vs 18.1 s, update 18.6 vs 21.9 s), 5% under the model's 34.5 s held out; that host's CPU AdamW
-# ran 8.4e8 parameters/s (the model's 6.5e8 then). So lease 10's host, not the split. Without the three the H100's 3B is
-# ordered (1.00 over the other five).
-# Lease 32's H200 node (four lanes, 2026-11-27): the same configurations as on other nodes, its 0.5B-3B updates ran
-# 10-30% slower (the 1.5B with selective recompute 10.0 s against lease 19's 8.3 s, its step 22.1 against 19.0 s; the
-# 3B at micro-batches of 4 with half the optimizer on the CPU 21.0 against 17.7 s; the 0.5B at dyn32k/96k 7.4 s against
-# 5.0-5.8 s on four H100 trials), its steps 3 and 4 up to 27% apart, while its 7B ran as lease 13's (update 35.7
-# against 35.2 s): a host slow where the GPU waits on the CPU. Its twelve 0.5B-3B trials order among themselves, not
-# against other nodes' (as lease 10's three). Lease 33 ran lease 32's plan on a second four-lane H200 node: its 1.5B and
-# 3B ran 6-15% faster than lease 32's (the 3B's micro-batches of 4 18.0 s against 21.0 s), still over one-GPU nodes'
-# (the 1.5B's selective recompute 8.8 s against lease 19's 8.3 s), its 0.5B as lease 32's, and its steps as noisy (the
-# 1.5B at dyn12k/96k: updates of 7.6, 12.7 and 7.3 s over steps 2-4): four lanes share a host whose small models wait on
-# it, other lanes' start-ups among what they wait for. Its fifteen 0.5B-3B trials are compared among themselves only;
-# there the two nodes' eight 1.5B and nine 3B are at -0.37 and -0.10 (held out), each misordered pair within a step's
-# noise or with a known outlier, where the H200's thirteen 1.5B and seven 3B off them are at 0.93 and 0.89.
-# Lease 35's one-GPU H100 host ran lease 11's 1.5B first launch (dyn12k/96k) 22% slower than lease 11's host did (its
-# update 10.2 s against 8.1 s at the same tokens), and every 1.5B update of its five 14-26% over the model (the
-# micro-batches of 2, 6%), where lease 11's and lease 5's hosts ran theirs 2% under to 3% over: a host slow where the
-# GPU waits on it. Its five order among themselves (0.70 at step 3 held out, 0.90 over the steady steps; the H100's
-# 1.5B over fourteen 0.61, 0.84 over the steady steps, 0.77 over the nine before).
-# Lease 40's one-GPU H200 rolled the 0.5B out in 10.1 s at five of its six steps 2-4 (6.1 s on lease 39's host, two
-# more 2 s polls of verl's replay buffer) and the 1.5B in 8.1 s (6.1 s on lease 38's); its 1.5B at dyn36k, the same
-# three ~25k micro-batches as lease 38's dyn32k, ran step 3 28% slower (21.4 s against 16.7 s; update 8.0 against 6.3).
-# Lease 41's two-lane H200 node (both GPUs busy, 16 cores each) ran the 0.5B and 1.5B as the four-lane nodes of leases
-# 32 and 33 did: their dyn32k/96k, the one-GPU H200s' fastest, in 23.0 and 24.2 s a step (13.4-16.7 s there), gen
-# 8.1-12.2 s, updates 15-45% over the model. Each lane's study orders as the model does (Spearman 0.90 over the 0.5B's
-# five, 1.00 over the 1.5B's four: calibration.md, "How far a measured step can be ordered"). Lease 42's two-lane H200
-# node ran the 3B 12-25% under the one-GPU H200s for the same configurations (its dyn12k/96k 6,191.5 against lease
-# 37's 7,312.1, selective recompute 5,183.6 against lease 36's 6,946.0) and the 7B's first pick 8% under lease 13's
-# (2,615.9 against 2,838.6): its four are host misses too. Lease 43's two-lane H200 node ran lease 42's 3B
-# configurations slower still (dyn4k/8k with the optimizer offloaded: step 3 in 39.5 s against 33.9 and 36.5 s on
-# the four-lane nodes of leases 33 and 32) and the 7B's first pick 11% under lease 13's (2,528.1): its five are host
-# misses. Lease 44's two-lane H200 node ran the 7B's micro-batches of 4/16 as lease 43's did, 6% under lease 13's
-# (2,762.8 against 2,938.2; step 3 in 55.2 s against 51.7 s), its 3B's updates 2.0-3.8 s over the model beside one
-# another (steps 2-4): its six are host misses too. Lease 45's two-lane H200 node ran the 1.5B's dyn8k/16k and
-# dyn32k/96k 31% and 21% slower at step 3 than lease 38's one-GPU H200 (23.1 and 20.2 s against 17.6 and 16.7 s): its
-# eight are host misses too. Lease 46's two-lane H200 node ran the 0.5B's dyn32k/96k at step 3 in 17.3 s (13.4-15.7 s on
-# lease 39's one-GPU H200) and its 1.5B's updates 1-2 s over or under the model beside one another: its eleven are host
-# misses too. Lease 47's two-lane H200 node ran the same 0.5B dyn32k/96k at util 0.4 in 17.0-19.0 s at steps 2
-# and 4 (lease 39's 13.4-15.7 s at step 3), its 7B beside it: its eight are host misses too. Lease 50's one-GPU H200
-# was a fast host: it ran the 7B's first pick (dyn24k/96k) in 46.7 s at step 3, its update in 30.7 s, where lease 47's
-# node ran the same in 50.9 s (34.6 s) and the one-GPU H200s of leases 13 and 32 its dyn32k/96k, which the model puts
-# 0.1 s apart, in 52.6-53.9 s (35.2-35.9 s): 13 % faster than they, beyond a step's noise; its three are host misses
-# (they order among themselves as the model does, 1.00; the other 7B one-GPU trials 0.90 without them).
-HOST_MISSES = set().union(*(_trials(lease, study, numbers) for lease, study, numbers in (
-    ("h100_2026-11-26_l10", "c-3b", (0, 3, 4)),
-    ("h200_2026-11-27_l32", "c-0.5b-t", range(5)), ("h200_2026-11-27_l32", "c-1.5b-h7", range(4)),
-    ("h200_2026-11-27_l32", "c-3b-mb", range(3)),
-    ("h200_2026-11-27_l33", "c-0.5b-t2", range(5)), ("h200_2026-11-27_l33", "c-1.5b-h8", range(4)),
-    ("h200_2026-11-27_l33", "c-3b-mb2", range(3)), ("h200_2026-11-27_l33", "c-3b-h6", range(3)),
-    ("h100_2026-11-27_l35", "c-1.5b-h11", range(5)),
-    ("h200_2026-11-27_l40", "c-1.5b-h17", (0,)), ("h200_2026-11-27_l40", "c-0.5b-h18", (0, 1)),
-    ("h200_2026-11-27_l41", "c-0.5b-h19", range(5)), ("h200_2026-11-27_l41", "c-1.5b-h20", range(4)),
-    ("h200_2026-11-28_l42", "c-3b-h24", (0, 1, 3)), ("h200_2026-11-28_l42", "c-7b-h23", (0,)),
-    ("h200_2026-11-28_l43", "c-3b-h27", range(3)), ("h200_2026-11-28_l43", "c-7b-h28", (0, 2)),
-    ("h200_2026-11-28_l44", "c-3b-h30", range(4)), ("h200_2026-11-28_l44", "c-7b-h29", range(2)),
-    ("h200_2026-11-28_l45", "c-1.5b-h33", range(4)), ("h200_2026-11-28_l45", "c-3b-h34", range(4)),
-    ("h200_2026-11-28_l46", "c-0.5b-h35", range(6)), ("h200_2026-11-28_l46", "c-1.5b-h36", range(5)),
-    ("h200_2026-11-28_l47", "c-7b-h39", range(2)), ("h200_2026-11-28_l47", "c-0.5b-h40", range(6)),
-    ("h200_2026-11-28_l48", "c-7b-h43", range(2)), ("h200_2026-11-28_l48", "c-1.5b-h44", range(6)),
-    ("h200_2026-11-29_l50", "c-7b-h45", range(3)))))
-
-
-# Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at
-# dyn12k/96k util 0.4 (c-1.5b-h7 #1; lease 11's first launch, 18.4 s a step on an H100, the fastest there) ran its
-# updates in 9.3, 14.7 and 11.7 s over steps 2-4 where selective recompute beside it (#2) ran 9.7-10.0 s and the
-# offloaded one (#3) 9.0-11.0 s: its step 3 20-24% slower than theirs, which the model puts 4-5% faster. Lease 26's
-# 1.5B at micro-batches of 2 (c-1.5b-h4 #2, SMALL_MISSES) measured its step 3 in 24.2 s, its steps 2 and 4 in 29.6 and
-# 31.3 s: held out the model puts it 7-9% slower than the 4k budget beside it (#3) and full recompute's c-1.5b-s #0,
-# which ran step 3 30% and 17% slower than it (over the steady steps it is 6% faster than #3, within a step's noise,
-# and 4% slower than c-1.5b-s #0, as the model says).
-# Lease 33's node repeated the first: the same 1.5B (c-1.5b-h8 #1) ran its updates in 7.6, 12.7 and 7.3 s over steps 2-4
-# (step 3 the slow one again), and its 3B with selective recompute and half the optimizer on the CPU (c-3b-h6 #0,
-# lease 10's #3 once more) in 20.8 and 31.3 s over steps 2-3, the model saying 16.0 s: lease 10's host ran that
-# configuration slow too (its step 42.3 s), so the configuration's step 3, not lease 10's host alone.
-# Lease 35 re-ran lease 26's 1.5B at micro-batches of 2 on an H100 (0.114 s a micro-batch, lease 26's 0.063 s): held out
-# the 3B takes the other sizes' fixed micro-batch cost, 0.112 s (0.088 s before), where lease 33's node ran the 3B's
-# micro-batches of 2 (c-3b-mb2 #1) at 0.071 s: priced 2.6 s over, it is put 2.7% slower than the 8k budget beside it
-# (c-3b-h6 #2), which measured 18% slower.
-# Lease 39's one-GPU H200 ran its 0.5B with vLLM's max_num_batched_tokens at 16k (c-0.5b-h16 #4) through a stall at
-# step 3: its update 11.2 s against 5.2 and 5.8 s in steps 2 and 4, its gen 10.1 s against 6.1 and 8.1 s (24.2 s a step
-# against 14.0 and 16.9 s); the same at util 0.5 (#15) ran step 3 in 14.5 s.
-# Lease 46's 0.5B at dyn16k/32k (c-0.5b-h35 #0), its lane's first trial (compile caches cold) beside the other lane's
-# first, ran its update in 12.2 and 13.4 s at steps 2 and 3 and in 5.6 s at step 4, where the same with the actor
-# offloaded beside it (#1) ran 6.0-6.1 s: its step 3 (25.1 s) 61% slower than #1's, which the model puts 2% faster.
-# Lease 47's 0.5B at dyn32k/96k util 0.4 (c-0.5b-h40 #0), its lane's cold first trial beside the 7B's, ran its update in
-# 5.3, 10.7 and 5.6 s over steps 2-4: its step 3 (20.8 s) 35% slower than dyn16k/32k's beside it (#3, 15.4 s), which
-# the model puts 0.3% slower.
-# Three named here before are pairs split_by_the_poll tells apart, no longer outliers (lease 47):
-# lease 32's 0.5B with selective recompute at dyn16k/32k (c-0.5b-t #4) ran its step 3 in 16.7 s, its steps 2 and 4 in
-# 19.8 and 21.3 s: 15% faster at step 3 than dyn32k/96k beside it (#1, 19.2 s), 3% slower over the steady steps, as
-# the model says since the checkpoint is priced (Efficiency.selective_checkpoint_s: 2.6% slower). On lease 33's node
-# the same (c-0.5b-t2 #4) rolled out in 6.1 s at steps 2 and 3 where dyn32k/32k beside it (#0) waited 8.1 and 10.1 s
-# (verl's 2 s polls), its update as #0's (6.9 against 6.6 s at step 3): its step 3 21% faster, by gen alone.
-# Lease 45's 1.5B with selective recompute at dyn32k/96k (c-1.5b-h33 #2) rolled out in 6.1 s at step 3 where the same
-# budgets without it beside it (#3) waited 8.1 s (verl's 2 s polls; both 6.1 s at step 2, 17.5 and 16.9 s a step), its
-# update as #3's (7.7 against 7.8 s): its step 3 14% faster, by gen's poll, where the model puts it 1.4% slower.
-KNOWN_OUTLIERS = {"h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#1", "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2",
-                  "h200_2026-11-27_l33/c-1.5b-h8.db/c-1.5b-h8#1", "h200_2026-11-27_l33/c-3b-h6.db/c-3b-h6#0",
-                  "h200_2026-11-27_l33/c-3b-mb2.db/c-3b-mb2#1", "h200_2026-11-27_l39/c-0.5b-h16.db/c-0.5b-h16#4",
-                  "h200_2026-11-28_l46/c-0.5b-h35.db/c-0.5b-h35#0",
-                  "h200_2026-11-28_l47/c-0.5b-h40.db/c-0.5b-h40#0"}
-
-
-def host(c: cal.Case) -> str:
-    """The node a known host miss ran on (its lease's folder), "" for the others."""
-    return c.source.split("/")[0] if c.source in HOST_MISSES else ""
-
-
-def split_by_the_poll(a: cal.Case, b: cal.Case) -> bool:
-    """a measured slower than b by its rollout's rounding to verl's 2 s poll: their steps without gen are within one
-    step's noise, and a's gen is longer by a poll interval or more (lease 47's 0.5B dyn64k/96k against selective
-    recompute at dyn16k/32k: 18.2 against 15.8 s, gen 8.1 against 6.1 s, the rest 10.1 against 9.7 s)."""
-    rest_a, rest_b = (step_order.without_gen(c.measured_step_s, c.measured_phases) for c in (a, b))
-    return (a.measured_phases["gen"] - b.measured_phases["gen"] >= verl.SAMPLE_POLL_S - 0.1
-            and rest_a is not None and rest_b is not None and rest_a / rest_b - 1 < STEP_NOISE)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -592,59 +334,3 @@ def test_the_report_has_the_summary_with_a_verdict_per_size(zeroed: list[cal.Cas
     for table in (summary, steady):
         assert all(f"| {s} |" in table for s in SIZES) and "| **all** |" in table
         assert table.count("| met |") + table.count("| **not met** |") == len(SIZES) + 1
-
-
-def test_the_steady_view_takes_a_trials_steps_from_2_on() -> None:
-    """The 3B's first trial measured gen 18.1 s at step 3 and 8.1-12 s at its other steps: its steady gen is their
-    median, and the case keeps step 3 as the study measured it."""
-    three = next(c for c in cal.cases(list(DATA.glob("*/*.db"))) if c.source.endswith("c-3b#0"))
-    assert three.measured_phases["gen"] == pytest.approx(18.1, abs=0.05)
-    assert three.steady_phases["gen"] < 0.75 * three.measured_phases["gen"]
-    assert cal.steady(three).measured_phases == three.steady_phases
-    assert cal.steady(three).measured_step_s == three.steady_step_s != three.measured_step_s
-
-
-def test_the_repeat_of_a_measured_step_is_the_median_of_its_other_steps() -> None:
-    """Lease 39's first 0.5B trial ran steps 1-4 (step 3 measured, 15.7 s): its repeat is the median of steps 2 and 4
-    (21.3 and 17.0 s), step 1's start-up work left out; a trial of steps 1-3 only repeats on step 2 alone."""
-    cases = cal.cases(list(DATA.glob("*/*.db")))
-    first = next(c for c in cases if c.source.endswith("c-0.5b-h16#0"))
-    assert first.measured_step_s == pytest.approx(15.7, abs=0.05)
-    assert first.retest_step_s == pytest.approx((21.3 + 17.0) / 2, abs=0.1)
-    short = next(c for c in cases if c.source.endswith("c-0.5b-h16#15"))  # steps 1-3: 30.0, 14.4, 14.5
-    assert short.retest_step_s == pytest.approx(14.4, abs=0.05)
-
-
-def _case(source: str, predicted: float, measured: float, retest: float, gen: float = 8.1) -> cal.Case:
-    return cal.Case(source=source, model="m", label="", status="ok", measured_step_s=measured,
-                    measured_phases={"gen": gen}, predicted_step_s=predicted, predicted_phases={"gen": 7.0},
-                    measured_peak_gib=None, predicted_peak_gib=None, predicted_fits=True, binding="", size="s",
-                    gpu="h100", retest_step_s=retest)
-
-
-def test_the_ordering_table_sets_the_models_spearman_beside_the_measurements_own() -> None:
-    """Two studies of three on two hosts: the model orders each study right (1.00 within one study), the second host
-    runs everything 1.5x slower, so over both the model's Spearman falls, while each trial's repeat orders the six as
-    step 3 does but for one swap."""
-    a = [_case(f"l1/a.db/a#{i}", p, p, p) for i, p in enumerate((10.0, 20.0, 30.0))]
-    b = [_case(f"l2/b.db/b#{i}", p, 1.5 * p, 1.5 * p) for i, p in enumerate((12.0, 18.0, 25.0))]
-    b[2] = dataclasses.replace(b[2], retest_step_s=29.0)  # step 3 37.5 s, its repeat 29 s: below a#2's 30 s
-    row = next(line for line in step_order.ordering(a + b) if line.startswith("| s | h100 |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    model = cal.spearman([c.predicted_step_s for c in a + b], [c.measured_step_s for c in a + b])
-    assert model is not None and model < 0.95
-    assert cells == ["s", "h100", "6", f"{model:.2f}", "0.94 (6)", f"{model:.2f} (6)", "2 (6)", "1.00"]
-
-
-def test_the_ordering_table_takes_gens_poll_out_of_the_step_beside_it() -> None:
-    """Three configurations the model orders by what is not gen (its gen the same for all, as a size's rollout is):
-    each measured step 3 is that plus a gen verl's 2 s poll rounded to 6.1 or 10.1 s, which turns the order of the
-    whole steps around (the model's Spearman -0.5) and not the order of the steps without gen (1.00)."""
-    cases = [_case("l1/a.db/a#0", 17.0, 10.0 + 10.1, 17.0, gen=10.1),
-             _case("l1/a.db/a#1", 18.0, 11.0 + 6.1, 18.0, gen=6.1),
-             _case("l1/a.db/a#2", 19.0, 12.0 + 6.1, 19.0, gen=6.1)]
-    row = next(line for line in step_order.ordering(cases) if line.startswith("| s | h100 |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3] == "-0.50" and cells[5] == "1.00 (3)"
-    assert step_order.without_gen(cases[0].measured_step_s, cases[0].measured_phases) == pytest.approx(10.0)
-    assert step_order.without_gen(cases[0].measured_step_s, {}) is None

@@ -1,0 +1,68 @@
+"""How far a measured step can be ordered (benchmarks/step_order.py): a trial's steady steps, the repeat of its
+measured step, and the ordering table beside the model's Spearman."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from benchmarks import calibration as cal
+from benchmarks import step_order
+from benchmarks.real_cases import DATA
+
+
+def test_the_steady_view_takes_a_trials_steps_from_2_on() -> None:
+    """The 3B's first trial measured gen 18.1 s at step 3 and 8.1-12 s at its other steps: its steady gen is their
+    median, and the case keeps step 3 as the study measured it."""
+    three = next(c for c in cal.cases(list(DATA.glob("*/*.db"))) if c.source.endswith("c-3b#0"))
+    assert three.measured_phases["gen"] == pytest.approx(18.1, abs=0.05)
+    assert three.steady_phases["gen"] < 0.75 * three.measured_phases["gen"]
+    assert cal.steady(three).measured_phases == three.steady_phases
+    assert cal.steady(three).measured_step_s == three.steady_step_s != three.measured_step_s
+
+
+def test_the_repeat_of_a_measured_step_is_the_median_of_its_other_steps() -> None:
+    """Lease 39's first 0.5B trial ran steps 1-4 (step 3 measured, 15.7 s): its repeat is the median of steps 2 and 4
+    (21.3 and 17.0 s), step 1's start-up work left out; a trial of steps 1-3 only repeats on step 2 alone."""
+    cases = cal.cases(list(DATA.glob("*/*.db")))
+    first = next(c for c in cases if c.source.endswith("c-0.5b-h16#0"))
+    assert first.measured_step_s == pytest.approx(15.7, abs=0.05)
+    assert first.retest_step_s == pytest.approx((21.3 + 17.0) / 2, abs=0.1)
+    short = next(c for c in cases if c.source.endswith("c-0.5b-h16#15"))  # steps 1-3: 30.0, 14.4, 14.5
+    assert short.retest_step_s == pytest.approx(14.4, abs=0.05)
+
+
+def _case(source: str, predicted: float, measured: float, retest: float, gen: float = 8.1) -> cal.Case:
+    return cal.Case(source=source, model="m", label="", status="ok", measured_step_s=measured,
+                    measured_phases={"gen": gen}, predicted_step_s=predicted, predicted_phases={"gen": 7.0},
+                    measured_peak_gib=None, predicted_peak_gib=None, predicted_fits=True, binding="", size="s",
+                    gpu="h100", retest_step_s=retest)
+
+
+def test_the_ordering_table_sets_the_models_spearman_beside_the_measurements_own() -> None:
+    """Two studies of three on two hosts: the model orders each study right (1.00 within one study), the second host
+    runs everything 1.5x slower, so over both the model's Spearman falls, while each trial's repeat orders the six as
+    step 3 does but for one swap."""
+    a = [_case(f"l1/a.db/a#{i}", p, p, p) for i, p in enumerate((10.0, 20.0, 30.0))]
+    b = [_case(f"l2/b.db/b#{i}", p, 1.5 * p, 1.5 * p) for i, p in enumerate((12.0, 18.0, 25.0))]
+    b[2] = dataclasses.replace(b[2], retest_step_s=29.0)  # step 3 37.5 s, its repeat 29 s: below a#2's 30 s
+    row = next(line for line in step_order.ordering(a + b) if line.startswith("| s | h100 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    model = cal.spearman([c.predicted_step_s for c in a + b], [c.measured_step_s for c in a + b])
+    assert model is not None and model < 0.95
+    assert cells == ["s", "h100", "6", f"{model:.2f}", "0.94 (6)", f"{model:.2f} (6)", "2 (6)", "1.00"]
+
+
+def test_the_ordering_table_takes_gens_poll_out_of_the_step_beside_it() -> None:
+    """Three configurations the model orders by what is not gen (its gen the same for all, as a size's rollout is):
+    each measured step 3 is that plus a gen verl's 2 s poll rounded to 6.1 or 10.1 s, which turns the order of the
+    whole steps around (the model's Spearman -0.5) and not the order of the steps without gen (1.00)."""
+    cases = [_case("l1/a.db/a#0", 17.0, 10.0 + 10.1, 17.0, gen=10.1),
+             _case("l1/a.db/a#1", 18.0, 11.0 + 6.1, 18.0, gen=6.1),
+             _case("l1/a.db/a#2", 19.0, 12.0 + 6.1, 19.0, gen=6.1)]
+    row = next(line for line in step_order.ordering(cases) if line.startswith("| s | h100 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "-0.50" and cells[5] == "1.00 (3)"
+    assert step_order.without_gen(cases[0].measured_step_s, cases[0].measured_phases) == pytest.approx(10.0)
+    assert step_order.without_gen(cases[0].measured_step_s, {}) is None
