@@ -12,6 +12,7 @@ Spearman's rank correlation of the step times (beside how far a measured step or
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from benchmarks import real_studies
 from benchmarks.real_cases import (
     CHECKPOINT_COST,
     CPU_ADAM_RATE,
+    DATA,
     HERE,
     LOGIT_COST,
     MICRO_BATCH_COST,
@@ -358,7 +360,33 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
                          errors(c for c in steady_held if c.size == size), None))
     lines.append(row("**all**", errors(steady(c) for c in all_cases), errors(steady_held), None))
     lines.append("")
-    return lines + fixed_costs(zeroed) + ordering(held)
+    return lines + fixed_costs(zeroed) + cpu_adam_table(zeroed) + ordering(held)
+
+
+def host_cpu_adam_rate(c: Case) -> float | None:
+    """The CPU AdamW rate its lease's host measured (benchmarks.cpu_adam_rate into the lease's cpu_adam_rate.json,
+    the plans' cpu_adam_probe), parameters a second; None where the lease did not measure it."""
+    path = DATA / c.source.split("/", 1)[0] / "cpu_adam_rate.json"
+    return float(json.loads(path.read_text())["params_per_s"]) if path.is_file() else None
+
+
+def cpu_adam_table(zeroed: list[Case]) -> list[str]:
+    """The CPU optimizer's pairs on one host (`cpu_adam_pairs`), each beside its host's microbenchmark where the lease
+    measured one: whether a host's own rate would price its CPU optimizer better than the pairs' median."""
+    lines = ["## The CPU optimizer's pairs on one host", "",
+             "Each pair: one study's trials whose parameters differ only in Megatron's CPU optimizer; the rate its "
+             "update's difference says (`cpu_adam_pairs`; the model takes their median, `fit_cpu_adam_rate`), beside "
+             "the rate of torch's AdamW alone on one thread on that lease's host (`benchmarks.cpu_adam_rate`, where "
+             "the lease ran it).", "",
+             "| with / without | size | update s, steps 2 on (with / without) | parameters a second, the pair | "
+             "the host's microbenchmark |", "|---|---|---|---|---|"]
+    for c, other, rate in cpu_adam_pairs(zeroed):
+        host = host_cpu_adam_rate(c)
+        lines.append(f"| {c.source} / #{other.source.rsplit('#', 1)[1]} | {c.size} | "
+                     f"{c.steady_phases['update_actor']:.1f} / {other.steady_phases['update_actor']:.1f} | "
+                     f"{rate:.2e} | {f'{host:.2e}' if host else '-'} |")
+    lines.append("")
+    return lines
 
 
 def fixed_costs(zeroed: list[Case]) -> list[str]:

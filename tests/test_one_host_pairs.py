@@ -135,3 +135,14 @@ def test_the_cpu_optimizers_rate_is_what_the_pairs_on_one_host_fit(zeroed: list[
     _, fits = cal.held_out(zeroed)
     three = [c for c in zeroed if c.size != "qwen2.5-3b"]
     assert fits["qwen2.5-3b"]["cpu_adam_params_per_s"] == pytest.approx(cal.fit_cpu_adam_rate(three))
+
+
+def test_the_cpu_optimizers_pairs_are_listed_beside_their_hosts_microbenchmark(zeroed: list[cal.Case]) -> None:
+    """calibration.md lists each CPU-optimizer pair with its lease's microbenchmark where the lease ran one (lease 36's
+    H200 host: 7.1e8 parameters a second); the five pairs so far ran on hosts that measured none."""
+    by_lease = {c.source.split("/", 1)[0]: c for c in zeroed}
+    assert cal.host_cpu_adam_rate(by_lease["h200_2026-11-27_l36"]) == pytest.approx(7.12e8, rel=0.01)
+    assert cal.host_cpu_adam_rate(by_lease["h200_2026-11-29_l50"]) is None
+    rows = [line for line in cal.cpu_adam_table(zeroed) if line.startswith("| h")]
+    assert len(rows) == len(cal.cpu_adam_pairs(zeroed)) == 5
+    assert all(row.endswith("| - |") for row in rows)
