@@ -393,7 +393,8 @@ def fixed_costs(zeroed: list[Case]) -> list[str]:
     """Per size and GPU type, what a pass leaves above its FLOPs (each trial predicted with the fixed costs zeroed; the
     medians): a log-prob pass, an update (without micro-batches of one sequence or small ones, priced apart), and an
     update with full recompute, whose second forward the model charges one log-prob pass more. The model charges each
-    size the same; this table says where a size pays less or more."""
+    size the same; this table says where a size pays less or more (not its GEMMs' rate, which on the H200 is one for
+    every size: benchmarks/gemm_shapes.py)."""
     logit_ps, checkpoint_s = fit_logit_cost(zeroed) or 0.0, fit_checkpoint_cost(zeroed) or 0.0
     lines = ["## What a pass leaves above its FLOPs, by size", "",
              "Each trial predicted with the fixed costs zeroed; the median of measured less predicted (less its "
