@@ -8,9 +8,12 @@
 #   One H200 (nvidia-h200): the 3B's full recompute and none at dyn8k/96k util 0.4, each with half the optimizer on
 #              the CPU and without it (lease 50's lane 1, four trials ~280-320 s each): two more CPU-optimizer pairs on
 #              a host whose microbenchmark is measured, and full recompute's fixed cost at the next size on one host.
-#   H200 node of two: lane 0 the same; lane 1 the 7B job's pick once more (a second host's rate beside its update).
+#   H200 node of two: a size never measured, the user's way: the Qwen2.5-14B architecture on both GPUs (TP 2), its
+#              study's own first launch and second pick, nothing enqueued (the model, uncorrected, held out by
+#              construction: the 14B does not fit one H200, and no 14B trial has run). Simulated on this job it
+#              launches tp2 rtp2 dyn8k/96k util0.4 with the parameters offloaded and half the optimizer on the CPU.
 #   H100 node: lease 41's H100 branch: lane 0 the 1.5B, lane 1 the 3B, one spread study each (asked since lease 41).
-# Start with AT_MODEL=qwen2.5-3b AT_MORE_MODELS="" on one H200, AT_MORE_MODELS="qwen2.5-7b" on two (on an H100 node:
+# Start with AT_MODEL=qwen2.5-3b AT_MORE_MODELS="" on one H200, AT_MODEL=qwen2.5-14b on two (on an H100 node:
 # AT_MODEL=qwen2.5-3b AT_MORE_MODELS="qwen2.5-1.5b"), LEASE_S=1600 where the machine counts in full; stage with the
 # committed trials out (lease_tree.sh out). Each configuration was checked with a simulated dry run on this job.
 set -u
@@ -31,9 +34,10 @@ if [ "$GPU_TYPE" = h100 ]; then
 elif [ "$(nvidia-smi -L | grep -c '^GPU')" = 1 ]; then
     three_pairs
 else
-    lane 0 three_pairs
-    lane 1 at qwen2.5-7b c-7b-h50 1 600 --extra-steps 1 \
-        --enqueue "$(dyn 24576 98304 0.4),$SEL2,param_offload=true,$CPU_ADAM05"
+    # Two GPUs in one study: NVLink multicast stays off (the device's KINDS.md: set on the machine; kept here for
+    # every process the study starts), and the host's memory is given (its MemTotal may read low until it is used).
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    at qwen2.5-14b c-14b-x2 2 800 --gpus 2 --host-memory 250 --extra-steps 1  # the last --gpus counts
 fi
 wait
 stamp "plan done"
