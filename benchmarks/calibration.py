@@ -78,7 +78,7 @@ def _pairs(zeroed: list[Case], keys: frozenset[str], base: Callable[[Case], bool
     """(other, base): pairs of ok trials of one lease and model size whose parameters differ only in `keys`."""
     def key(c: Case) -> tuple:
         rest = tuple(sorted((k, str(v)) for k, v in c.params.items() if k not in keys))
-        return c.source.split("/")[0], c.size, rest
+        return c.lease, c.size, rest
 
     bases = {key(c): c for c in ok_cases(zeroed) if base(c)}
     return [(c, bases[key(c)]) for c in ok_cases(zeroed) if other(c) and key(c) in bases]
@@ -366,7 +366,7 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
 def host_cpu_adam_rate(c: Case) -> float | None:
     """The CPU AdamW rate its lease's host measured (benchmarks.cpu_adam_rate into the lease's cpu_adam_rate.json,
     the plans' cpu_adam_probe), parameters a second; None where the lease did not measure it."""
-    path = DATA / c.source.split("/", 1)[0] / "cpu_adam_rate.json"
+    path = DATA / c.lease / "cpu_adam_rate.json"
     return float(json.loads(path.read_text())["params_per_s"]) if path.is_file() else None
 
 
@@ -389,13 +389,37 @@ def cpu_adam_table(zeroed: list[Case]) -> list[str]:
     return lines
 
 
-def fixed_costs(zeroed: list[Case]) -> list[str]:
-    """Per size and GPU type, what a pass leaves above its FLOPs (each trial predicted with the fixed costs zeroed; the
-    medians): a log-prob pass, an update (without micro-batches of one sequence or small ones, priced apart), and an
-    update with full recompute, whose second forward the model charges one log-prob pass more. The model charges each
-    size the same; this table says where a size pays less or more (not its GEMMs' rate, which on the H200 is one for
-    every size: benchmarks/gemm_shapes.py)."""
+def pass_leftovers(zeroed: list[Case]) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """Per (size, GPU type), what its passes leave above their FLOPs (each trial predicted with the fixed costs
+    zeroed, less its unfused logits and selective recompute's checkpoints; seconds): each log-prob pass
+    ("old_log_prob"), each update without and with full recompute ("update", "update_full"; without micro-batches of
+    one sequence or small ones, priced apart), and per study (one host) that ran both, its full-recompute updates'
+    median less its others' ("full_less_others"): what full recompute's second forward leaves."""
     logit_ps, checkpoint_s = fit_logit_cost(zeroed) or 0.0, fit_checkpoint_cost(zeroed) or 0.0
+    ok = ok_cases(zeroed)
+    out = {}
+    for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
+        cs = [c for c in ok if c.size == size and c.gpu == gpu]
+        left = {c.source: _left(c, "update_actor", logit_ps, checkpoint_s) for c in cs
+                if c.measured_phases.get("update_actor") and not (c.micro_batches_of_one or c.small_micro_batches)}
+
+        def updates(group: list[Case], full: bool, left: dict[str, float] = left) -> list[float]:
+            return [left[c.source] for c in group if c.full_recompute == full and c.source in left]
+
+        pairs = []
+        for st in sorted({study_of(c) for c in cs}):
+            study = [c for c in cs if study_of(c) == st]
+            if (with_full := updates(study, True)) and (without := updates(study, False)):
+                pairs.append(statistics.median(with_full) - statistics.median(without))
+        out[size, gpu] = {"old_log_prob": [_left(c, "old_log_prob", logit_ps) for c in cs
+                                           if c.measured_phases.get("old_log_prob")],
+                          "update": updates(cs, False), "update_full": updates(cs, True), "full_less_others": pairs}
+    return out
+
+
+def fixed_costs(zeroed: list[Case]) -> list[str]:
+    """`pass_leftovers` as a table of medians. The model charges each size the same; this table says where a size pays
+    less or more (not its GEMMs' rate, which on the H200 is one for every size: benchmarks/gemm_shapes.py)."""
     lines = ["## What a pass leaves above its FLOPs, by size", "",
              "Each trial predicted with the fixed costs zeroed; the median of measured less predicted (less its "
              "unfused logits and selective recompute's checkpoints), seconds, the trials in brackets. The model "
@@ -410,21 +434,9 @@ def fixed_costs(zeroed: list[Case]) -> list[str]:
     def med(vs: list[float]) -> str:
         return f"{statistics.median(vs):.2f} ({len(vs)})" if vs else "-"
 
-    ok = ok_cases(zeroed)
-    for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
-        cs = [c for c in ok if c.size == size and c.gpu == gpu]
-        olp = [_left(c, "old_log_prob", logit_ps) for c in cs if c.measured_phases.get("old_log_prob")]
-        left = {c.source: _left(c, "update_actor", logit_ps, checkpoint_s) for c in cs
-                if c.measured_phases.get("update_actor") and not (c.micro_batches_of_one or c.small_micro_batches)}
-        upd = {full: [v for c in cs if c.full_recompute == full and (v := left.get(c.source)) is not None]
-               for full in (False, True)}
-        pairs = []  # within one study (one host): its full-recompute updates' median less its others'
-        for st in sorted({study_of(c) for c in cs}):
-            both = {full: [left[c.source] for c in cs if study_of(c) == st and c.full_recompute == full
-                           and c.source in left] for full in (False, True)}
-            if both[True] and both[False]:
-                pairs.append(statistics.median(both[True]) - statistics.median(both[False]))
-        lines.append(f"| {size} | {gpu} | {med(olp)} | {med(upd[False])} | {med(upd[True])} | {med(pairs)} |")
+    for (size, gpu), v in pass_leftovers(zeroed).items():
+        lines.append(f"| {size} | {gpu} | " + " | ".join(med(v[k]) for k in (
+            "old_log_prob", "update", "update_full", "full_less_others")) + " |")
     lines.append("")
     return lines
 

@@ -116,6 +116,11 @@ class Case:
     unfused_logits: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
+    def lease(self) -> str:
+        """The lease folder it came from (one host, or one multi-lane node)."""
+        return self.source.split("/", 1)[0]
+
+    @property
     def cpu_optimizer(self) -> bool:
         """Megatron's CPU optimizer steps a share of the parameters."""
         return self.cpu_adam_params > 0

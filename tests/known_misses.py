@@ -132,7 +132,7 @@ KNOWN_OUTLIERS = {"h200_2026-11-27_l32/c-1.5b-h7.db/c-1.5b-h7#1", "h100_2026-11-
 
 def host(c: cal.Case) -> str:
     """The node a known host miss ran on (its lease's folder), "" for the others."""
-    return c.source.split("/")[0] if c.source in HOST_MISSES else ""
+    return c.lease if c.source in HOST_MISSES else ""
 
 
 def split_by_the_poll(a: cal.Case, b: cal.Case) -> bool:

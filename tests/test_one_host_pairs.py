@@ -108,18 +108,15 @@ def test_the_7b_leaves_less_above_its_flops_than_the_smaller_sizes(zeroed: list[
     on one host the 1.5B's and 3B's full recompute leaves the log-prob pass the model charges for its second forward
     (2.2 and 2.3 s on the H200s), the 7B's 1.2 s (lease 50). The model charges every size alike: the 7B's
     old_log_prob is its one phase over the target's reach held out (21 %)."""
-    rows = {tuple(cells[:2]): cells[2:] for line in cal.fixed_costs(zeroed) if line.startswith("| qwen")
-            for cells in [[x.strip() for x in line.strip("|").split("|")]]}
-
-    def value(cell: str) -> float:
-        return float(cell.split()[0])
-
-    small = [value(r[0]) for (size, _), r in rows.items() if size != "qwen2.5-7b"]
+    left = {key: {k: statistics.median(v) for k, v in kinds.items() if v}
+            for key, kinds in cal.pass_leftovers(zeroed).items()}
+    small = [v["old_log_prob"] for (size, _), v in left.items() if size != "qwen2.5-7b"]
     assert len(small) == 6 and 2.0 < min(small) and max(small) < 3.0
-    assert min(small) > 2 * value(rows["qwen2.5-7b", "h200"][0])
+    assert min(small) > 2 * left["qwen2.5-7b", "h200"]["old_log_prob"]
     for size in ("qwen2.5-1.5b", "qwen2.5-3b"):
-        assert value(rows[size, "h200"][3]) == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, abs=0.3)
-    assert value(rows["qwen2.5-7b", "h200"][3]) < DEFAULT_EFFICIENCY.logprob_pass_s / 1.5
+        assert left[size, "h200"]["full_less_others"] == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, abs=0.3)
+    assert left["qwen2.5-7b", "h200"]["full_less_others"] < DEFAULT_EFFICIENCY.logprob_pass_s / 1.5
+    assert sum(f"| {size} | {gpu} |" in line for line in cal.fixed_costs(zeroed) for size, gpu in left) == len(left)
 
 
 def test_the_cpu_optimizers_rate_is_what_the_pairs_on_one_host_fit(zeroed: list[cal.Case]) -> None:
@@ -140,7 +137,7 @@ def test_the_cpu_optimizers_rate_is_what_the_pairs_on_one_host_fit(zeroed: list[
 def test_the_cpu_optimizers_pairs_are_listed_beside_their_hosts_microbenchmark(zeroed: list[cal.Case]) -> None:
     """calibration.md lists each CPU-optimizer pair with its lease's microbenchmark where the lease ran one (lease 36's
     H200 host: 7.1e8 parameters a second); the five pairs so far ran on hosts that measured none."""
-    by_lease = {c.source.split("/", 1)[0]: c for c in zeroed}
+    by_lease = {c.lease: c for c in zeroed}
     assert cal.host_cpu_adam_rate(by_lease["h200_2026-11-27_l36"]) == pytest.approx(7.12e8, rel=0.01)
     assert cal.host_cpu_adam_rate(by_lease["h200_2026-11-29_l50"]) is None
     rows = [line for line in cal.cpu_adam_table(zeroed) if line.startswith("| h")]
