@@ -44,7 +44,7 @@ from benchmarks.real_cases import (
     spearman,
     steady,
 )
-from benchmarks.step_order import ordering, study_of
+from benchmarks.step_order import ordering
 
 
 def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
@@ -377,43 +377,58 @@ def cpu_adam_table(zeroed: list[Case]) -> list[str]:
              "Each pair: one study's trials whose parameters differ only in Megatron's CPU optimizer; the rate its "
              "update's difference says (`cpu_adam_pairs`; the model takes their median, `fit_cpu_adam_rate`), beside "
              "the rate of torch's AdamW alone on one thread on that lease's host (`benchmarks.cpu_adam_rate`, where "
-             "the lease ran it).", "",
+             "the lease ran it) and the pair's share of it: under 1, the host's microbenchmark alone would price the "
+             "CPU step fast.", "",
              "| with / without | size | update s, steps 2 on (with / without) | parameters a second, the pair | "
-             "the host's microbenchmark |", "|---|---|---|---|---|"]
+             "the host's microbenchmark | the pair / the host |", "|---|---|---|---|---|---|"]
     for c, other, rate in cpu_adam_pairs(zeroed):
         host = host_cpu_adam_rate(c)
         lines.append(f"| {c.source} / #{other.source.rsplit('#', 1)[1]} | {c.size} | "
                      f"{c.steady_phases['update_actor']:.1f} / {other.steady_phases['update_actor']:.1f} | "
-                     f"{rate:.2e} | {f'{host:.2e}' if host else '-'} |")
+                     f"{rate:.2e} | {f'{host:.2e}' if host else '-'} | {f'{rate / host:.2f}' if host else '-'} |")
     lines.append("")
     return lines
+
+
+def recompute_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
+    """Each pair of ok trials of one lease and model size whose parameters differ only in recompute, one with full
+    recompute and the other without (none where the lease ran it, else selective), with what the full one's update
+    (the median of steps 2 on) leaves above the other's beyond the model's difference with the fixed costs zeroed
+    (seconds; unfused logits and selective checkpoints priced): what full recompute's second forward leaves, which the
+    model prices as a log-prob pass (RECOMPUTE_COST). Everything else being alike, a CPU optimizer's step or offload
+    cancels."""
+    logit_ps, checkpoint_s = fit_logit_cost(zeroed) or 0.0, fit_checkpoint_cost(zeroed) or 0.0
+    pairs = _pairs(zeroed, RECOMPUTE_KEYS, lambda c: c.params.get("recompute") in (None, "none"),
+                   lambda c: c.full_recompute)
+    paired = {c.source for c, _ in pairs}
+    pairs += [(c, other) for c, other in _pairs(zeroed, RECOMPUTE_KEYS, lambda c: not c.full_recompute,
+                                                lambda c: c.full_recompute) if c.source not in paired]
+    return [(c, other, _left(steady(c), "update_actor", logit_ps, checkpoint_s)
+             - _left(steady(other), "update_actor", logit_ps, checkpoint_s)) for c, other in pairs]
 
 
 def pass_leftovers(zeroed: list[Case]) -> dict[tuple[str, str], dict[str, list[float]]]:
     """Per (size, GPU type), what its passes leave above their FLOPs (each trial predicted with the fixed costs
     zeroed, less its unfused logits and selective recompute's checkpoints; seconds): each log-prob pass
     ("old_log_prob"), each update without and with full recompute ("update", "update_full"; without micro-batches of
-    one sequence or small ones, priced apart), and per study (one host) that ran both, its full-recompute updates'
-    median less its others' ("full_less_others"): what full recompute's second forward leaves."""
+    one sequence or small ones, priced apart), and each pair on one host that differs only in full recompute
+    (`recompute_pairs`, "full_less_others"): what full recompute's second forward leaves."""
     logit_ps, checkpoint_s = fit_logit_cost(zeroed) or 0.0, fit_checkpoint_cost(zeroed) or 0.0
     ok = ok_cases(zeroed)
+    pairs = recompute_pairs(zeroed)
     out = {}
     for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
         cs = [c for c in ok if c.size == size and c.gpu == gpu]
         left = {c.source: _left(c, "update_actor", logit_ps, checkpoint_s) for c in cs
                 if c.measured_phases.get("update_actor") and not (c.micro_batches_of_one or c.small_micro_batches)}
 
-        def updates(group: list[Case], full: bool, left: dict[str, float] = left) -> list[float]:
+        def updates(full: bool, group: list[Case] = cs, left: dict[str, float] = left) -> list[float]:
             return [left[c.source] for c in group if c.full_recompute == full and c.source in left]
 
-        pairs = []
-        for st in sorted({study_of(c) for c in cs}):
-            study = [c for c in cs if study_of(c) == st]
-            if (with_full := updates(study, True)) and (without := updates(study, False)):
-                pairs.append(statistics.median(with_full) - statistics.median(without))
         out[size, gpu] = {"old_log_prob": [_left(c, "old_log_prob", logit_ps) for c in cs
                                            if c.measured_phases.get("old_log_prob")],
-                          "update": updates(cs, False), "update_full": updates(cs, True), "full_less_others": pairs}
+                          "update": updates(False), "update_full": updates(True),
+                          "full_less_others": [d for c, _, d in pairs if (c.size, c.gpu) == (size, gpu)]}
     return out
 
 
@@ -424,11 +439,11 @@ def fixed_costs(zeroed: list[Case]) -> list[str]:
              "Each trial predicted with the fixed costs zeroed; the median of measured less predicted (less its "
              "unfused logits and selective recompute's checkpoints), seconds, the trials in brackets. The model "
              "charges every size one log-prob pass (logprob_pass_s) in old_log_prob, one update_pass_s in the update "
-             "and one more log-prob pass for full recompute's second forward: the last column, within each study "
-             "(one host) that ran both, its updates with full recompute less those without (the median over such "
-             "studies; hosts differ by more than it), is what that second forward leaves.", "",
-             "| size | GPU | old_log_prob | update, no full recompute | update, full recompute | full less the others, "
-             "one host |",
+             "and one more log-prob pass for full recompute's second forward: the last column, over the pairs of "
+             "trials on one host that differ only in full recompute (`recompute_pairs`: the median of steps 2 on; "
+             "hosts differ by more than it), is what that second forward leaves.", "",
+             "| size | GPU | old_log_prob | update, no full recompute | update, full recompute | full less the same "
+             "without, one host |",
              "|---|---|---|---|---|---|"]
 
     def med(vs: list[float]) -> str:

@@ -25,12 +25,13 @@ def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> No
     selective recompute's pairs; lease 46's eleven on another: six 0.5B and five 1.5B, their offload pairs; lease 47's
     eight on another: six 0.5B and two 7B, the 7B job's first pick at its prompts among them; lease 48's eight on
     another: two 7B and six 1.5B; lease 49's six 1.5B on a one-GPU H200, recompute by the CPU optimizer; lease 50's
-    three 7B on another, the job's pick beside full recompute);
+    three 7B on another, the job's pick beside full recompute; lease 51's four 3B on another, full recompute and none
+    each with half the optimizer on the CPU and without);
     lease 12's 7B first pick, which ran out of memory in update_actor, is now predicted not to fit, and every trial
     that ran is still predicted to fit, the seventeen measured 7B trials of leases 13, 20, 32, 42, 43, 44, 47, 48 and 50
     among them."""
     cases = real_cases.cases(list(real_cases.DATA.glob("*/*.db")))
-    assert len(cases) == 194 and {c.status for c in cases} == {"ok", "oom"}
+    assert len(cases) == 198 and {c.status for c in cases} == {"ok", "oom"}
     assert [c.source for c in cases if c.cut] == ["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2",
                                                   "h200_2026-11-28_l48/c-1.5b-h44.db/c-1.5b-h44#5"]
     assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 17

@@ -146,7 +146,10 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
               "h200_2026-11-26_l20/c-1.5b-rc.db/c-1.5b-rc#3": "h200_2026-11-28_l49/c-1.5b-h46.db/c-1.5b-h46#5",
               # lease 50's: the 7B job's first pick (lease 47's) and lease 48's full recompute at dyn16k/96k, one host
               "h200_2026-11-28_l47/c-7b-h39.db/c-7b-h39#0": "h200_2026-11-29_l50/c-7b-h45.db/c-7b-h45#0",
-              "h200_2026-11-28_l48/c-7b-h43.db/c-7b-h43#0": "h200_2026-11-29_l50/c-7b-h45.db/c-7b-h45#1"}
+              "h200_2026-11-28_l48/c-7b-h43.db/c-7b-h43#0": "h200_2026-11-29_l50/c-7b-h45.db/c-7b-h45#1",
+              # lease 51's: the 3B's none at dyn8k/96k u0.4 with half the optimizer on the CPU and without (lease 44's)
+              **{f"h200_2026-11-28_l44/c-3b-h30.db/c-3b-h30#{old}": f"h200_2026-11-29_l51/c-3b-h49.db/c-3b-h49#{n}"
+                 for old, n in ((1, 3), (3, 2))}}
     while any(new in reruns for new in reruns.values()):  # a rerun re-run again: the row is the latest's
         reruns = {old: reruns.get(new, new) for old, new in reruns.items()}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
@@ -204,8 +207,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # did lease 41's two (the 0.5B's and 1.5B's own picks re-run on a two-lane node, enqueued); lease 42's 7B study
     # launched its own pick, its 3B study an enqueued one: ok; lease 43's two studies their own picks: ok; lease 44's
     # two enqueued ones: ok, and so did lease 45's two, lease 46's two, lease 47's two, lease 48's two, lease 49's one
-    # and lease 50's one
-    assert "58 of 61 real studies' first launches ran (15 of 18 the model's own picks;" in report
+    # and lease 50's one, and lease 51's one
+    assert "59 of 62 real studies' first launches ran (15 of 18 the model's own picks;" in report
     assert ("| h200_2026-11-27_l38/c-1.5b-h15.db/c-1.5b-h15#0: tp1 rtp1 dyn32k/96k util0.4 | model-seed | ok | "
             "tp1 rtp1 dyn32k/96k util0.4 | ok |") in report
     # lease 37's study launched dyn12k/96k at its data's prompts (161 tokens, 243 at most); today's model, at the same
@@ -277,7 +280,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
             "tp1 rtp1 mbs4/8 util0.5 no-fused (7876.8) | yes |") in report
     assert ("| verl-qwen2.5-0.5b-h200-g1-fused.csv | 18 | tp1 rtp1 dyn64k/96k util0.5 | ok | 9224.7 | 88% | tp1 rtp1 "
             "dyn32k/96k util0.5 mnbt16k (10462.2) | yes: a tie within the measured noise (18%) |") in report
-    assert ("| verl-qwen2.5-3b-h200-g1-fused.csv | 22 | tp1 rtp1 dyn12k/96k util0.4 | ok | 6751.8 | 89% | "
+    assert ("| verl-qwen2.5-3b-h200-g1-fused.csv | 24 | tp1 rtp1 dyn12k/96k util0.4 | ok | 6751.8 | 89% | "
             "tp1 rtp1 dyn12k/96k util0.5 (7588.5) | yes: a tie within the measured noise (17%) |") in report
     assert "**no**" not in report.split("| table | rows | first launch |")[1]
     assert "| 9043.1 | 88% | tp1 rtp1 dyn32k/32k util0.4 (10307.0) | yes: a tie within the measured noise (14%) |" \
