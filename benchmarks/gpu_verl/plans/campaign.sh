@@ -151,3 +151,11 @@ spread_h100() {
         --enqueue "$(mbs 2 8 0.4),optimizer_offload=true" \
         --enqueue "$(dyn 16384 98304 0.4),$FULL,optimizer_offload=true"
 }
+
+# two_gpu_study MODEL STUDY N NEED ARGS...: one study over both GPUs of a node of two (`at` with --gpus 2). NVLink
+# multicast stays off (the device's KINDS.md: set on the machine; kept here for every process the study starts), and
+# the host's memory is given (its MemTotal may read low until it is used).
+two_gpu_study() {
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    at "$@" --gpus 2 --host-memory 250  # the last --gpus counts
+}

@@ -34,10 +34,7 @@ if [ "$GPU_TYPE" = h100 ]; then
 elif [ "$(nvidia-smi -L | grep -c '^GPU')" = 1 ]; then
     seven_offload_pair
 else
-    # Two GPUs in one study: NVLink multicast stays off (the device's KINDS.md: set on the machine; kept here for
-    # every process the study starts), and the host's memory is given (its MemTotal may read low until it is used).
-    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-    at qwen2.5-14b c-14b-x2 2 800 --gpus 2 --host-memory 250 --extra-steps 1  # the last --gpus counts
+    two_gpu_study qwen2.5-14b c-14b-x2 2 800 --extra-steps 1
 fi
 wait
 stamp "plan done"
