@@ -35,10 +35,12 @@ class HostCopy:
     # used before it priced each move.
     gpus_per_uplink: int = 2
     # Megatron's CPU optimizer step as verl runs it, parameters a second: the median of the real trials' pairs with it
-    # and without it on one host (benchmarks/calibration.py fit_cpu_adam_rate: lease 44's 3B two, lease 49's 1.5B
-    # three, 4.3e8-6.2e8). Alone, torch.optim.AdamW(fused=True) on fp32 CPU tensors, one thread (Ray starts workers
-    # with OMP_NUM_THREADS=1), did 6.5e8 on the H200 lease's host and 7.6e8 on the H100 lease's (`python -m
-    # benchmarks.cpu_adam_rate`); the build host (AMD EPYC) 1.35e9-1.75e9. One rank per GPU steps its own shard.
+    # and without it on one host (benchmarks/calibration.py fit_cpu_adam_rate: lease 44's and lease 51's 3B two each,
+    # lease 49's 1.5B three, 4.3e8-6.2e8). Alone, torch.optim.AdamW(fused=True) on fp32 CPU tensors, one thread (Ray
+    # starts workers with OMP_NUM_THREADS=1), did 6.2e8-7.8e8 on the lent H200s' hosts and 7.6e8 on an H100's (`python
+    # -m benchmarks.cpu_adam_rate`); the build host (AMD EPYC) 1.35e9-1.75e9. Lease 51 ran both on one host: its pairs
+    # said 0.57 and 0.71 of its microbenchmark, so a host's AdamW alone would price the step fast. One rank per GPU
+    # steps its own shard.
     cpu_adam_params_per_s: float = 5.4e8
 
 
