@@ -15,6 +15,7 @@ from autotune.estimate.memory import (
     params_per_gpu,
 )
 from benchmarks.throughput_rank import DEFAULT_REF, cluster_for, read_rows
+from tests import real_counts
 from tests.conftest import make_setup
 
 DYN = {"use_dynamic_bsz": True, "rollout_tp": 1, "ppo_max_token_len_per_gpu": 16384,
@@ -198,7 +199,7 @@ def test_every_real_trial_that_ran_is_predicted_within_8_percent():
     NVML's peak is step 1's allocator cache (verl's max_memory_reserved_gb 69.7 against 53.8 allocated), which the
     allocator frees before it runs out of memory; what tensors held is predicted within 3 %."""
     ran = [(src, ev, at) for src, status, ev, at in _real_trials() if status == "ok"]
-    assert len(ran) == 190
+    assert len(ran) == real_counts.MEASURED
     # lease 48's cut trial has no NVML peak: the lease's deadline stopped the tuner before the runner's buffered trace
     # reached its file (written line by line since); it is judged on its verdict alone
     assert [src for src, _, at in ran if at["nvml"] is None] == ["h200_2026-11-28_l48/c-1.5b-h44#5"]

@@ -12,6 +12,7 @@ import pytest
 from autotune.estimate.memory import as_nvml_sees
 from autotune.results import memory_trace as mt
 from benchmarks import memory_moments as mm
+from tests import real_counts
 
 L4 = Path(__file__).resolve().parent / "data" / "real_verl_gpu" / "h100_2026-11-25_l4"
 
@@ -67,20 +68,11 @@ def cases() -> list[mm.MomentCase]:
 
 
 def test_every_ok_trial_with_a_trace_is_judged_and_no_moment_is_far_under(cases: list[mm.MomentCase]) -> None:
-    """190 trials that measured a step (each once: lease 10 resumed lease 7's 3B study, whose trials' traces stay in
-    lease 7's folder; lease 19's ten, lease 20's five and lease 22's six ran on H200s, one lane's GPU each; lease 24's
-    four the 0.5B on an H100 again; lease 25's three the 3B on an H100, #2's trace and timings read from its files: the
-    lease's deadline cut it after its measured step; lease 26's four the 1.5B on an H100; lease 27's one the 0.5B
-    through the kept Ray head, steps 1-3 only; lease 28's four the 0.5B through one kept head, lease 29's two its
-    micro-batches of 2 and 4k budget, steps 1-3 only; lease 30's one the 3B on an H100; lease 32's fourteen, four lanes
-    of an H200 node, the 7B and the 3B steps 1-3 only; lease 33's fifteen, lease 32's plan on a second such node; lease
-    34's four, the 3B on an H100; lease 35's five, the 1.5B on an H100;
-    lease 36's five, the 3B on a one-GPU H200; leases 37 to 40 on one-GPU H200s; lease 41's nine, two lanes of an H200
-    node; lease 42's four, two lanes of another, lease 43's five, two lanes of a third, leases 44, 45 and 46 two
-    lanes of others, lease 51's four the 3B on a one-GPU H200; lease 48's cut 1.5B trial, whose trace was lost,
-    aside); rollout and vLLM's start within the target wherever a window holds a sample; nothing predicted more than
-    15% under what NVML saw (an under-prediction is the side that runs out of memory)."""
-    assert len({c.source for c in cases}) == 189  # lease 48's cut c-1.5b-h44 #5 left no trace (test_memory.py)
+    """Every trial that measured a step and left an NVML trace (tests/real_counts.py), each once: a resumed study's
+    trials are read from the lease that ran them, a trial the lease's deadline cut after its measured step from its
+    files. Rollout and vLLM's start within the target wherever a window holds a sample; nothing predicted more than 15%
+    under what NVML saw (an under-prediction is the side that runs out of memory)."""
+    assert len({c.source for c in cases}) == real_counts.TRACED
     judged = [c for c in cases if c.error is not None]
     assert {c.moment for c in judged} == {"vllm_start", "rollout", "old_log_prob", "update"}
     assert all(abs(c.error) <= mm.TARGET for c in judged if c.moment in ("vllm_start", "rollout"))
