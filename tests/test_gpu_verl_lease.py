@@ -1,6 +1,6 @@
 """The GPU lease's tools that run on the CPU too: the import-time summary (benchmarks/gpu_verl/importtime.py) and the
-leases' timed imports (trial_cost.import_probes), the
-campaign plans' trial counts (plans/campaign.sh) and the payload's parts (build_payload.sh)."""
+leases' timed imports (trial_cost.import_probes), the campaign plans' trial counts (plans/campaign.sh), the payload's
+parts (build_payload.sh) and a lease's bundle laid out as its committed trials (import_bundle.py)."""
 
 from __future__ import annotations
 
@@ -220,3 +220,54 @@ def test_the_default_part_counts_only_the_files_in_the_tree(tmp_path: Path) -> N
     with_trials = part_mib()
     (repo / "trials.bin").unlink()
     assert part_mib() == with_trials + 6
+
+
+def _bundle_of(lease: Path, root: Path, lanes: dict[str, str] | None = None) -> Path:
+    """A committed lease folder packed back as device.sh's bundle: trials under trials/[g<lane>/]<study>/."""
+    bundle = root / "bundle"
+    for p in sorted(lease.iterdir()):
+        m = re.match(r"^(?P<study>.+)_(?P<dir>trial_\d{4}|ray_head)$", p.name)
+        if m:
+            lane = f"g{lanes[m['study']]}/" if lanes else ""
+            shutil.copytree(p, bundle / "trials" / f"{lane}{m['study']}" / m["dir"])
+        else:
+            (bundle / p.name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, bundle / p.name)
+    (bundle / "importtime.txt").write_text("not a record the project keeps\n")
+    archive = root / "smoke_bundle.tar.xz"
+    subprocess.run(["tar", "cJf", str(archive), "-C", str(root), "bundle"], check=True)
+    return archive
+
+
+def _tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("lease, lanes", [("h200_2026-11-29_l51", None),
+                                          ("h200_2026-11-28_l47", {"c-0.5b-h40": "1", "c-7b-h39": "0"})])
+def test_a_bundle_is_laid_out_as_its_committed_lease(tmp_path: Path, lease: str, lanes: dict | None) -> None:
+    """import_bundle turns a lease's bundle (one GPU, or lanes of a node under trials/g<lane>/) into the folder the
+    tests read: the committed lease folder, byte for byte, without the bundle's other files."""
+    from benchmarks.gpu_verl import import_bundle
+
+    archive = _bundle_of(DATA / lease, tmp_path / "packed", lanes)
+    dest = tmp_path / "data" / lease
+    assert import_bundle.main([str(archive), str(dest)]) == 0
+    assert _tree(dest) == _tree(DATA / lease)
+    assert import_bundle.main([str(archive), str(dest)]) == 2  # never over committed files
+
+
+def test_a_bundle_file_over_2_mb_is_named_and_a_bundle_without_trials_refused(tmp_path: Path, capsys) -> None:
+    from benchmarks.gpu_verl import import_bundle
+
+    trial = tmp_path / "bundle" / "trials" / "s" / "trial_0000"
+    trial.mkdir(parents=True)
+    (trial / "verl.log").write_bytes(b"x" * (import_bundle.MAX_FILE_BYTES + 1))
+    (tmp_path / "bundle" / "s.db").write_bytes(b"db")
+    assert import_bundle.main([str(tmp_path / "bundle"), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "over 2 MB, trim before committing: s_trial_0000/verl.log" in err
+    empty = tmp_path / "empty" / "bundle"
+    empty.mkdir(parents=True)
+    assert import_bundle.main([str(empty), str(tmp_path / "out2")]) == 2
+    assert "holds no study, trial or lease record" in capsys.readouterr().err
