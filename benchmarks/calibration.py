@@ -363,11 +363,16 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     return lines + fixed_costs(zeroed) + cpu_adam_table(zeroed) + ordering(held)
 
 
-def host_cpu_adam_rate(c: Case) -> float | None:
+def host_cpu_adam_rate(c: Case, hybrid: bool = False) -> float | None:
     """The CPU AdamW rate its lease's host measured (benchmarks.cpu_adam_rate into the lease's cpu_adam_rate.json,
-    the plans' cpu_adam_probe), parameters a second; None where the lease did not measure it."""
+    the plans' cpu_adam_probe), parameters a second, or with `hybrid` Megatron's hybrid optimizer's step there; None
+    where the lease did not measure it."""
     path = DATA / c.lease / "cpu_adam_rate.json"
-    return float(json.loads(path.read_text())["params_per_s"]) if path.is_file() else None
+    if not path.is_file():
+        return None
+    run = json.loads(path.read_text())
+    run = run.get("hybrid", {}) if hybrid else run
+    return float(run["params_per_s"]) if "params_per_s" in run else None
 
 
 def cpu_adam_table(zeroed: list[Case]) -> list[str]:
@@ -378,14 +383,21 @@ def cpu_adam_table(zeroed: list[Case]) -> list[str]:
              "update's difference says (`cpu_adam_pairs`; the model takes their median, `fit_cpu_adam_rate`), beside "
              "the rate of torch's AdamW alone on one thread on that lease's host (`benchmarks.cpu_adam_rate`, where "
              "the lease ran it) and the pair's share of it: under 1, the host's microbenchmark alone would price the "
-             "CPU step fast.", "",
-             "| with / without | size | update s, steps 2 on (with / without) | parameters a second, the pair | "
-             "the host's microbenchmark | the pair / the host |", "|---|---|---|---|---|---|"]
+             "CPU step fast; and Megatron's hybrid optimizer's own step on that host (`--hybrid`, where the lease ran "
+             "it), which the pair's rate should match if the hybrid optimizer's step is what the CPU optimizer costs.",
+             "", "| with / without | size | update s, steps 2 on (with / without) | parameters a second, the pair | "
+             "the host's microbenchmark | the pair / the host | the host's hybrid optimizer |",
+             "|---|---|---|---|---|---|---|"]
+
+    def rate_or_dash(r: float | None) -> str:
+        return f"{r:.2e}" if r else "-"
+
     for c, other, rate in cpu_adam_pairs(zeroed):
         host = host_cpu_adam_rate(c)
         lines.append(f"| {c.source} / #{other.source.rsplit('#', 1)[1]} | {c.size} | "
                      f"{c.steady_phases['update_actor']:.1f} / {other.steady_phases['update_actor']:.1f} | "
-                     f"{rate:.2e} | {f'{host:.2e}' if host else '-'} | {f'{rate / host:.2f}' if host else '-'} |")
+                     f"{rate:.2e} | {rate_or_dash(host)} | {f'{rate / host:.2f}' if host else '-'} | "
+                     f"{rate_or_dash(host_cpu_adam_rate(c, hybrid=True))} |")
     lines.append("")
     return lines
 

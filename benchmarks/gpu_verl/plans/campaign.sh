@@ -63,9 +63,10 @@ at() {
     return $rc
 }
 
-# cpu_adam_probe: the host's CPU AdamW rate (benchmarks.cpu_adam_rate) into /root/smoke/cpu_adam_rate.json, ~10 s.
+# cpu_adam_probe: the host's CPU AdamW rate and Megatron's hybrid optimizer's step there (benchmarks.cpu_adam_rate
+# --hybrid) into /root/smoke/cpu_adam_rate.json, ~30 s.
 cpu_adam_probe() {
-    (cd /root/at_src && python3 -m benchmarks.cpu_adam_rate --out /root/smoke/cpu_adam_rate.json \
+    (cd /root/at_src && python3 -m benchmarks.cpu_adam_rate --hybrid --out /root/smoke/cpu_adam_rate.json \
         > /root/smoke/cpu_adam_rate.txt 2>&1)
     stamp "cpu adam: $(tail -1 /root/smoke/cpu_adam_rate.txt)"
 }
