@@ -6,6 +6,8 @@
 # The one phase over the target's reach held out is the 7B's old_log_prob (21 %): its log-prob pass leaves 0.85 s
 # above its FLOPs where every smaller size leaves 2.2-2.8 s, and every 7B trial so far had its parameters offloaded
 # (the model adds their reload, 0.59 s, to the pass). Is the 7B's smaller cost its size's or the offload's?
+# Every branch first times the host's AdamW and Megatron's hybrid optimizer (cpu_adam_probe, ~30 s; after lease 51 a
+# fresh H200 ran them at 8.3e8 and 5.2e8 parameters a second).
 #   One H200 (nvidia-h200): the 7B job's pick (selective [core_attn,mlp] dyn24k/96k, half the optimizer on the CPU)
 #              at util 0.3 with the parameters offloaded and without (without: predicted 131.4 GiB of the 140.4 it
 #              may use; at util 0.4 145.5, not asked), then the pick as leases 47 and 50 ran it (util 0.4, offloaded)
