@@ -15,6 +15,7 @@ import json
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -28,6 +29,21 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def _rate(step: Callable[[], None], params: int, tensors: int, steps: int) -> dict:
+    """Time `step` (an optimizer's step over `params` parameters in `tensors` tensors) `steps` times after one warm-up
+    step (the moments' allocation and first touch: not what a training step pays): parameters a second at the median."""
+    import torch
+
+    step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return {"params": params, "tensors": tensors, "threads": 1, "step_s": times,
+            "params_per_s": params / statistics.median(times), "cpu": cpu_model(), "torch": torch.__version__}
+
+
 def measure(params: int, tensors: int, steps: int) -> dict:
     import torch
 
@@ -37,15 +53,7 @@ def measure(params: int, tensors: int, steps: int) -> dict:
     for p in ps:
         p.grad = torch.randn(per, dtype=torch.float32) * 1e-3
     opt = torch.optim.AdamW(ps, lr=1e-5, fused=True)
-    opt.step()  # the moments' allocation and first touch: not what a training step pays
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    s = statistics.median(times)
-    return {"params": per * tensors, "tensors": tensors, "threads": 1, "step_s": times,
-            "params_per_s": per * tensors / s, "cpu": cpu_model(), "torch": torch.__version__}
+    return _rate(opt.step, per * tensors, tensors, steps)
 
 
 def measure_hybrid(params: int, tensors: int, steps: int) -> dict:
@@ -66,18 +74,12 @@ def measure_hybrid(params: int, tensors: int, steps: int) -> dict:
                                 gpu_optimizer_cls=torch.optim.AdamW, overlap_cpu_optimizer_d2h_h2d=True,
                                 pin_cpu_grads=True, pin_cpu_params=True, param_update_in_fp32=True, lr=1e-5,
                                 weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8, fused=True)
-    opt.step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
+
+    def step() -> None:  # its copies back to the GPU run on their own stream: the step ends when they do
         opt.step()
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    s = statistics.median(times)
-    return {"params": per * tensors, "tensors": tensors, "threads": 1, "step_s": times,
-            "params_per_s": per * tensors / s, "cpu": cpu_model(), "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name()}
+
+    return _rate(step, per * tensors, tensors, steps) | {"gpu": torch.cuda.get_device_name()}
 
 
 def main(argv: list[str] | None = None) -> None:
