@@ -69,7 +69,10 @@ def trials(lease: str, study: str, numbers: Iterable[int]) -> set[str]:
 # was a fast host: it ran the 7B's first pick (dyn24k/96k) in 46.7 s at step 3, its update in 30.7 s, where lease 47's
 # node ran the same in 50.9 s (34.6 s) and the one-GPU H200s of leases 13 and 32 its dyn32k/96k, which the model puts
 # 0.1 s apart, in 52.6-53.9 s (35.2-35.9 s): 13 % faster than they, beyond a step's noise; its three are host misses
-# (they order among themselves as the model does, 1.00; the other 7B one-GPU trials 0.90 without them).
+# (they order among themselves as the model does, 1.00; the other 7B one-GPU trials 0.90 without them). Lease 52's
+# one-GPU H200 was fast too: the same pick at util 0.4 in 49.0 s at step 3 (update 33.4 s), at util 0.3 in 47.9 s, and
+# without the parameters offloaded in 48.7 s, all three within 1.1 s of one another, a tie the model puts 2.6% apart
+# (offload's reload, 1.4 s): its three are host misses.
 HOST_MISSES = set().union(*(trials(lease, study, numbers) for lease, study, numbers in (
     ("h100_2026-11-26_l10", "c-3b", (0, 3, 4)),
     ("h200_2026-11-27_l32", "c-0.5b-t", range(5)), ("h200_2026-11-27_l32", "c-1.5b-h7", range(4)),
@@ -86,7 +89,7 @@ HOST_MISSES = set().union(*(trials(lease, study, numbers) for lease, study, numb
     ("h200_2026-11-28_l46", "c-0.5b-h35", range(6)), ("h200_2026-11-28_l46", "c-1.5b-h36", range(5)),
     ("h200_2026-11-28_l47", "c-7b-h39", range(2)), ("h200_2026-11-28_l47", "c-0.5b-h40", range(6)),
     ("h200_2026-11-28_l48", "c-7b-h43", range(2)), ("h200_2026-11-28_l48", "c-1.5b-h44", range(6)),
-    ("h200_2026-11-29_l50", "c-7b-h45", range(3)))))
+    ("h200_2026-11-29_l50", "c-7b-h45", range(3)), ("h200_2026-11-29_l52", "c-7b-h50", range(3)))))
 
 
 # Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at

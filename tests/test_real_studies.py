@@ -99,7 +99,9 @@ def test_each_real_trial_counts_once_in_every_reader() -> None:
                      ("c-3b-h24#3", "c-3b-h2#2", 5183.6, 5152.5),
                      # lease 45's re-run of it, no partner in its study either: lease 19's offloaded, the nearest lease
                      # not taken
-                     ("c-3b-h34#3", "c-3b-g0#0", 6092.6, 5959.9)]
+                     ("c-3b-h34#3", "c-3b-g0#0", 6092.6, 5959.9),
+                     # lease 52's 7B pick at util 0.3 without and with its parameters offloaded
+                     ("c-7b-h50#1", "c-7b-h50#0", 3114.2, 3197.6)]
 
 
 def test_a_trial_read_from_a_later_copy_finds_its_logs_where_it_ran() -> None:
