@@ -1,8 +1,12 @@
 """How far a measured step can be ordered: the model's rank correlation per size and GPU type beside the measurement's
-own (step 3 against the same trial's other steps), without gen (rounded to verl's poll), and within one study (one
-host). A section of benchmarks/results/calibration.md (benchmarks/calibration.py)."""
+own (step 3 against the same trial's other steps), without gen (rounded to verl's poll), within one study (one
+host) and over configurations (a configuration run on several hosts, once each). A section of
+benchmarks/results/calibration.md (benchmarks/calibration.py)."""
 
 from __future__ import annotations
+
+import statistics
+from collections import defaultdict
 
 from benchmarks.real_cases import Case, ok_cases, spearman
 
@@ -22,22 +26,35 @@ def without_gen(step: float | None, phases: dict[str, float]) -> float | None:
     return step - phases["gen"] if step is not None and "gen" in phases else None
 
 
+def by_configuration(cs: list[Case]) -> list[tuple[float, float, int]]:
+    """(predicted, measured step 3, runs) per configuration (its label), each the median over its runs: a
+    configuration re-run on other hosts is one point of the landscape, as a replay table's row merges its runs, where
+    as trials it is several points the model predicts alike and the hosts measure apart."""
+    runs: dict[str, list[Case]] = defaultdict(list)
+    for c in cs:
+        runs[c.label].append(c)
+    return [(statistics.median(c.predicted_step_s for c in g), statistics.median(c.measured_step_s for c in g), len(g))
+            for _, g in sorted(runs.items())]
+
+
 def ordering(held: list[Case]) -> list[str]:
     """Per size and GPU type: the model's Spearman (held out) beside how well the measurement orders itself (step 3
     against the same trials' other steps), the model's Spearman of the step without gen (the phase a configuration
     hardly moves, whose measure is rounded to verl's poll and follows the host) and within each study of 3 or more ok
-    trials (one host), their mean weighted by trials: what part of the landscape's disorder is one step's noise, the
-    poll's and the hosts'."""
+    trials (one host), their mean weighted by trials, and over configurations (each its runs' median): what part of the
+    landscape's disorder is one step's noise, the poll's and the hosts'."""
     lines = ["## How far a measured step can be ordered", "",
              "Spearman's rank correlation per size and GPU type: the model's (held out, as above) against step 3; "
              "step 3 against its repeat (the median of the same trial's other steps from 2 on: no model, only "
              "one step's noise between them); the model's of the step without gen, predicted and measured (gen's "
              "measure is the rollout rounded up to verl's 2 s poll, and it follows the host's decode overhead, "
              "where the configurations of a size differ little); and the model's within each study of 3 or more ok "
-             "trials (one host, as a user's study runs), the mean weighted by the study's trials.", "",
+             "trials (one host, as a user's study runs), the mean weighted by the study's trials; and the model's over "
+             "the configurations (each its runs' median, predicted and measured: a configuration re-run on other hosts "
+             "is one point, as a replay table's row merges its runs; `by_configuration`).", "",
              "| size | GPU | ok trials | model | step 3 vs its repeat | model, the step without gen | studies (trials) "
-             "| model within one study |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| model within one study | model over configurations (configurations) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     ok = ok_cases(held)
     for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
         cs = [c for c in ok if c.size == size and c.gpu == gpu]
@@ -54,7 +71,10 @@ def ordering(held: list[Case]) -> list[str]:
                 if (r := spearman([c.predicted_step_s for c in g], [c.measured_step_s for c in g])) is not None
                 and r == r]  # nan where a study's steps tie
         within = sum(n * r for n, r in rhos) / sum(n for n, _ in rhos) if rhos else None
+        confs = by_configuration(cs)
+        over = spearman([p for p, _, _ in confs], [m for _, m, _ in confs])
         lines.append(f"| {size} | {gpu} | {len(cs)} | {_rho(model)} | {_rho(retest)} ({len(both)}) | "
-                     f"{_rho(no_gen)} ({len(gens)}) | {len(rhos)} ({sum(n for n, _ in rhos)}) | {_rho(within)} |")
+                     f"{_rho(no_gen)} ({len(gens)}) | {len(rhos)} ({sum(n for n, _ in rhos)}) | {_rho(within)} | "
+                     f"{_rho(over)} ({len(confs)}) |")
     lines.append("")
     return lines

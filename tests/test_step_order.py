@@ -33,8 +33,9 @@ def test_the_repeat_of_a_measured_step_is_the_median_of_its_other_steps() -> Non
     assert short.retest_step_s == pytest.approx(14.4, abs=0.05)
 
 
-def _case(source: str, predicted: float, measured: float, retest: float, gen: float = 8.1) -> cal.Case:
-    return cal.Case(source=source, model="m", label="", status="ok", measured_step_s=measured,
+def _case(source: str, predicted: float, measured: float, retest: float, gen: float = 8.1,
+          label: str | None = None) -> cal.Case:
+    return cal.Case(source=source, model="m", label=label or source, status="ok", measured_step_s=measured,
                     measured_phases={"gen": gen}, predicted_step_s=predicted, predicted_phases={"gen": 7.0},
                     measured_peak_gib=None, predicted_peak_gib=None, predicted_fits=True, binding="", size="s",
                     gpu="h100", retest_step_s=retest)
@@ -51,7 +52,8 @@ def test_the_ordering_table_sets_the_models_spearman_beside_the_measurements_own
     cells = [c.strip() for c in row.strip("|").split("|")]
     model = cal.spearman([c.predicted_step_s for c in a + b], [c.measured_step_s for c in a + b])
     assert model is not None and model < 0.95
-    assert cells == ["s", "h100", "6", f"{model:.2f}", "0.94 (6)", f"{model:.2f} (6)", "2 (6)", "1.00"]
+    assert cells == ["s", "h100", "6", f"{model:.2f}", "0.94 (6)", f"{model:.2f} (6)", "2 (6)", "1.00",
+                     f"{model:.2f} (6)"]
 
 
 def test_the_ordering_table_takes_gens_poll_out_of_the_step_beside_it() -> None:
@@ -66,3 +68,18 @@ def test_the_ordering_table_takes_gens_poll_out_of_the_step_beside_it() -> None:
     assert cells[3] == "-0.50" and cells[5] == "1.00 (3)"
     assert step_order.without_gen(cases[0].measured_step_s, cases[0].measured_phases) == pytest.approx(10.0)
     assert step_order.without_gen(cases[0].measured_step_s, {}) is None
+
+
+def test_the_ordering_table_orders_configurations_by_their_runs_median() -> None:
+    """Three configurations, each run on a fast and a slow host (the slow one 1.3x): as six trials the model, which
+    predicts a configuration's runs alike, cannot order the hosts (Spearman 0.48); as three configurations, each its
+    runs' median, it orders them (1.00), and the column counts three."""
+    cases = [_case(f"l{h}/a.db/a#{i}", p, p * (1.3 if h else 1.0), p, label=f"c{i}")
+             for h in (0, 1) for i, p in enumerate((20.0, 22.0, 24.0))]
+    model = cal.spearman([c.predicted_step_s for c in cases], [c.measured_step_s for c in cases])
+    assert model is not None and model < 0.8
+    row = next(line for line in step_order.ordering(cases) if line.startswith("| s | h100 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == f"{model:.2f}" and cells[8] == "1.00 (3)"
+    assert step_order.by_configuration(cases) == [pytest.approx((20.0, 23.0, 2)), pytest.approx((22.0, 25.3, 2)),
+                                                  pytest.approx((24.0, 27.6, 2))]
