@@ -105,6 +105,26 @@ def test_a_lane_runs_its_command_on_its_gpu_only_in_the_background(tmp_path: Pat
     assert float(lane2.rsplit("host=", 1)[1].split()[0]) == pytest.approx(mem_gib / 4, abs=0.06)
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(("gpus", "name", "ran"), [
+    (1, "NVIDIA H200", "one-gpu c-7b"), (2, "NVIDIA H200", "14b qwen2.5-14b c-14b-x2 2 800 --extra-steps 1"),
+    (4, "NVIDIA H100 80GB HBM3", "h100 c-1.5b-h47 c-3b-h48")])
+def test_a_plan_runs_its_branch_for_the_machine_lent(tmp_path: Path, gpus: int, name: str, ran: str) -> None:
+    """`by_node COMMAND`: the plan's own command on one H200, the 14B over a node of two H200s, the H100 spreads on an
+    H100 node, as the machine's nvidia-smi says (the studies replaced by echoes here)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nfor i in $(seq 0 {gpus - 1}); do\n"
+                   f"  if [ \"$1\" = -L ]; then echo \"GPU $i: {name} (UUID: GPU-$i)\"; else echo \"{name}\"; fi\n"
+                   "done\n")
+    smi.chmod(0o755)
+    out = _campaign(tmp_path, f"PATH={bin_dir}:$PATH; . {PLANS / 'campaign.sh'}; "
+                              "spread_h100() { echo h100 \"$@\"; }; two_gpu_study() { echo 14b \"$@\"; }; "
+                              "by_node echo one-gpu c-7b")
+    assert out == ran
+
+
 BUILD = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_verl" / "build_payload.sh"
 
 

@@ -160,3 +160,16 @@ two_gpu_study() {
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
     at "$@" --gpus 2 --host-memory 250  # the last --gpus counts
 }
+
+# by_node ONE_GPU_COMMAND...: the plans' branch by the machine lent (leases 50-53 wrote it out each): on an H100 node
+# lease 41's H100 branch (the 1.5B and the 3B, one spread study a lane); on one H200 the plan's own COMMAND; on a node of
+# two H200s the Qwen2.5-14B over both GPUs (TP 2), its study's own first launch and second pick.
+by_node() {
+    if [ "$GPU_TYPE" = h100 ]; then
+        spread_h100 c-1.5b-h47 c-3b-h48
+    elif [ "$(nvidia-smi -L | grep -c '^GPU')" = 1 ]; then
+        "$@"
+    else
+        two_gpu_study qwen2.5-14b c-14b-x2 2 800 --extra-steps 1
+    fi
+}

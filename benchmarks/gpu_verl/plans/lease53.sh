@@ -30,12 +30,6 @@ seven_micro_batches() {
         --enqueue "$(mbs 2 8 0.4),$SEL2,$CPU_ADAM05,param_offload=true" \
         --enqueue "$(mbs 4 16 0.4),$CPU_ADAM05,param_offload=true"
 }
-if [ "$GPU_TYPE" = h100 ]; then
-    spread_h100 c-1.5b-h47 c-3b-h48
-elif [ "$(nvidia-smi -L | grep -c '^GPU')" = 1 ]; then
-    seven_micro_batches
-else
-    two_gpu_study qwen2.5-14b c-14b-x2 2 800 --extra-steps 1
-fi
+by_node seven_micro_batches
 wait
 stamp "plan done"
