@@ -46,7 +46,7 @@ target() {
 # take).
 at() {
     local m=$1 study=$2 n need=$4
-    local d left
+    local d left smoke=${SMOKE:-/root/smoke}  # SMOKE: a CPU test's folder
     n=$(target "$study" "$3") || return 1
     shift 4
     d=$(workload "$m") || return 1
@@ -54,12 +54,15 @@ at() {
     if [ "$left" -lt "$need" ]; then stamp "$study: not started, ${left}s left in the lease < ${need}s a trial"; return 1; fi
     stamp "$study ($m): up to $n trials, $left s left"
     python3 -m autotune run --backend verl --model "$d/model" --gpus 1 --gpu-type "$GPU_TYPE" \
-        --job "/root/smoke/job-$m.yaml" --storage "sqlite:////root/smoke/$study.db" --study "$study" \
-        --workdir "/root/smoke/trials${LANE:+/g$LANE}" --confirm 0 --trial-timeout 1200 --stall-timeout 240 \
+        --job "$smoke/job-$m.yaml" --storage "sqlite:///$smoke/$study.db" --study "$study" \
+        --workdir "$smoke/trials${LANE:+/g$LANE}" --confirm 0 --trial-timeout 1200 --stall-timeout 240 \
         --startup-timeout 600 --n-trials "$n" --timeout $((left - need)) ${LANE_HOST_GIB:+--host-memory "$LANE_HOST_GIB"} "$@" \
-        >> "/root/smoke/$study.out" 2>> "/root/smoke/$study.err"
-    local rc=$?
-    stamp "$study: exit $rc"
+        >> "$smoke/$study.out" 2>> "$smoke/$study.err"
+    local rc=$? have
+    have=$(launched "$study" 2> /dev/null)
+    # a study stopped by its --timeout short of N_TRIALS says so (lease 52's asked 600 s a 7B trial that took ~410)
+    stamp "$study: exit $rc, $have of $n launched$(grep -q 'reached --timeout' "$smoke/$study.out" 2> /dev/null \
+        && [ "${have:-0}" -lt "$n" ] && echo ": stopped by its --timeout, NEED_S ${need}s a trial")"
     return $rc
 }
 
