@@ -126,13 +126,15 @@ def test_a_plan_runs_its_branch_for_the_machine_lent(tmp_path: Path, gpus: int, 
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-@pytest.mark.parametrize(("held", "said", "stopped"), [(1, "reached --timeout", True), (3, "reached --timeout", False),
-                                                       (1, "reached --n-trials", False)])
+@pytest.mark.parametrize(("held", "said", "stopped", "before"), [
+    (1, "reached --timeout", True, ""), (3, "reached --timeout", False, ""), (1, "reached --n-trials", False, ""),
+    (1, "the space is exhausted", False, "1 trials launched (reached --timeout)\n")])
 def test_a_study_its_timeout_stopped_short_says_so_in_the_plans_log(tmp_path: Path, held: int, said: str,
-                                                                     stopped: bool) -> None:
+                                                                     stopped: bool, before: str) -> None:
     """`at` stamps how many of its trials the study launched, and where its --timeout (the lease's time left less
     NEED_S a trial) stopped it short: lease 52's 7B study stopped at two of three, its log saying only "exit 0"
-    (autotune replaced by a stand-in that prints how its run stopped; the count read from the study's database)."""
+    (autotune replaced by a stand-in that prints how its run stopped; the count read from the study's database). A
+    resumed study's log holds its earlier runs: only this run's lines say how it stopped."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "python3"
@@ -140,12 +142,13 @@ def test_a_study_its_timeout_stopped_short_says_so_in_the_plans_log(tmp_path: Pa
                     f"else echo '{held} trials launched ({said})'; fi\n")
     fake.chmod(0o755)
     (tmp_path / "s.db").touch()
+    (tmp_path / "s.out").write_text(before)
     out = _campaign(tmp_path, f"workload() {{ echo {tmp_path}; }}; DEADLINE=$(( $(date +%s) + 1000 )); "
                               f"PATH={bin_dir}:$PATH; at m s 3 450")
     last = out.splitlines()[-1]
     assert last.endswith(f"s: exit 0, {held} of 3 launched" + (": stopped by its --timeout, NEED_S 450s a trial"
                                                                if stopped else ""))
-    assert (tmp_path / "s.out").read_text().strip() == f"{held} trials launched ({said})"  # the run's log: SMOKE's
+    assert (tmp_path / "s.out").read_text() == f"{before}{held} trials launched ({said})\n"  # the run's log: SMOKE's
 
 
 BUILD = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_verl" / "build_payload.sh"

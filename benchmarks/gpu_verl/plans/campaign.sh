@@ -53,6 +53,8 @@ at() {
     left=$(( DEADLINE - $(date +%s) ))
     if [ "$left" -lt "$need" ]; then stamp "$study: not started, ${left}s left in the lease < ${need}s a trial"; return 1; fi
     stamp "$study ($m): up to $n trials, $left s left"
+    local logged  # what the study's log held before this run: a resumed study's log holds its earlier runs'
+    logged=$(wc -c 2> /dev/null < "$smoke/$study.out" || echo 0)
     python3 -m autotune run --backend verl --model "$d/model" --gpus 1 --gpu-type "$GPU_TYPE" \
         --job "$smoke/job-$m.yaml" --storage "sqlite:///$smoke/$study.db" --study "$study" \
         --workdir "$smoke/trials${LANE:+/g$LANE}" --confirm 0 --trial-timeout 1200 --stall-timeout 240 \
@@ -61,8 +63,9 @@ at() {
     local rc=$? have
     have=$(launched "$study" 2> /dev/null)
     # a study stopped by its --timeout short of N_TRIALS says so (lease 52's asked 600 s a 7B trial that took ~410)
-    stamp "$study: exit $rc, $have of $n launched$(grep -q 'reached --timeout' "$smoke/$study.out" 2> /dev/null \
-        && [ "${have:-0}" -lt "$n" ] && echo ": stopped by its --timeout, NEED_S ${need}s a trial")"
+    stamp "$study: exit $rc, $have of $n launched$(tail -c +$((logged + 1)) "$smoke/$study.out" 2> /dev/null \
+        | grep -q 'reached --timeout' && [ "${have:-0}" -lt "$n" ] \
+        && echo ": stopped by its --timeout, NEED_S ${need}s a trial")"
     return $rc
 }
 
