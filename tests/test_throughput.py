@@ -15,6 +15,7 @@ from autotune.estimate.throughput import (
     decode_weights,
     error_band,
     estimate_throughput,
+    layer_gemm_params,
     moe_dispatch_s,
     reshard_seconds,
     small_micro_batches,
@@ -211,6 +212,33 @@ def test_only_small_update_micro_batches_of_more_than_one_sequence_pay_their_cos
     assert train.phases == evaluate(s.model, s.cluster, job, two, "train", constants=constants).throughput.phases
     plan = estimate_throughput(s.model, s.cluster, job, two, lengths=lengths).batching
     assert plan is not None and small_micro_batches(job, two, plan) == 64
+
+
+def test_a_larger_layer_pays_less_for_a_small_micro_batchs_gemms():
+    """A GEMM's fixed latency weighs against its FLOPs: the update's efficiency at a micro-batch of t tokens is
+    t / (t + tokens_half x tokens_half_layer_params / the layer's GEMM weights on a GPU). Micro-batches of 2 sequences
+    (2.4k tokens) against a 24k budget cost the 0.5B's GEMMs more than the 7B's, and TP, which shrinks each GPU's
+    GEMMs, halves the rate at more tokens; at 0 every layer halves at tokens_half (the verl 0.4-era form)."""
+    job = Job.from_mapping({"data.train_batch_size": 16, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+                            "actor_rollout_ref.rollout.n": 8})
+    lengths = Lengths(200.0, 200.0, 1000.0, 1000.0, prompt_known=True, response_known=True)
+    no_fixed = dataclasses.replace(DEFAULT_EFFICIENCY, small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0,
+                                   update_pass_s=0.0)
+    two = {**BASE, "tp": 1, "use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2,
+           "log_prob_micro_batch_size_per_gpu": 4}
+    budget = {**BASE, "tp": 1, "ppo_max_token_len_per_gpu": 24576}
+
+    def ratio(name: str, eff) -> float:  # update at micro-batches of 2 over the same at a 24k budget
+        s = make_setup(model=name, gpus=1)
+        up = [dict(estimate_throughput(s.model, s.cluster, job, Candidate.from_params(p), eff=eff,
+                                       lengths=lengths).phases)["update_actor"] for p in (two, budget)]
+        return up[0] / up[1]
+
+    assert ratio("qwen2.5-0.5b", no_fixed) > 1.3 > 1.1 > ratio("qwen2.5-7b", no_fixed) > 1.0
+    flat = dataclasses.replace(no_fixed, tokens_half_layer_params=0.0)
+    assert ratio("qwen2.5-7b", flat) > 1.3  # every layer at one latency: the 7B's priced as the 0.5B's
+    m = get_model("qwen2.5-7b")
+    assert layer_gemm_params(m, Candidate(tp=4)) * 4 == layer_gemm_params(m, Candidate()) == 233_050_624
 
 
 def test_without_fused_kernels_each_log_prob_pass_and_update_pays_its_logits():

@@ -187,10 +187,13 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
 # priced 30% over and its step 27%, and lease 33's 3B at micro-batches of 2 (0.071 s a micro-batch; KNOWN_OUTLIERS)
 # its step 20.3% over (update 19.6%); lease 48's 1.5B at micro-batches of 2 (0.121 s) took it back to 18.9 %, within
 # the target. Lease 48's 1.5B at a 4k budget measured its step 3 in 33.8 s, its step 4 in 23.8 s (gen 12.2 against
-# 6.1 s, update 16.0 against 12.7 s): its step is 21 % under held out.
-SMALL_MISSES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1": {"update_actor": 0.36},
+# 6.1 s, update 16.0 against 12.7 s): its step is 21 % under held out. With the GEMMs' latency priced by layer
+# size (lease 53: the 0.5B's GEMMs halve their rate at 1.6k tokens, the 1,024 of before), lease 3b's unfused 0.5B's
+# 4k micro-batches pay more for their GEMMs too: its update 40 % over, its step 18 %; lease 48's 1.5B at a 4k budget
+# 22 % under.
+SMALL_MISSES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1": {"update_actor": 0.45},
                 "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2": {"update_actor": 0.32, "step": 0.29},
-                "h200_2026-11-28_l48/c-1.5b-h44.db/c-1.5b-h44#1": {"step": 0.22}}
+                "h200_2026-11-28_l48/c-1.5b-h44.db/c-1.5b-h44#1": {"step": 0.23}}
 
 
 def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
@@ -208,8 +211,9 @@ def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) ->
     for name, value in fit.items():
         assert getattr(DEFAULT_EFFICIENCY, name) == pytest.approx(value, abs=0.005)
     costs = cal.small_micro_batch_costs(zeroed, update_pass_s)
-    # and lease 48's 7B at micro-batches of 2, its optimizer on the CPU as no update in the fit has (it left -0.02 s)
-    cpu_adam = {"h200_2026-11-28_l48/c-7b-h43.db/c-7b-h43#1"}
+    # and the 7B's at micro-batches of 2 (leases 48 and 53), its optimizer on the CPU as no update in the fit has (with
+    # the GEMMs' latency priced by layer size they leave 0.07 and 0.09 s a micro-batch, within the others' spread)
+    cpu_adam = {"h200_2026-11-28_l48/c-7b-h43.db/c-7b-h43#1", "h200_2026-11-29_l53/c-7b-h51.db/c-7b-h51#1"}
     assert {c.source for c, _ in costs} == SMALL_MICRO_BATCHES == {c.source for c in zeroed if c.small_micro_batches
                                                                    } - cpu_adam
     assert all(c.cpu_optimizer for c in zeroed if c.source in cpu_adam)

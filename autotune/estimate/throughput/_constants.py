@@ -32,6 +32,20 @@ class Efficiency:
     forward: float = 0.7  # the same for verl's log-prob passes
     intensity: float = 213.0  # FLOPs per byte of HBM traffic of the whole update (norms, copies, optimizer)
     tokens_half: float = 1024.0  # micro-batch size (tokens) at which GEMM efficiency halves
+    # ... for a layer of this many GEMM weights on a GPU; a layer of W weights halves at tokens_half * this / W (0: at
+    # tokens_half for every layer, the verl 0.4-era form). A GEMM's fixed latency weighs against its FLOPs, and a
+    # larger layer's GEMMs amortise it at fewer tokens: the lent H200 ran each catalog size's layer GEMMs (forward and
+    # backward) at 512-24k tokens (benchmarks/results/gemm_shapes_h200_fine.json, benchmarks/gemm_shapes.py
+    # tokens_half): halved at 1,977, 485, 314 and 85 tokens for the 0.5B, 1.5B, 3B and 7B, whose layers hold 14.9M,
+    # 46.8M, 77.1M and 233M GEMM weights, a product within 20 % of one constant (2.0e10-3.0e10 token-weights): its
+    # geometric mean at tokens_half. With every layer at 1,024 tokens the 7B's micro-batches of 2 sequences (2.4k
+    # tokens) ran their updates at 0.59 of the 24k ones' rate in the model (measured GEMMs: 0.97), and left nothing
+    # per micro-batch above it (-0.03 and -0.01 s, leases 48 and 53) where the 0.5B-3B's left 0.06-0.20 s; at the
+    # measured rate it leaves 0.07-0.09 s, as they do. Checked where it was not fitted: each GPU's shard of the 7B's,
+    # 14B's, 32B's and 72B's layers at TP 1-8 (gemm_shapes_h200_tp.json): every shard whose rate halves at 100 tokens
+    # or more halves within a factor of 2 of what this prices (the 7B at TP 8: 1,474 tokens measured, 816 priced);
+    # fitted on those sixteen shards alone the constant is 20.8M.
+    tokens_half_layer_params: float = 23.2e6
     # Per extra TP rank, at hidden size 4096: smaller GEMMs and exposed all-gather/reduce-scatter. Communication
     # per token grows with h and compute with h^2, so the penalty scales as 4096/h.
     tp_penalty: float = 0.04
@@ -122,7 +136,9 @@ class Efficiency:
     # updates 3-10% under the model, the CPU-Adam one 14% over) to 4.78 s, and lease 37's three 3B trials on another
     # (updates 13% under to 4% over) to 4.73 s. Lease 43's two-lane H200 node (its 3B 10-25% under the one-GPU H200s,
     # the 7B's first pick 11% under lease 13's host) to 4.83 s.
-    update_pass_s: float = 4.83
+    # With the GEMMs' latency priced by layer size (tokens_half_layer_params, lease 53) the larger sizes' updates
+    # are priced nearer their GEMMs' full rate, and the fit over every trial rose to 5.00 s.
+    update_pass_s: float = 5.00
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -139,7 +155,9 @@ class Efficiency:
     # not measured; micro-batches under 4.5k tokens of more than one sequence pay their own (below). Lease 46's
     # two-lane H200 node ran the 0.5B's and the 1.5B's at 0.125 and 0.116 s (their updates 22.6 and 25.1 s, the model
     # 25.3 and 29.0 s at 0.146 s): the six's median 0.142 s.
-    micro_batch_of_one_s: float = 0.142  # 0.146 s from lease 37 (update_pass_s at 4.73 s) to lease 46
+    # 0.146 s from lease 37 (update_pass_s at 4.73 s) to lease 46; 0.142 s to lease 52; 0.151 s with the GEMMs'
+    # latency priced by layer size (tokens_half_layer_params, lease 53).
+    micro_batch_of_one_s: float = 0.151
     # Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences cost this much each beyond
     # their FLOPs and update_pass_s, fixed micro-batches of a few sequences (small_micro_batch_s) and those of a
     # dynamic token budget (small_budget_micro_batch_s) apart, as they measured apart: the median per micro-batch of
@@ -171,9 +189,13 @@ class Efficiency:
     # node, both kinds (0.121 and 0.198 s; its 4k budget's steps 3 and 4 44 % apart): 0.117 and 0.170 s. Its 7B at
     # micro-batches of 2 (~2.4k tokens) with the CPU optimizer, not in the fit as no CPU-optimizer update is, left
     # nothing per micro-batch (-0.02 s): a 7B micro-batch's ~0.3 s of GPU work may hide what the host spends on it,
-    # where the 0.5B-3B's 0.01-0.07 s do not; one trial, not yet a rule.
-    small_micro_batch_s: float = 0.117
-    small_budget_micro_batch_s: float = 0.170
+    # where the 0.5B-3B's 0.01-0.07 s do not; one trial, not yet a rule. Lease 53 ran it again beside the 7B's best
+    # on one host (-0.01 s), and the GEMMs of each size timed at small micro-batches said why: at every layer's
+    # tokens_half the model priced the 7B's micro-batches of 2 at 0.59 of its GEMMs' full rate, which they run at
+    # 0.97 (tokens_half_layer_params). Priced by layer size, the 7B's two leave 0.07 and 0.09 s a micro-batch, within
+    # the smaller sizes' spread, and the fit over every trial is 0.126 and 0.175 s.
+    small_micro_batch_s: float = 0.126
+    small_budget_micro_batch_s: float = 0.175
     # Selective recompute checkpoints each layer's core attention (and its MLP with recompute_modules=[core_attn,mlp])
     # in every update micro-batch, and that costs this much a layer and micro-batch beyond the recomputed FLOPs (3% of
     # the update's with core_attn, +20% with mlp): Megatron's checkpoint saves and restores the RNG states and runs

@@ -32,6 +32,13 @@ from autotune.job import Job
 from autotune.model import ModelArch
 
 
+def layer_gemm_params(m: ModelArch, c: Candidate) -> float:
+    """The weights of one layer's GEMMs a GPU holds (an MoE layer's: those a token passes through)."""
+    mlp = (m.dense_mlp_params_per_layer(True) + m.moe_top_k * 3 * m.hidden_size * m.moe_ffn_hidden_size
+           if m.is_moe else m.dense_mlp_params_per_layer(False))
+    return (m.attention_params_per_layer() + mlp) / c.tp
+
+
 @dataclass(frozen=True)
 class ThroughputEstimate:
     phases: tuple[tuple[str, float], ...]  # verl phase name -> seconds
@@ -285,6 +292,8 @@ def estimate_throughput(
     # H100 the constant was calibrated on, fewer tokens amortise it. (Scaling the TP/CP penalty the same way, as
     # exposed collectives / compute, made dapo14b's H20 ordering worse: it stays as calibrated.)
     tokens_half = eff.tokens_half * g.bf16_tflops / REFERENCE_TFLOPS
+    if eff.tokens_half_layer_params:  # a GEMM's fixed latency weighs against its FLOPs: larger layers amortise it
+        tokens_half *= eff.tokens_half_layer_params / layer_gemm_params(m, c)
     tokens_gpu = plan.update_tokens_typical
     size_eff = tokens_gpu / (tokens_gpu + tokens_half)
     tp_cost = eff.tp_penalty * 4096 / m.hidden_size
