@@ -91,6 +91,7 @@ def tokens_half(rows: list[dict]) -> dict[tuple[str, int], float]:
 
 def layer_weights(model: str, tp: int) -> float:
     """A GPU's share of one layer's GEMM weights, as the time model counts them."""
+    # imported here: the timing runs in a lent machine's bare torch environment, without autotune's dependencies
     from autotune.candidate import Candidate
     from autotune.estimate.throughput import layer_gemm_params
 

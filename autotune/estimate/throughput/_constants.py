@@ -47,7 +47,8 @@ class Efficiency:
     # fitted on those sixteen shards alone the constant is 20.8M.
     tokens_half_layer_params: float = 23.2e6
     # Per extra TP rank, at hidden size 4096: smaller GEMMs and exposed all-gather/reduce-scatter. Communication
-    # per token grows with h and compute with h^2, so the penalty scales as 4096/h.
+    # per token grows with h and compute with h^2, so the penalty scales as 4096/h. (Fitted before a GEMM's latency
+    # was priced by the weights a GPU holds, which prices part of the smaller GEMMs too; not refitted.)
     tp_penalty: float = 0.04
     cp_penalty: float = 0.03  # per extra CP rank: KV exchange
     hbm: float = 0.8  # share of HBM bandwidth decode reaches
