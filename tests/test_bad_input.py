@@ -202,6 +202,7 @@ def test_the_recorded_study_is_still_whole(capsys, recorded):
 @pytest.mark.parametrize("option, value, expected", [
     ("--timeout", "0", "argument --timeout: 0: a time limit is a positive number of seconds"),
     ("--timeout", "-60", "argument --timeout: -60: a time limit is a positive number of seconds"),
+    ("--deadline", "0", "argument --deadline: 0: a time limit is a positive number of seconds"),
     ("--trial-timeout", "-1", "argument --trial-timeout: -1: a time limit is a positive number of seconds"),
     ("--stall-timeout", "0", "argument --stall-timeout: 0: a time limit is a positive number of seconds"),
     ("--startup-timeout", "-5", "argument --startup-timeout: -5: a time limit is a positive number of seconds"),

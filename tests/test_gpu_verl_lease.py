@@ -125,29 +125,33 @@ def test_a_plan_runs_its_branch_for_the_machine_lent(tmp_path: Path, gpus: int, 
     assert out == ran
 
 
+LATE = "reached --deadline: a trial here took up to 497 s and 366 s were left"
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize(("held", "said", "stopped", "before"), [
-    (1, "reached --timeout", True, ""), (3, "reached --timeout", False, ""), (1, "reached --n-trials", False, ""),
-    (1, "the space is exhausted", False, "1 trials launched (reached --timeout)\n")])
-def test_a_study_its_timeout_stopped_short_says_so_in_the_plans_log(tmp_path: Path, held: int, said: str,
-                                                                     stopped: bool, before: str) -> None:
-    """`at` stamps how many of its trials the study launched, and where its --timeout (the lease's time left less
-    NEED_S a trial) stopped it short: lease 52's 7B study stopped at two of three, its log saying only "exit 0"
-    (autotune replaced by a stand-in that prints how its run stopped; the count read from the study's database). A
-    resumed study's log holds its earlier runs: only this run's lines say how it stopped."""
+    (1, LATE, True, ""), (3, LATE, False, ""), (1, "reached --n-trials", False, ""),
+    (1, "the space is exhausted", False, f"1 trials launched ({LATE})\n")])
+def test_a_study_its_deadline_stopped_short_says_so_in_the_plans_log(tmp_path: Path, held: int, said: str,
+                                                                      stopped: bool, before: str) -> None:
+    """`at` stamps how many of its trials the study launched, and where its --deadline (the lease's end) stopped it
+    short, with why: lease 52's and 53's 7B studies stopped at two of three, lease 52's log saying only "exit 0"
+    (autotune replaced by a stand-in that prints how its run stopped and its arguments; the count read from the
+    study's database). A resumed study's log holds its earlier runs: only this run's lines say how it stopped."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "python3"
     fake.write_text(f"#!/bin/sh\nif [ \"$1\" = -c ]; then echo {held}; "
-                    f"else echo '{held} trials launched ({said})'; fi\n")
+                    f"else echo '{held} trials launched ({said})'; echo \"$@\" > {tmp_path}/argv; fi\n")
     fake.chmod(0o755)
     (tmp_path / "s.db").touch()
     (tmp_path / "s.out").write_text(before)
     out = _campaign(tmp_path, f"workload() {{ echo {tmp_path}; }}; DEADLINE=$(( $(date +%s) + 1000 )); "
                               f"PATH={bin_dir}:$PATH; at m s 3 450")
     last = out.splitlines()[-1]
-    assert last.endswith(f"s: exit 0, {held} of 3 launched" + (": stopped by its --timeout, NEED_S 450s a trial"
-                                                               if stopped else ""))
+    assert last.endswith(f"s: exit 0, {held} of 3 launched" + (f": {LATE}" if stopped else ""))
+    argv = (tmp_path / "argv").read_text().split()
+    assert "--timeout" not in argv and 990 <= int(argv[argv.index("--deadline") + 1]) <= 1000
     assert (tmp_path / "s.out").read_text() == f"{before}{held} trials launched ({said})\n"  # the run's log: SMOKE's
 
 

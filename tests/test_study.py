@@ -1,5 +1,6 @@
 import dataclasses
 import datetime as dt
+import time
 
 import optuna
 import pytest
@@ -323,3 +324,55 @@ def test_a_study_runs_until_no_runnable_candidate_is_left_and_says_how_many_rema
     assert s2["launched"] == runnable and s2["runnable_left"] == 0 and "exhausted" in s2["stopped"]
     s3 = Tuner(setup, SimulateRunner(), sqlite_url, "s", space_text="x").run(n_trials=100)
     assert s3["launched"] == runnable  # nothing more: the space really is spent
+
+
+class SleepingRunner(SimulateRunner):
+    """The simulate runner taking `seconds` a trial (a GPU trial's duration, which cannot happen here); records when
+    each trial ended (time.monotonic())."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.ended = seconds, []
+
+    def run(self, spec: TrialSpec) -> TrialResult:
+        time.sleep(self.seconds)
+        self.ended.append(time.monotonic())
+        return super().run(spec)
+
+
+def test_a_deadline_launches_only_what_the_longest_trial_says_ends_in_time(sqlite_url):
+    """--deadline: the first trial launches (nothing says how long one takes), each next one only while the longest so
+    far would end within the deadline, and the run says why it stopped short of --n-trials; a resumed run knows the
+    earlier runs' trials."""
+    setup = make_setup(model="qwen2.5-0.5b", gpus=1)
+    runner = SleepingRunner(1.0)
+    tuner = Tuner(setup, runner, sqlite_url, "d")
+    t0 = time.monotonic()
+    summary = tuner.run(n_trials=10, deadline_s=2.6)
+    assert 1 <= summary["launched"] <= 2 and summary["launched"] == len(runner.ended)
+    assert summary["stopped"].startswith("reached --deadline")
+    assert max(runner.ended) - t0 < 2.6 + 0.5  # no trial was launched that the longest one says ends after it
+    assert tuner.longest_trial_s() == pytest.approx(1.0, abs=0.5)
+    again = Tuner(setup, runner, sqlite_url, "d").run(n_trials=10, deadline_s=0.5)
+    assert again["launched_this_run"] == 0 and "a trial here took up to 1 s and 0 s were left" in again["stopped"]
+    first = Tuner(setup, SleepingRunner(1.0), sqlite_url, "fresh").run(n_trials=10, deadline_s=0.5)
+    assert first["launched_this_run"] == 1 and first["stopped"].startswith("reached --deadline")
+
+
+def test_a_deadline_holds_back_the_confirmations_that_would_end_after_it(sqlite_url):
+    """A confirmation runs `steps` steps where a trial ran from the measured step on: it is asked the longest trial's
+    time in proportion, and skipped, saying why, where that would end after the run's --deadline."""
+    from autotune.runners.confirm import confirm_top
+
+    class Measured(SimulateRunner):  # the simulate runner's numbers, taken as measured (confirm_top skips simulated)
+        simulated = False
+        name = "measured-stand-in"
+
+    tuner = Tuner(make_setup(model="qwen2.5-0.5b", gpus=1), SimulateRunner(), sqlite_url, "c")
+    tuner.run(n_trials=2)
+    tuner.runner = Measured()
+    tuner.longest_trial_s = lambda: 100.0  # type: ignore[method-assign]
+    tuner.ends_by = time.monotonic() + 60.0
+    done = confirm_top(tuner, 1, 6)
+    assert done["runs"] == [] and done["skipped"].startswith("reached --deadline: a confirmation may take 150 s and")
+    tuner.ends_by = time.monotonic() - 1.0
+    assert confirm_top(tuner, 1, 6)["skipped"] == "reached --deadline"

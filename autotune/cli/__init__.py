@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "OOM prunes it before the full trial (needs GPUs and megatron-core)")
     p.add_argument("--n-trials", type=int, default=20, help="launched trials the study should hold (default 20)")
     p.add_argument("--timeout", type=seconds, help="stop launching after this many seconds")
+    p.add_argument("--deadline", type=seconds,
+                   help="end within this many seconds (a reservation's end): launch a trial or a confirmation only "
+                   "while the study's longest trial so far would still end in time (the first one: launched)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-seeds", type=int, default=4, help="best candidates by the model to try first")
     p.add_argument("--enqueue", action="append", default=[], metavar="NAME=VALUE,...",

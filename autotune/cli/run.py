@@ -122,7 +122,7 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
             bar.update(task, description=f"trials ({counts['pruned']} pruned before launch)")
 
         try:
-            summary = tuner.run(args.n_trials, args.timeout, on_trial=on_trial)
+            summary = tuner.run(args.n_trials, args.timeout, on_trial=on_trial, deadline_s=args.deadline)
             stopping.check()  # a signal after the last safe point of the loop still stops the command
             summary["confirm"] = confirm_top(tuner, args.confirm, args.confirm_steps)
             stopping.check()

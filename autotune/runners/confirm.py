@@ -40,10 +40,16 @@ def confirm_top(tuner: Any, k: int = 2, steps: int = 6) -> dict[str, Any]:
     tie = leaders_tie(ok)  # leaders within the measured noise: each is confirmed, whatever k, and the runs decide
     tied = [r for r in ok if tie and not tie.decided and r.number in tie.trials and r not in queue]
     queue += tied
+    longest = tuner.longest_trial_s()
+    stopped = None
     while queue and len(runs) < 2 * k + len(tied):
         row = queue.pop(0)
         if _confirmed(row, steps):
             continue
+        # a confirmation runs `steps` steps where a trial ran from the measured step on: its time at most in proportion
+        need = longest and longest * steps / (s.measure_step + 1)
+        if (stopped := stopping.past_deadline(tuner.ends_by, need, "a confirmation may take")) is not None:
+            break
         runs.append(confirm_one(tuner, row, steps))
         if not queue:
             best = tuner.store.best(tuner.study_name)
@@ -51,6 +57,8 @@ def confirm_top(tuner: Any, k: int = 2, steps: int = 6) -> dict[str, Any]:
                 queue.append(best)
     best = tuner.store.best(tuner.study_name)
     done: dict[str, Any] = {"runs": runs, "best": best.number if best else None}
+    if stopped is not None:
+        done["skipped"] = (f"after {len(runs)} of them, " if runs else "") + stopped
     if tie is not None:
         done["tie"] = tie.as_dict()
         after = leaders_tie(tuner.store.trials(tuner.study_name, TrialStatus.OK.value))

@@ -1,4 +1,5 @@
-"""Graceful stops: SIGTERM and Ctrl-C set a flag; the tuner's loop stops at its next safe point.
+"""Graceful stops: SIGTERM and Ctrl-C set a flag; the tuner's loop stops at its next safe point. And a run's
+--deadline: what is launched must end before it (`past_deadline`).
 
 A handler that raises wherever the interpreter happens to be can land inside a finalizer (SQLAlchemy's
 `InstanceState._cleanup`), where Python prints "Exception ignored" and the stop is lost, or between Optuna's ask and
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -112,3 +114,16 @@ def reset() -> None:
     """Forget a stop asked before (tests, and a process forked from one that was asked)."""
     global _requested, _depth
     _requested, _depth = None, 0
+
+
+def past_deadline(ends_by: float | None, need_s: float | None, what: str = "a trial here took up to") -> str | None:
+    """Why nothing more is launched against a run's --deadline (`ends_by`, time.monotonic()'s), or None: the deadline
+    has passed, or what is next (`need_s`: the longest trial so far, None before any ended) would end after it."""
+    if ends_by is None:
+        return None
+    left = ends_by - time.monotonic()
+    if left <= 0:
+        return "reached --deadline"
+    if need_s is not None and need_s > left:
+        return f"reached --deadline: {what} {need_s:.0f} s and {left:.0f} s were left"
+    return None

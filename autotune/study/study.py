@@ -88,6 +88,7 @@ class Tuner:
         self.workdir = workdir
         self.on_progress: Callable[[TrialProgress], None] | None = None  # a running trial's progress (live line)
         self.n_trials: int | None = None  # the launch budget of the current run (None: unbounded)
+        self.ends_by: float | None = None  # the current run's --deadline, time.monotonic()'s (None: none)
         self.notes: list[str] = []  # what the tuner did that users should hear of (a warm start)
         self.idle = 0  # proposals in a row that launched nothing
         # Refusals first, writing nothing: a node that cannot run the backend (RunnerFatal), a read-only database, a
@@ -230,6 +231,11 @@ class Tuner:
         """Launched trials that count towards --n-trials (an interrupted one is re-queued and counts once re-run)."""
         return self.store.launched_count(self.study_name, exclude=NOT_COUNTED)
 
+    def longest_trial_s(self) -> float | None:
+        """The longest wall time of the study's launched trials, of any run and any end: what the next may take."""
+        times = [r.duration_s for r in self.store.trials(self.study_name) if r.launched and r.duration_s]
+        return max(times) if times else None
+
     def _waiting(self) -> bool:
         return bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
@@ -238,8 +244,12 @@ class Tuner:
         n_trials: int,
         timeout_s: float | None = None,
         on_trial: Callable[[TrialRow], None] | None = None,
+        deadline_s: float | None = None,
     ) -> dict[str, Any]:
         """Launch trials until the study holds n_trials launched ones, or time runs out, or the space is spent.
+
+        `timeout_s` stops launching once it has passed; `deadline_s` launches a trial only while the longest of the
+        study's trials so far would still end within it (the first trial of a study that has none: launched).
 
         Up to `executor.parallel` trials are in flight: each is proposed (asked, built, pruned or recorded RUNNING)
         and submitted while slots are free, then finished (stored, told) as the executor returns it. Optuna's
@@ -250,14 +260,14 @@ class Tuner:
         self.n_trials = n_trials
         self.registry.register(self.study_name)  # before the first ask: no recovery takes this tuner for dead
         try:
-            out = self._run(n_trials, timeout_s, on_trial)
+            out = self._run(n_trials, timeout_s, on_trial, deadline_s)
         finally:
             self.registry.deregister()
         self.recovery.after_stop()  # after deregistering: of two tuners stopping at once, the later one closes
         return out
 
-    def _run(self, n_trials: int, timeout_s: float | None, on_trial: Callable[[TrialRow], None] | None
-             ) -> dict[str, Any]:
+    def _run(self, n_trials: int, timeout_s: float | None, on_trial: Callable[[TrialRow], None] | None,
+             deadline_s: float | None = None) -> dict[str, Any]:
         ex = self.executor
         self.reclaim(self.recover())
         last_recovery = time.monotonic()
@@ -266,6 +276,8 @@ class Tuner:
         self.refit()
         self.seed_study()
         start = time.monotonic()
+        self.ends_by = None if deadline_s is None else start + deadline_s
+        longest = self.longest_trial_s() if deadline_s is not None else None
         self.idle = 0
         why_idle: dict[str, int] = {}  # prune kinds of the proposals since the last launch
         stop_reason = "reached --n-trials"
@@ -274,9 +286,12 @@ class Tuner:
         submitted = 0  # this run's own launches: a resumed run that launches nothing must not claim the study's
 
         def collect(finished: list[Any]) -> str | None:  # record what the executor handed back; its fatal reason
+            nonlocal longest
             found = None
             for fin in finished:
                 pending = inflight.pop(fin.number)
+                if fin.duration_s and deadline_s is not None:
+                    longest = max(longest or 0.0, fin.duration_s)
                 self.finish(pending, fin.result, fin.duration_s, fin.placement)  # its lengths, then the refit
                 found = found or fin.fatal
                 if on_trial:
@@ -304,6 +319,8 @@ class Tuner:
                             proposing = self.launched_count() < n_trials or self._waiting()
                     elif timeout_s is not None and time.monotonic() - start > timeout_s:
                         stop_reason, proposing = "reached --timeout", False
+                    elif (why := stopping.past_deadline(self.ends_by, longest)) is not None:
+                        stop_reason, proposing = why, False
                     elif self.plan.exhausted:
                         stop_reason, proposing = "the space is exhausted: every runnable candidate was launched", False
                     elif self.idle >= MAX_IDLE_ASKS:

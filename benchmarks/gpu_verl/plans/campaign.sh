@@ -42,8 +42,10 @@ target() {
 }
 
 # at MODEL STUDY N_TRIALS NEED_S [autotune run options...]: run STUDY of MODEL up to N_TRIALS launched trials (+N:
-# N more than it holds), launching none that the lease cannot finish (NEED_S: the wall time one trial is expected to
-# take).
+# N more than it holds), launching none that the lease cannot finish: the study starts only with NEED_S left (the wall
+# time one trial is expected to take), and its --deadline (the lease's end) launches each next trial only while the
+# longest of its trials so far would end in time (a fixed NEED_S asked of every trial stopped lease 53's 7B study at
+# two of three on a slow host, and would have on a fast one a trial early).
 at() {
     local m=$1 study=$2 n need=$4
     local d left smoke=${SMOKE:-/root/smoke}  # SMOKE: a CPU test's folder
@@ -58,14 +60,14 @@ at() {
     python3 -m autotune run --backend verl --model "$d/model" --gpus 1 --gpu-type "$GPU_TYPE" \
         --job "$smoke/job-$m.yaml" --storage "sqlite:///$smoke/$study.db" --study "$study" \
         --workdir "$smoke/trials${LANE:+/g$LANE}" --confirm 0 --trial-timeout 1200 --stall-timeout 240 \
-        --startup-timeout 600 --n-trials "$n" --timeout $((left - need)) ${LANE_HOST_GIB:+--host-memory "$LANE_HOST_GIB"} "$@" \
+        --startup-timeout 600 --n-trials "$n" --deadline "$left" ${LANE_HOST_GIB:+--host-memory "$LANE_HOST_GIB"} "$@" \
         >> "$smoke/$study.out" 2>> "$smoke/$study.err"
     local rc=$? have
     have=$(launched "$study" 2> /dev/null)
-    # a study stopped by its --timeout short of N_TRIALS says so (lease 52's asked 600 s a 7B trial that took ~410)
-    stamp "$study: exit $rc, $have of $n launched$(tail -c +$((logged + 1)) "$smoke/$study.out" 2> /dev/null \
-        | grep -q 'reached --timeout' && [ "${have:-0}" -lt "$n" ] \
-        && echo ": stopped by its --timeout, NEED_S ${need}s a trial")"
+    # a study its --deadline stopped short of N_TRIALS says so, with why (the longest trial against the time left)
+    local why
+    why=$(tail -c +$((logged + 1)) "$smoke/$study.out" 2> /dev/null | grep -o 'reached --deadline[^)]*' | tail -1)
+    stamp "$study: exit $rc, $have of $n launched$([ -n "$why" ] && [ "${have:-0}" -lt "$n" ] && echo ": $why")"
     return $rc
 }
 

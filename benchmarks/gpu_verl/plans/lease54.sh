@@ -9,8 +9,9 @@
 # which the 7B pays 0.2 s of). Beside the pick on one host the three order without the hosts between them.
 # Every branch first times the host's AdamW and Megatron's hybrid optimizer (cpu_adam_probe, ~55 s).
 #   One H200 (nvidia-h200): the pick, then no recompute at 4/16, then full recompute at dyn24k/96k util 0.4. A 7B
-#              trial took 512 s cold and 406-417 s warm on lease 52's host, 584 s and 497 s on lease 53's: 500 s asked,
-#              so the study's --timeout launches the third only where the first two left room for it.
+#              trial took 512 s cold and 406-417 s warm on lease 52's host, 584 s and 497 s on lease 53's: the study
+#              starts with 500 s left, and its --deadline (campaign.sh `at`, since lease 53) launches the third only
+#              where the longest of the first two says it ends before the lease does.
 #   H200 node of two: the Qwen2.5-14B on both GPUs (TP 2), its study's own first launch and second pick.
 #   H100 node: lease 41's H100 branch: lane 0 the 1.5B, lane 1 the 3B, one spread study each (asked since lease 41).
 # Start with AT_MODEL=qwen2.5-7b AT_MORE_MODELS="" on one H200, AT_MODEL=qwen2.5-14b on two (on an H100 node:
