@@ -376,3 +376,13 @@ def test_a_deadline_holds_back_the_confirmations_that_would_end_after_it(sqlite_
     assert done["runs"] == [] and done["skipped"].startswith("reached --deadline: a confirmation may take 150 s and")
     tuner.ends_by = time.monotonic() - 1.0
     assert confirm_top(tuner, 1, 6)["skipped"] == "reached --deadline"
+
+
+def test_the_run_command_counts_its_deadline_from_its_start_and_says_why_it_stopped(db, capsys):
+    """`autotune run --deadline`: the setup and the space's ranking spend the deadline too; a run whose deadline has
+    passed before its first launch launches nothing and says so."""
+    from tests.conftest import cli_run
+
+    code, out, _ = cli_run(capsys, "run", "--model", "qwen2.5-0.5b", "--gpus", "1", "--storage", db, "--n-trials",
+                           "3", "--backend", "simulate", "--deadline", "0.001")
+    assert code == 0 and "0 trials launched (reached --deadline (" in out

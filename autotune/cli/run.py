@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,14 @@ from autotune.verl.launch_script import is_launch_script, read_script
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    started = time.monotonic()  # --deadline counts from here: the setup and the space's ranking take their time too
     if args.n_trials < 1:
         raise CLIError(f"--n-trials {args.n_trials}: it counts launched trials and must be at least 1")
     executor = make_executor(args.executor, args.parallel, args.ray_address)
     if executor.found:  # a cluster the user did not name: say which, with its address
         (err if args.json else out).print(f"autotune: {executor.found}", markup=False)
     try:
-        return _run(args, executor)
+        return _run(args, executor, started)
     finally:
         executor.close()
 
@@ -64,7 +66,7 @@ def _requested(setup: Setup, runner: Any, text: str) -> dict[str, Any]:
     return cand.params()
 
 
-def _run(args: argparse.Namespace, executor: Any) -> int:
+def _run(args: argparse.Namespace, executor: Any, started: float) -> int:
     if args.table or args.backend == "replay":
         setup, space_text, runner = _replay_setup(args)
     else:
@@ -122,7 +124,8 @@ def _run(args: argparse.Namespace, executor: Any) -> int:
             bar.update(task, description=f"trials ({counts['pruned']} pruned before launch)")
 
         try:
-            summary = tuner.run(args.n_trials, args.timeout, on_trial=on_trial, deadline_s=args.deadline)
+            deadline_s = None if args.deadline is None else args.deadline - (time.monotonic() - started)
+            summary = tuner.run(args.n_trials, args.timeout, on_trial=on_trial, deadline_s=deadline_s)
             stopping.check()  # a signal after the last safe point of the loop still stops the command
             summary["confirm"] = confirm_top(tuner, args.confirm, args.confirm_steps)
             stopping.check()

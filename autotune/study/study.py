@@ -258,6 +258,7 @@ class Tuner:
         ex = self.executor
         ex.check(self.setup.cluster.nodes, self.setup.cluster.gpus_per_node)
         self.n_trials = n_trials
+        self.ends_by = None if deadline_s is None else time.monotonic() + deadline_s  # recovery and seeding count
         self.registry.register(self.study_name)  # before the first ask: no recovery takes this tuner for dead
         try:
             out = self._run(n_trials, timeout_s, on_trial, deadline_s)
@@ -276,7 +277,6 @@ class Tuner:
         self.refit()
         self.seed_study()
         start = time.monotonic()
-        self.ends_by = None if deadline_s is None else start + deadline_s
         longest = self.longest_trial_s() if deadline_s is not None else None
         self.idle = 0
         why_idle: dict[str, int] = {}  # prune kinds of the proposals since the last launch
