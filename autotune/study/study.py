@@ -261,14 +261,14 @@ class Tuner:
         self.ends_by = None if deadline_s is None else time.monotonic() + deadline_s  # recovery and seeding count
         self.registry.register(self.study_name)  # before the first ask: no recovery takes this tuner for dead
         try:
-            out = self._run(n_trials, timeout_s, on_trial, deadline_s)
+            out = self._run(n_trials, timeout_s, on_trial)
         finally:
             self.registry.deregister()
         self.recovery.after_stop()  # after deregistering: of two tuners stopping at once, the later one closes
         return out
 
-    def _run(self, n_trials: int, timeout_s: float | None, on_trial: Callable[[TrialRow], None] | None,
-             deadline_s: float | None = None) -> dict[str, Any]:
+    def _run(self, n_trials: int, timeout_s: float | None, on_trial: Callable[[TrialRow], None] | None
+             ) -> dict[str, Any]:
         ex = self.executor
         self.reclaim(self.recover())
         last_recovery = time.monotonic()
@@ -277,7 +277,7 @@ class Tuner:
         self.refit()
         self.seed_study()
         start = time.monotonic()
-        longest = self.longest_trial_s() if deadline_s is not None else None
+        longest = self.longest_trial_s() if self.ends_by is not None else None
         self.idle = 0
         why_idle: dict[str, int] = {}  # prune kinds of the proposals since the last launch
         stop_reason = "reached --n-trials"
@@ -290,7 +290,7 @@ class Tuner:
             found = None
             for fin in finished:
                 pending = inflight.pop(fin.number)
-                if fin.duration_s and deadline_s is not None:
+                if fin.duration_s and self.ends_by is not None:
                     longest = max(longest or 0.0, fin.duration_s)
                 self.finish(pending, fin.result, fin.duration_s, fin.placement)  # its lengths, then the refit
                 found = found or fin.fatal

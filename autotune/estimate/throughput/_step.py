@@ -34,7 +34,7 @@ from autotune.model import ModelArch
 
 def layer_gemm_params(m: ModelArch, c: Candidate) -> float:
     """The weights of one layer's GEMMs a GPU holds (an MoE layer's: those a token passes through)."""
-    mlp = (m.dense_mlp_params_per_layer(True) + m.moe_top_k * 3 * m.hidden_size * m.moe_ffn_hidden_size
+    mlp = (m.dense_mlp_params_per_layer(True) + m.expert_params_per_layer() * m.moe_top_k / m.num_experts
            if m.is_moe else m.dense_mlp_params_per_layer(False))
     return (m.attention_params_per_layer() + mlp) / c.tp
 
