@@ -1,0 +1,230 @@
+"""How long a GPU takes for each catalog size's whole transformer layer, not only its GEMMs: whether what a verl
+log-prob pass (or update) leaves above the time model's FLOP time is the GPU's work or verl's own, by size.
+
+    python -m benchmarks.forward_pass [--models qwen2.5-0.5b,qwen2.5-7b] [--tokens 8192,32768] [--out FILE.json]
+
+The real verl 0.9.1 trials leave 2.2-2.4 s a log-prob pass above the model's FLOP time for the 0.5B-3B and 1.0 s for
+the 7B (calibration.md, "What a pass leaves above its FLOPs"): either the GPU's non-GEMM work (norms, RoPE,
+attention, SwiGLU, residuals, the log-softmax over the vocabulary) weighs less in a larger layer than the model's
+one efficiency says, or verl's fixed cost is not fixed. This times, for each model and micro-batch (sequences of
+`--seq` tokens, causal attention, as Megatron packs them), bf16, with CUDA events after warm-up:
+
+- a stack of `--layers` distinct Qwen2 layers forward (RMSNorm, QKV with bias, RoPE, grouped-query flash attention
+  through torch's SDPA, the output projection, SwiGLU, residual adds), per layer, and forward + backward;
+- the same layer's four GEMMs alone, and its attention alone (the rest is the elementwise work);
+- the output layer, the log-softmax and gather of each token's log-prob in fp32, and the entropy, as verl computes
+  them without fused kernels;
+- the host's time to issue one layer's forward (eager PyTorch: where it exceeds the GPU's, the pass is host-bound).
+
+Eager PyTorch is not Megatron with Transformer Engine (which fuses the norm into the GEMM and RoPE into one kernel),
+so the elementwise part here is an upper bound of Megatron's; the GEMMs and flash attention are the same libraries'.
+Needs a CUDA GPU (the lent machine's own torch will do); prints one JSON line per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from autotune.model import get_model
+
+
+def dtype(dev):
+    """bf16 on the GPU, as verl runs; fp32 for a CPU smoke of the script (CPU bf16 attention crawls)."""
+    import torch
+
+    return torch.bfloat16 if dev.type == "cuda" else torch.float32
+
+
+def timed(fn, repeats: int = 7) -> float:
+    """Seconds per call on the GPU: the median of `repeats` event-timed calls after two warm-ups."""
+    import torch
+
+    for _ in range(2):
+        fn()
+    if not torch.cuda.is_available():  # a CPU smoke of the script itself
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        return (time.perf_counter() - t0) / repeats
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    for s, e in zip(starts, ends, strict=True):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))[repeats // 2] / 1e3
+
+
+class Layer:
+    """One Qwen2 decoder layer's weights and its forward, as plain tensor operations."""
+
+    def __init__(self, name: str, dev, grad: bool = False):
+        import torch
+
+        m = get_model(name)
+        self.m = m
+        dt = dtype(dev)
+        h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.ffn_hidden_size
+
+        def w(*shape):
+            return (torch.randn(*shape, device=dev, dtype=dt) * 0.02).requires_grad_(grad)
+
+        self.ln1, self.ln2 = w(h), w(h)
+        self.wqkv, self.bqkv, self.wo = w(h, q + 2 * kv), w(q + 2 * kv), w(q, h)
+        self.wfc1, self.wfc2 = w(h, 2 * f), w(f, h)
+
+    def rope(self, x, cos, sin):  # x [b, s, heads, d]
+        import torch
+
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    def attention(self, q, k, v):
+        import torch.nn.functional as F
+
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    def forward(self, x, seq: int, cos, sin):
+        import torch.nn.functional as F
+
+        m = self.m
+        t, h = x.shape
+        b, d = t // seq, m.head_dim
+        y = F.rms_norm(x, (h,), self.ln1, 1e-6)
+        qkv = y @ self.wqkv + self.bqkv
+        q, k, v = qkv.split([m.q_size, m.kv_size, m.kv_size], dim=-1)
+        q = self.rope(q.view(b, seq, -1, d), cos, sin).transpose(1, 2)
+        k = self.rope(k.view(b, seq, -1, d), cos, sin).transpose(1, 2)
+        v = v.view(b, seq, -1, d).transpose(1, 2)
+        a = self.attention(q, k, v).transpose(1, 2).reshape(t, m.q_size)
+        x = x + a @ self.wo
+        y = F.rms_norm(x, (h,), self.ln2, 1e-6)
+        g, u = (y @ self.wfc1).chunk(2, dim=-1)
+        return x + (F.silu(g) * u) @ self.wfc2
+
+
+def layer_flops(name: str, tokens: int, seq: int) -> tuple[float, float]:
+    """Forward FLOPs of one layer's GEMMs and of its causal attention at `tokens` in sequences of `seq`."""
+    m = get_model(name)
+    h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.ffn_hidden_size
+    gemm = 2.0 * tokens * (h * (q + 2 * kv) + q * h + h * 2 * f + f * h)
+    attn = 2.0 * 2 * tokens * seq / 2 * q  # QK^T and PV, half of each under the causal mask
+    return gemm, attn
+
+
+def measure(name: str, tokens: int, seq: int, layers: int, head_tokens: int, dev) -> dict:
+    import torch
+
+    m = get_model(name)
+    dt = dtype(dev)
+    h, d = m.hidden_size, m.head_dim
+    b = tokens // seq
+    tokens = b * seq
+    stack = [Layer(name, dev) for _ in range(layers)]
+    pos = torch.arange(seq, device=dev, dtype=torch.float32)
+    inv = 1.0 / (1e6 ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d))
+    ang = torch.outer(pos, inv)
+    cos = torch.cat((ang.cos(), ang.cos()), -1).to(dt)[None, :, None, :]
+    sin = torch.cat((ang.sin(), ang.sin()), -1).to(dt)[None, :, None, :]
+    x = torch.randn(tokens, h, device=dev, dtype=dt)
+    out: dict = {"model": name, "tokens": tokens, "seq": seq, "layers_timed": layers,
+                 "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                 "torch": torch.__version__}
+
+    def fwd():
+        y = x
+        for layer in stack:
+            y = layer.forward(y, seq, cos, sin)
+        return y
+
+    with torch.no_grad():
+        out["layer_fwd_s"] = timed(fwd) / layers
+        one = stack[0]
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            one.forward(x, seq, cos, sin)
+        out["layer_fwd_host_s"] = (time.perf_counter() - t0) / 5  # issue time; the GPU runs behind it
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        xs = {"qkv": (x, one.wqkv), "proj": (torch.randn(tokens, m.q_size, device=dev, dtype=dt), one.wo),
+              "fc1": (x, one.wfc1),
+              "fc2": (torch.randn(tokens, m.ffn_hidden_size, device=dev, dtype=dt), one.wfc2)}
+        out["layer_gemm_fwd_s"] = sum(timed(lambda a=a, w=w: a @ w) for a, w in xs.values())
+        q = torch.randn(b, m.num_attention_heads, seq, d, device=dev, dtype=dt)
+        kv = torch.randn(b, m.num_kv_heads, seq, d, device=dev, dtype=dt)
+        out["attn_fwd_s"] = timed(lambda: one.attention(q, kv, kv))
+    gemm_f, attn_f = layer_flops(name, tokens, seq)
+    out["layer_gemm_tflops"] = gemm_f / out["layer_gemm_fwd_s"] / 1e12
+    out["attn_fwd_tflops"] = attn_f / out["attn_fwd_s"] / 1e12
+    out["layer_other_fwd_s"] = out["layer_fwd_s"] - out["layer_gemm_fwd_s"] - out["attn_fwd_s"]
+    out["layer_fwd_tflops"] = (gemm_f + attn_f) / out["layer_fwd_s"] / 1e12
+
+    # forward and backward of one layer (weights and input needing gradients), as an update's micro-batch runs it
+    train = Layer(name, dev, grad=True)
+    xg = x.clone().requires_grad_(True)
+    dy = torch.randn_like(x)
+
+    def fwd_bwd():
+        train.forward(xg, seq, cos, sin).backward(dy)
+
+    out["layer_fwd_bwd_s"] = timed(fwd_bwd, repeats=5)
+    out["layer_fwd_bwd_tflops"] = 3 * (gemm_f + attn_f) / out["layer_fwd_bwd_s"] / 1e12
+
+    # the output layer and verl's log-prob and entropy from its logits (fp32), on at most head_tokens tokens
+    ht = min(tokens, head_tokens)
+    with torch.no_grad():
+        y = x[:ht]
+        w = torch.randn(h, m.vocab_size, device=dev, dtype=dt) * 0.02
+        labels = torch.randint(0, m.vocab_size, (ht, 1), device=dev)
+        out["head_tokens"] = ht
+        out["lm_head_s"] = timed(lambda: y @ w)
+        logits = y @ w
+
+        def logprob():
+            return logits.float().log_softmax(-1).gather(-1, labels)
+
+        def entropy():
+            lf = logits.float()
+            p = lf.softmax(-1)
+            return torch.logsumexp(lf, -1) - (p * lf).sum(-1)
+
+        out["logprob_s"] = timed(logprob)
+        out["entropy_s"] = timed(entropy)
+    if torch.cuda.is_available():
+        out["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-3b,qwen2.5-7b,qwen2.5-14b,qwen2.5-32b")
+    ap.add_argument("--tokens", default="8192,24576,73728")
+    ap.add_argument("--seq", type=int, default=1024, help="tokens a sequence (the smoke job's prompt + response)")
+    ap.add_argument("--layers", type=int, default=4, help="distinct layers in the timed stack (weights not cached)")
+    ap.add_argument("--head-tokens", type=int, default=16384, help="tokens the output layer and log-prob are timed at")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    import torch
+
+    dev = torch.device(a.device)
+    rows = []
+    for name in a.models.split(","):
+        for tokens in (int(t) for t in a.tokens.split(",")):
+            r = measure(name, tokens, a.seq, a.layers, a.head_tokens, dev)
+            print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
+            rows.append(r)
+            if a.out:  # after every row: a call cut off keeps what it measured
+                a.out.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
