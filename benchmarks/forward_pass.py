@@ -203,11 +203,81 @@ def measure(name: str, tokens: int, seq: int, layers: int, head_tokens: int, dev
     return out
 
 
+def measure_attention(name: str, tokens: int, seq: int, dev) -> dict:
+    """Causal flash attention alone (SDPA, the model's heads), forward and forward + backward, at sequences of `seq`
+    tokens: how its rate grows with the sequence (a job's long responses), which one layer's rows at one length do
+    not say."""
+    import torch
+
+    m = get_model(name)
+    dt = dtype(dev)
+    b = max(1, tokens // seq)
+    q = torch.randn(b, m.num_attention_heads, seq, m.head_dim, device=dev, dtype=dt, requires_grad=True)
+    k = torch.randn(b, m.num_kv_heads, seq, m.head_dim, device=dev, dtype=dt, requires_grad=True)
+    v = torch.randn(b, m.num_kv_heads, seq, m.head_dim, device=dev, dtype=dt, requires_grad=True)
+    do = torch.randn_like(q)
+    layer = Layer.attention
+
+    def fwd_bwd():
+        layer(None, q, k, v).backward(do)
+
+    with torch.no_grad():
+        fwd_s = timed(lambda: layer(None, q, k, v))
+    _, f = layer_flops(name, b * seq, seq)
+    out = {"model": name, "tokens": b * seq, "seq": seq, "attention_only": True,
+           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "torch": torch.__version__,
+           "attn_fwd_s": fwd_s, "attn_fwd_bwd_s": timed(fwd_bwd, repeats=5)}
+    out["attn_fwd_tflops"] = f / out["attn_fwd_s"] / 1e12
+    out["attn_fwd_bwd_tflops"] = 3 * f / out["attn_fwd_bwd_s"] / 1e12
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
+
+
+HBM_BYTES_S = 4.8e12  # the lent H200's bandwidth as the catalog has it (autotune/cluster.py), which the rows ran on
+PEAK_FLOPS = 989e12  # and its bf16 peak
+
+
+def layer_rows(rows: list[dict]) -> list[dict]:
+    """The whole-layer rows (not the attention-only ones)."""
+    return [r for r in rows if not r.get("attention_only")]
+
+
+def attention_share(rows: list[dict]) -> float:
+    """Flash attention's share of the bf16 peak, forward: the median over the whole-layer rows (1k-token sequences)."""
+    import statistics
+
+    return statistics.median(r["attn_fwd_tflops"] for r in layer_rows(rows)) * 1e12 / PEAK_FLOPS
+
+
+def fit_layer_form(rows: list[dict], train: bool) -> tuple[float, float, float]:
+    """(GEMM share of the peak, bytes a token per hidden unit, per FFN unit) of a layer's forward (or forward and
+    backward), least squares in relative error over the whole-layer rows: a layer's time less its attention's (at
+    `attention_share`) is its GEMM FLOPs at the share plus its elementwise traffic at the HBM bandwidth (the time
+    model's forward_gemm / train_gemm and layer_bytes_forward / layer_bytes_train)."""
+    import numpy as np
+
+    passes = 3 if train else 1
+    attn_rate = attention_share(rows) * PEAK_FLOPS
+    a, y, w = [], [], []
+    for r in layer_rows(rows):
+        m = get_model(r["model"])
+        gemm, attn = layer_flops(r["model"], r["tokens"], r["seq"])
+        measured = r["layer_fwd_bwd_s" if train else "layer_fwd_s"]
+        a.append([passes * gemm / PEAK_FLOPS, r["tokens"] * m.hidden_size / HBM_BYTES_S,
+                  r["tokens"] * m.ffn_hidden_size / HBM_BYTES_S])
+        y.append(measured - passes * attn / attn_rate)
+        w.append(1 / measured)
+    sol = np.linalg.lstsq(np.array(a) * np.array(w)[:, None], np.array(y) * np.array(w), rcond=None)[0]
+    return 1 / float(sol[0]), float(sol[1]), float(sol[2])
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-3b,qwen2.5-7b,qwen2.5-14b,qwen2.5-32b")
     ap.add_argument("--tokens", default="8192,24576,73728")
-    ap.add_argument("--seq", type=int, default=1024, help="tokens a sequence (the smoke job's prompt + response)")
+    ap.add_argument("--seq", default="1024", help="tokens a sequence, comma-separated (1,024: the smoke job's)")
+    ap.add_argument("--attention-only", action="store_true", help="time causal attention alone at each --seq")
     ap.add_argument("--layers", type=int, default=4, help="distinct layers in the timed stack (weights not cached)")
     ap.add_argument("--head-tokens", type=int, default=16384, help="tokens the output layer and log-prob are timed at")
     ap.add_argument("--device", default="cuda")
@@ -218,8 +288,9 @@ def main(argv: list[str] | None = None) -> None:
     dev = torch.device(a.device)
     rows = []
     for name in a.models.split(","):
-        for tokens in (int(t) for t in a.tokens.split(",")):
-            r = measure(name, tokens, a.seq, a.layers, a.head_tokens, dev)
+        for tokens, seq in ((int(t), int(q)) for t in a.tokens.split(",") for q in a.seq.split(",")):
+            r = (measure_attention(name, tokens, seq, dev) if a.attention_only
+                 else measure(name, tokens, seq, a.layers, a.head_tokens, dev))
             print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
             rows.append(r)
             if a.out:  # after every row: a call cut off keeps what it measured
