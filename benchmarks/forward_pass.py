@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from autotune.model import get_model
+from benchmarks.gpu_timing import timed
 
 
 def dtype(dev):
@@ -36,27 +37,6 @@ def dtype(dev):
     import torch
 
     return torch.bfloat16 if dev.type == "cuda" else torch.float32
-
-
-def timed(fn, repeats: int = 7) -> float:
-    """Seconds per call on the GPU: the median of `repeats` event-timed calls after two warm-ups."""
-    import torch
-
-    for _ in range(2):
-        fn()
-    if not torch.cuda.is_available():  # a CPU smoke of the script itself
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        return (time.perf_counter() - t0) / repeats
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    for s, e in zip(starts, ends, strict=True):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))[repeats // 2] / 1e3
 
 
 class Layer:
@@ -243,30 +223,45 @@ def layer_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if not r.get("attention_only")]
 
 
-def attention_share(rows: list[dict]) -> float:
-    """Flash attention's share of the bf16 peak, forward: the median over the whole-layer rows (1k-token sequences)."""
-    import statistics
+def fit_attention(rows: list[dict], train: bool) -> tuple[float, float]:
+    """(share of the bf16 peak, sequence length at half of it) of causal flash attention, forward (or forward and
+    backward): rate(s) = share * peak * s / (s + s_half), least squares in relative error over the attention-only rows
+    (1k-16k-token sequences; a longer sequence keeps its tiles fuller). One curve for every head size: the 0.5B's
+    64-wide heads run 25-30 % under it, the 7B's and 32B's 128-wide ones above."""
+    import numpy as np
 
-    return statistics.median(r["attn_fwd_tflops"] for r in layer_rows(rows)) * 1e12 / PEAK_FLOPS
+    key = "attn_fwd_bwd_tflops" if train else "attn_fwd_tflops"
+    att = [r for r in rows if r.get("attention_only")]
+    y = np.array([1 / r[key] for r in att])
+    x = np.c_[np.ones(len(att)), [1 / r["seq"] for r in att]]
+    inv, slope = np.linalg.lstsq(x / y[:, None], np.ones(len(att)), rcond=None)[0]
+    return float(1 / inv * 1e12 / PEAK_FLOPS), float(slope / inv)
 
 
-def fit_layer_form(rows: list[dict], train: bool) -> tuple[float, float, float]:
+def attention_seconds(flops: float, seq: float, curve: tuple[float, float]) -> float:
+    """Attention's FLOPs at the fitted curve's rate for sequences of `seq` tokens."""
+    share, s_half = curve
+    return flops / (share * PEAK_FLOPS * seq / (seq + s_half))
+
+
+def fit_layer_form(rows: list[dict], attention: list[dict], train: bool) -> tuple[float, float, float]:
     """(GEMM share of the peak, bytes a token per hidden unit, per FFN unit) of a layer's forward (or forward and
-    backward), least squares in relative error over the whole-layer rows: a layer's time less its attention's (at
-    `attention_share`) is its GEMM FLOPs at the share plus its elementwise traffic at the HBM bandwidth (the time
-    model's forward_gemm / train_gemm and layer_bytes_forward / layer_bytes_train)."""
+    backward), least squares in relative error over the whole-layer rows at 1k-token sequences: a layer's time less its
+    attention's (at `fit_attention`'s curve over the `attention` rows) is its GEMM FLOPs at the share plus its
+    elementwise traffic at the HBM bandwidth (the time model's forward_gemm / train_gemm and layer_bytes_forward /
+    layer_bytes_train). The rows at longer sequences are left to check it."""
     import numpy as np
 
     passes = 3 if train else 1
-    attn_rate = attention_share(rows) * PEAK_FLOPS
+    curve = fit_attention(attention, train)
     a, y, w = [], [], []
-    for r in layer_rows(rows):
+    for r in (r for r in layer_rows(rows) if r["seq"] == 1024):
         m = get_model(r["model"])
         gemm, attn = layer_flops(r["model"], r["tokens"], r["seq"])
         measured = r["layer_fwd_bwd_s" if train else "layer_fwd_s"]
         a.append([passes * gemm / PEAK_FLOPS, r["tokens"] * m.hidden_size / HBM_BYTES_S,
                   r["tokens"] * m.ffn_hidden_size / HBM_BYTES_S])
-        y.append(measured - passes * attn / attn_rate)
+        y.append(measured - attention_seconds(passes * attn, r["seq"], curve))
         w.append(1 / measured)
     sol = np.linalg.lstsq(np.array(a) * np.array(w)[:, None], np.array(y) * np.array(w), rcond=None)[0]
     return 1 / float(sol[0]), float(sol[1]), float(sol[2])

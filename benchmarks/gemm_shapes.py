@@ -21,6 +21,7 @@ import statistics
 from pathlib import Path
 
 from autotune.model import get_model
+from benchmarks import gpu_timing
 
 
 def layer_gemms(name: str, tp: int = 1) -> dict[str, tuple[int, int]]:
@@ -40,16 +41,7 @@ def measure(name: str, tokens: int, repeats: int = 10, tp: int = 1) -> dict:
     dev = torch.device("cuda")
 
     def timed(fn) -> float:  # seconds per call, the median of `repeats` after two warm-ups
-        for _ in range(2):
-            fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        for s, e in zip(starts, ends, strict=True):
-            s.record()
-            fn()
-            e.record()
-        torch.cuda.synchronize()
-        return sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))[repeats // 2] / 1e3
+        return gpu_timing.timed(fn, repeats)
 
     out: dict = {"model": name, "tokens": tokens, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
     if tp > 1:

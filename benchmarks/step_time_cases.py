@@ -13,7 +13,7 @@ from pathlib import Path
 
 from autotune.estimate.constraints import check
 from autotune.estimate.memory import MemoryEstimate, estimate_memory
-from autotune.estimate.throughput import DEFAULT_EFFICIENCY, DEFAULT_WORKLOAD, Efficiency, estimate_throughput
+from autotune.estimate.throughput import DEFAULT_WORKLOAD, VERL_04_EFFICIENCY, Efficiency, estimate_throughput
 from autotune.model import get_model
 from benchmarks.throughput_rank import TABLES, Row, cluster_for, num, read_rows
 
@@ -58,7 +58,7 @@ def measured_phases(path: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def predict_case(case: Case, eff: Efficiency = DEFAULT_EFFICIENCY) -> Case:
+def predict_case(case: Case, eff: Efficiency = VERL_04_EFFICIENCY) -> Case:
     """The case predicted again with other constants (the memory estimate does not depend on them)."""
     row = case.row
     wl = DEFAULT_WORKLOAD
@@ -68,7 +68,7 @@ def predict_case(case: Case, eff: Efficiency = DEFAULT_EFFICIENCY) -> Case:
     return replace(case, predicted=dict(t.phases) | {"step": t.step_time})
 
 
-def cases(ref: Path, eff: Efficiency = DEFAULT_EFFICIENCY) -> list[Case]:
+def cases(ref: Path, eff: Efficiency = VERL_04_EFFICIENCY) -> list[Case]:
     out = []
     for name in TABLES:
         path = ref / name

@@ -16,7 +16,7 @@ import math
 import statistics
 from dataclasses import replace
 
-from autotune.estimate.throughput import DEFAULT_EFFICIENCY, Efficiency
+from autotune.estimate.throughput import VERL_04_EFFICIENCY, Efficiency
 from benchmarks.step_time_cases import mape, predict_case
 
 FITTED: tuple[str, ...] = ("rope_fusion", "moe_decode", "moe_decode_layer_s", "moe_train", "a2a")
@@ -43,7 +43,7 @@ def rope_fusion_ratio(cases: list) -> float:
 
 def fit(cases: list) -> Efficiency:
     """The Efficiency whose fitted constants minimise the MAPE of their phases over `cases` (MoE rows only)."""
-    base = replace(DEFAULT_EFFICIENCY, rope_fusion=rope_fusion_ratio(cases))
+    base = replace(VERL_04_EFFICIENCY, rope_fusion=rope_fusion_ratio(cases))
     moe = [c for c in cases if c.moe and any(c.error(ph) is not None for ph in ("gen", "update_actor", "old_log_prob"))]
     if not moe:
         return replace(base, **PRIOR)

@@ -21,7 +21,9 @@ the gen times moved. And on 2026-11-26 (lease 20): the log-prob pass cost 2.55 -
 the local weight sync's 0.47 -> 0.46 s, and full recompute's second forward priced as one more log-prob pass; only
 the old_log_prob, ref, update_actor and update_weights times moved. And on 2026-11-26 (lease 24): the update's pass
 cost 4.35 -> 4.73 s; then, with the update's micro-batches of one sequence priced on their own (0.15 s each), back to
-4.36 s; only the update_actor times moved.
+4.36 s; only the update_actor times moved. And on 2026-12-01 (the forward pass timed by size): a pass's GPU work
+priced by the layer form (GEMMs, attention, elementwise traffic growing with the widths) and the pass costs refitted
+(2.51 s and 4.96 s); only the old_log_prob, ref, update_actor and the probe's training times moved.
 """
 
 from __future__ import annotations

@@ -138,13 +138,15 @@ def test_on_the_real_verl_trials_the_correction_beats_the_uncorrected_model(k: i
 
 
 def test_on_a_landscape_the_robust_level_holds_where_a_gaussian_one_over_corrected():
-    """qwen2.5-7b-L8-g4: the CP layouts measured 1.3-1.9x the model, most TP/PP ones 1.0-1.2x."""
+    """qwen2.5-7b-L8-g4: the CP layouts measured 1.3-1.9x the model, most TP/PP ones 1.0-1.2x. A Gaussian level,
+    fitted on one of them, puts another up to 40 % further off (over 50 % before a pass's GPU work was priced by the
+    layer form, which orders these probes better: 0.86 against 0.82)."""
     from benchmarks.correction_proof import landscape_groups, variant
 
     group = [g for g in landscape_groups() if g.name == "qwen2.5-7b-L8-g4"]
     robust = [c for c in prove(group, shipped) if c.k == 1 and c.phase == "step"]
     gaussian = [c for c in prove(group, variant(spike_p=0.0)) if c.k == 1 and c.phase == "step"]
-    assert max(c.worse_by for c in robust) <= WORSE_LIMIT < 0.5 < max(c.worse_by for c in gaussian)
+    assert max(c.worse_by for c in robust) <= WORSE_LIMIT < 0.3 < max(c.worse_by for c in gaussian)
 
 
 def test_within_one_study_the_trials_noise_is_what_a_free_level_would_chase(real_proof: tuple[list, list]):

@@ -4,8 +4,9 @@ It ranks candidates, seeds the study and plans GPU budgets. Lengths: the Setup's
 in earlier trials, `--response-length`, the job's data), else typical shares of the job's maxima (Workload).
 Phases follow verl's timing metrics: gen (vLLM decode: per step the weights read and a cost per sequence in the batch,
 plus vLLM's own host overhead, eager, or with CUDA graphs hidden under the GPU's work where that is longer, over at
-least as many steps as the longest response), old_log_prob and ref (forward FLOPs, plus verl 0.9.1's engine cost per
-pass), update_actor (training FLOPs at a calibrated efficiency, TP/CP/DP communication, MoE all-to-all, pipeline bubble,
+least as many steps as the longest response), old_log_prob and ref (the forward's GPU work: for verl 0.9.1 each layer's
+GEMMs, attention and elementwise traffic as a GPU timed them, benchmarks/forward_pass.py; plus verl 0.9.1's engine cost
+per pass), update_actor (the same forward and backward, TP/CP/DP communication, MoE all-to-all, pipeline bubble,
 recompute and selective recompute's checkpoint per layer and micro-batch, the engine's cost per pass, the CPU optimizer
 per mini-batch), update_weights (reshard: local on one
 unsharded GPU). Error against measured tables: benchmarks/step_time_error.py (the band shown with every prediction);
@@ -27,12 +28,15 @@ from autotune.estimate.throughput._constants import (
 from autotune.estimate.throughput._step import (
     ThroughputEstimate,
     active_params,
+    attention_share,
     checkpointed_layers,
     decode_step_seconds,
     decode_weights,
+    elementwise_seconds,
     error_band,
     estimate_throughput,
     layer_gemm_params,
+    layer_widths,
     micro_batches_of_one,
     moe_dispatch_s,
     reshard_seconds,
@@ -56,12 +60,15 @@ __all__ = [
     "VERL_04_EFFICIENCY",
     "Workload",
     "active_params",
+    "attention_share",
     "checkpointed_layers",
     "decode_step_seconds",
     "decode_weights",
+    "elementwise_seconds",
     "error_band",
     "estimate_throughput",
     "layer_gemm_params",
+    "layer_widths",
     "micro_batches_of_one",
     "moe_dispatch_s",
     "reshard_seconds",

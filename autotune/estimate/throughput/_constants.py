@@ -24,13 +24,34 @@ class Workload:
 class Efficiency:
     """Free constants of the time model."""
 
-    # Roofline-style: time = FLOPs / (peak * compute share) + FLOPs / (HBM bandwidth * intensity). Fitted on the
+    # The share form (the verl 0.4-era tables' passes, VERL_04_EFFICIENCY; verl 0.9.1's use the layer form below):
+    # time = FLOPs / (peak * compute share) + FLOPs / (HBM bandwidth * intensity). Fitted on the
     # measured MFU of verl_megatron_practice: ~0.4 on H100 (989 TFLOPS, 3.35 TB/s), ~0.78 on H20 (148, 4.0).
     # train and forward were 0.9 and 0.6 before the engine's fixed pass costs (logprob_pass_s, update_pass_s) took
     # the part of each pass that is not FLOPs: refitted with them in, on the same tables (step_time_error.md).
     train: float = 0.95  # share of bf16 peak that the update's GEMMs reach, compute-bound part
     forward: float = 0.7  # the same for verl's log-prob passes
     intensity: float = 213.0  # FLOPs per byte of HBM traffic of the whole update (norms, copies, optimizer)
+    # verl 0.9.1's passes: not the share form above (HBM traffic in proportion to the FLOPs, which grow with a layer's
+    # widths squared) but a layer's GEMM and attention FLOPs at forward_gemm / train_gemm of the bf16 peak plus its
+    # elementwise traffic (norms, RoPE, the SwiGLU's product, residuals), which grows with its widths: bytes a token
+    # per hidden unit and per FFN unit a token passes through, forward / forward and backward, at the GPU's HBM
+    # bandwidth. Timed on the lent H200 for the 0.5B-32B at 8k-74k tokens (benchmarks/forward_pass.py,
+    # benchmarks/results/forward_pass_h200.json; eager PyTorch, one kernel an operation, so Megatron's fused norms
+    # move at most this): every row within 7 % but one (-10 %). The whole layer runs at 327 TFLOP/s forward on the
+    # 0.5B and 533 on the 7B, where the share form charges every size ~413 (H200): it charged the 7B's log-prob pass
+    # 1.2 s and its update 1.3 s of GPU work too much, which looked like a smaller fixed cost (real_verl_gpu.md).
+    # (0, 0): the share form (the verl 0.4-era tables', VERL_04_EFFICIENCY, on which it was fitted).
+    layer_bytes_forward: tuple[float, float] = (145.5, 20.9)
+    layer_bytes_train: tuple[float, float] = (229.8, 72.1)
+    forward_gemm: float = 0.713
+    train_gemm: float = 0.697
+    # ... and its causal flash attention at (share of the peak, sequence length at half of it) of s / (s + s_half),
+    # forward / forward and backward: timed alone at 1k-16k-token sequences (forward_pass_h200_attention.json; the
+    # 0.5B's 64-wide heads 25-30 % under the curve, 128-wide ones above). With it, whole layers at 4k and 8k tokens a
+    # sequence, which the layer form was not fitted on (forward_pass_h200_long.json), are within 6 %.
+    attention_forward: tuple[float, float] = (0.602, 322.0)
+    attention_train: tuple[float, float] = (0.466, 755.0)
     tokens_half: float = 1024.0  # micro-batch size (tokens) at which GEMM efficiency halves
     # ... for a layer of this many GEMM weights on a GPU; a layer of W weights halves at tokens_half * this / W (0: at
     # tokens_half for every layer, the verl 0.4-era form). A GEMM's fixed latency weighs against its FLOPs, and a
@@ -113,8 +134,10 @@ class Efficiency:
     # thirty-four before lease 22 (2.53 s on the twenty-eight before lease 20, 2.73 s on the eighteen before lease
     # 19, 3.0 s on the thirteen before lease 11). Since the passes without fused kernels pay their logits apart
     # (unfused_logit_ps), whose 1 s a pass this median took in, it is 2.27 s over the fifty-eight steps of leases 3 to
-    # 29 (2.42 s with it unpriced; held out without the 7B 2.35 s, 2.63 s before).
-    logprob_pass_s: float = 2.27
+    # 29 (2.42 s with it unpriced; held out without the 7B 2.35 s, 2.63 s before). With each pass's GPU work priced by
+    # the layer form (layer_bytes_forward, 2026-12-01), every size leaves one figure above it, the 7B too (2.1-2.8 s,
+    # the 7B's 2.4 s where the share form left it 1.0 s): 2.51 s over the 197 measured trials.
+    logprob_pass_s: float = 2.51
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
     # reductions): 3.3-6.9 s above the FLOP time over the twenty trials without the CPU optimizer, full recompute
     # (whose second forward is priced on its own: estimate_throughput), micro-batches of one sequence (priced on
@@ -138,8 +161,10 @@ class Efficiency:
     # (updates 13% under to 4% over) to 4.73 s. Lease 43's two-lane H200 node (its 3B 10-25% under the one-GPU H200s,
     # the 7B's first pick 11% under lease 13's host) to 4.83 s.
     # With the GEMMs' latency priced by layer size (tokens_half_layer_params, lease 53) the larger sizes' updates
-    # are priced nearer their GEMMs' full rate, and the fit over every trial rose to 5.00 s.
-    update_pass_s: float = 5.00
+    # are priced nearer their GEMMs' full rate, and the fit over every trial rose to 5.00 s; with the layer form
+    # (layer_bytes_train, 2026-12-01) 4.96 s, the 7B's updates (all with the CPU optimizer) leaving what the others'
+    # do (4.0-6.3 s a size, the 7B's 6.1 s, where the share form left it 4.0 s).
+    update_pass_s: float = 4.96
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -157,8 +182,8 @@ class Efficiency:
     # two-lane H200 node ran the 0.5B's and the 1.5B's at 0.125 and 0.116 s (their updates 22.6 and 25.1 s, the model
     # 25.3 and 29.0 s at 0.146 s): the six's median 0.142 s.
     # 0.146 s from lease 37 (update_pass_s at 4.73 s) to lease 46; 0.142 s to lease 52; 0.151 s with the GEMMs'
-    # latency priced by layer size (tokens_half_layer_params, lease 53).
-    micro_batch_of_one_s: float = 0.151
+    # latency priced by layer size (tokens_half_layer_params, lease 53); 0.154 s with the layer form.
+    micro_batch_of_one_s: float = 0.154
     # Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences cost this much each beyond
     # their FLOPs and update_pass_s, fixed micro-batches of a few sequences (small_micro_batch_s) and those of a
     # dynamic token budget (small_budget_micro_batch_s) apart, as they measured apart: the median per micro-batch of
@@ -194,8 +219,9 @@ class Efficiency:
     # on one host (-0.01 s), and the GEMMs of each size timed at small micro-batches said why: at every layer's
     # tokens_half the model priced the 7B's micro-batches of 2 at 0.59 of its GEMMs' full rate, which they run at
     # 0.97 (tokens_half_layer_params). Priced by layer size, the 7B's two leave 0.07 and 0.09 s a micro-batch, within
-    # the smaller sizes' spread, and the fit over every trial is 0.126 and 0.175 s.
-    small_micro_batch_s: float = 0.126
+    # the smaller sizes' spread, and the fit over every trial is 0.126 and 0.175 s (0.131 and 0.175 s with the layer
+    # form).
+    small_micro_batch_s: float = 0.131
     small_budget_micro_batch_s: float = 0.175
     # Selective recompute checkpoints each layer's core attention (and its MLP with recompute_modules=[core_attn,mlp])
     # in every update micro-batch, and that costs this much a layer and micro-batch beyond the recomputed FLOPs (3% of
@@ -266,4 +292,4 @@ DEFAULT_EFFICIENCY = Efficiency()
 # tables are judged with this (benchmarks/throughput_rank.py, offload_pairs.py), as their memory is with
 # MCORE_013_CALIBRATION.
 VERL_04_EFFICIENCY = replace(DEFAULT_EFFICIENCY, small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0,
-                             decode_overlap=False)
+                             decode_overlap=False, layer_bytes_forward=(0.0, 0.0), layer_bytes_train=(0.0, 0.0))

@@ -132,6 +132,29 @@ def active_params(m: ModelArch) -> float:
     return m.total_params() - inactive
 
 
+def layer_widths(m: ModelArch) -> tuple[float, float]:
+    """(hidden units, FFN units) a token passes through in a layer, the mean over the layers: what its elementwise
+    traffic grows with (Efficiency.layer_bytes_forward)."""
+    if not m.is_moe:
+        return float(m.hidden_size), float(m.ffn_hidden_size)
+    moe = m.moe_top_k * m.moe_ffn_hidden_size + m.shared_expert_ffn_hidden_size
+    return float(m.hidden_size), (m.num_dense_layers * m.ffn_hidden_size + m.num_moe_layers * moe) / m.num_layers
+
+
+def elementwise_seconds(m: ModelArch, tokens: float, world: int, hbm_bytes_s: float,
+                        per_unit: tuple[float, float]) -> float:
+    """A pass's elementwise HBM traffic over every layer, at `per_unit` bytes a token per hidden and FFN unit, a
+    GPU's share (tokens over DP and CP, layers over PP, widths over TP: the world's)."""
+    h, f = layer_widths(m)
+    return tokens * m.num_layers * (per_unit[0] * h + per_unit[1] * f) / (world * hbm_bytes_s)
+
+
+def attention_share(curve: tuple[float, float], seq_len: float) -> float:
+    """Flash attention's share of the bf16 peak at sequences of `seq_len` tokens (Efficiency.attention_forward)."""
+    share, s_half = curve
+    return share * seq_len / (seq_len + s_half)
+
+
 def decode_weights(m: ModelArch, batch: float) -> float:
     """Parameters a decode step of `batch` sequences reads: every expert that at least one token routes to."""
     if not m.is_moe:
@@ -302,6 +325,8 @@ def estimate_throughput(
         layout_eff *= eff.moe_train
     bubble = (c.pp - 1) / (c.vpp_or_1 * plan.update_micro_batches) if c.pp > 1 else 0.0
 
+    layer_form = any(eff.layer_bytes_forward) or any(eff.layer_bytes_train)
+
     def share(compute: float) -> float:
         return 1 / (1 / compute + (peak / (g.hbm_tbps * 1e12)) / eff.intensity)
 
@@ -311,7 +336,16 @@ def estimate_throughput(
         recompute += 0.2
     if job.rope_fusion:  # RoPE's elementwise passes over q and k fused into one kernel
         layout_eff /= eff.rope_fusion
-    update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * share(eff.train) * size_eff * layout_eff)
+    attn_f = attention_flops(m, tokens, seq_len) if layer_form else 0.0  # priced apart at its own rate
+    train_share = eff.train_gemm if layer_form else share(eff.train)
+    update = ((f_train - attn_f) * job.ppo_epochs * (1 + recompute)
+              / (world * peak * train_share * size_eff * layout_eff))
+    if layer_form:  # attention, and the elementwise traffic, a recomputed forward's share of them too
+        per_unit = tuple(t + 3 * recompute * f for t, f in zip(eff.layer_bytes_train, eff.layer_bytes_forward,
+                                                                strict=True))
+        update += job.ppo_epochs * elementwise_seconds(m, tokens, world, g.hbm_tbps * 1e12, per_unit)
+        update += job.ppo_epochs * attn_f * (1 + recompute) / (world * peak * layout_eff
+                                                               * attention_share(eff.attention_train, seq_len))
     update *= 1 + bubble
     # unfused attention: its FLOPs at TE's unfused rate, on top of the pass (seconds per forward+backward)
     unfused_s = (attention_flops(m, tokens, seq_len) / (world * eff.unfused_attn_tflops * 1e12)
@@ -330,7 +364,11 @@ def estimate_throughput(
 
     lp_gpu = plan.log_prob_tokens_typical
     lp_size_eff = lp_gpu / (lp_gpu + tokens_half)
-    fwd = f_train / 3 / (world * peak * share(eff.forward) * lp_size_eff * layout_eff)
+    fwd = (f_train - attn_f) / 3 / (world * peak * (eff.forward_gemm if layer_form else share(eff.forward))
+                                    * lp_size_eff * layout_eff)
+    if layer_form:
+        fwd += elementwise_seconds(m, tokens, world, g.hbm_tbps * 1e12, eff.layer_bytes_forward)
+        fwd += attn_f / 3 / (world * peak * layout_eff * attention_share(eff.attention_forward, seq_len))
     fwd *= 1 + ((c.pp - 1) / plan.log_prob_micro_batches if c.pp > 1 else 0.0)
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
     fwd += unfused_s / 3
