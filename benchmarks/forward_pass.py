@@ -224,10 +224,11 @@ def layer_rows(rows: list[dict]) -> list[dict]:
 
 
 def fit_attention(rows: list[dict], train: bool) -> tuple[float, float]:
-    """(share of the bf16 peak, sequence length at half of it) of causal flash attention, forward (or forward and
-    backward): rate(s) = share * peak * s / (s + s_half), least squares in relative error over the attention-only rows
-    (1k-16k-token sequences; a longer sequence keeps its tiles fuller). One curve for every head size: the 0.5B's
-    64-wide heads run 25-30 % under it, the 7B's and 32B's 128-wide ones above."""
+    """(share of the bf16 peak, sequence length at half of it) of PyTorch's causal flash attention, forward (or forward
+    and backward): rate(s) = share * peak * s / (s + s_half), least squares in relative error over the attention-only
+    rows (1k-16k-token sequences). One curve for every head size: the 0.5B's 64-wide heads run 25-30 % under it. Not
+    the time model's: priced at this rate, attention put the Megatron-core probes' 4k budget ahead of their 8k one (the
+    1.5B on one H200), where Transformer Engine's cuDNN attention measured the other way."""
     import numpy as np
 
     key = "attn_fwd_bwd_tflops" if train else "attn_fwd_tflops"
@@ -238,30 +239,23 @@ def fit_attention(rows: list[dict], train: bool) -> tuple[float, float]:
     return float(1 / inv * 1e12 / PEAK_FLOPS), float(slope / inv)
 
 
-def attention_seconds(flops: float, seq: float, curve: tuple[float, float]) -> float:
-    """Attention's FLOPs at the fitted curve's rate for sequences of `seq` tokens."""
-    share, s_half = curve
-    return flops / (share * PEAK_FLOPS * seq / (seq + s_half))
-
-
-def fit_layer_form(rows: list[dict], attention: list[dict], train: bool) -> tuple[float, float, float]:
-    """(GEMM share of the peak, bytes a token per hidden unit, per FFN unit) of a layer's forward (or forward and
-    backward), least squares in relative error over the whole-layer rows at 1k-token sequences: a layer's time less its
-    attention's (at `fit_attention`'s curve over the `attention` rows) is its GEMM FLOPs at the share plus its
-    elementwise traffic at the HBM bandwidth (the time model's forward_gemm / train_gemm and layer_bytes_forward /
-    layer_bytes_train). The rows at longer sequences are left to check it."""
+def fit_layer_form(rows: list[dict], train: bool) -> tuple[float, float, float]:
+    """(share of the peak of the GEMM and attention FLOPs, bytes a token per hidden unit, per FFN unit) of a layer's
+    forward (or forward and backward), least squares in relative error over the whole-layer rows at 1k-token sequences:
+    a layer's time is its FLOPs at the share plus its elementwise traffic at the HBM bandwidth (the time model's
+    forward_gemm / train_gemm and layer_bytes_forward / layer_bytes_train). The rows at longer sequences are left to
+    check it."""
     import numpy as np
 
     passes = 3 if train else 1
-    curve = fit_attention(attention, train)
     a, y, w = [], [], []
     for r in (r for r in layer_rows(rows) if r["seq"] == 1024):
         m = get_model(r["model"])
         gemm, attn = layer_flops(r["model"], r["tokens"], r["seq"])
         measured = r["layer_fwd_bwd_s" if train else "layer_fwd_s"]
-        a.append([passes * gemm / PEAK_FLOPS, r["tokens"] * m.hidden_size / HBM_BYTES_S,
+        a.append([passes * (gemm + attn) / PEAK_FLOPS, r["tokens"] * m.hidden_size / HBM_BYTES_S,
                   r["tokens"] * m.ffn_hidden_size / HBM_BYTES_S])
-        y.append(measured - attention_seconds(passes * attn, r["seq"], curve))
+        y.append(measured)
         w.append(1 / measured)
     sol = np.linalg.lstsq(np.array(a) * np.array(w)[:, None], np.array(y) * np.array(w), rcond=None)[0]
     return 1 / float(sol[0]), float(sol[1]), float(sol[2])

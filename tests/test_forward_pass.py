@@ -52,31 +52,47 @@ def test_what_is_not_a_gemm_weighs_less_in_a_larger_layer() -> None:
 
 
 def test_the_time_models_layer_form_is_fitted_on_the_timed_layers() -> None:
-    """Efficiency's forward_gemm, train_gemm, layer_bytes_forward, layer_bytes_train, attention_forward and
-    attention_train are the fit of the timed rows (fit_attention, fit_layer_form), and with them every 1k-sequence
-    row's forward is within 7 % of its time and every forward and backward within 11 %: a layer is its GEMM FLOPs at
-    one rate, its attention at a rate that grows with the sequence and its elementwise traffic growing with its
-    widths, at every size from the 0.5B to the 32B. Checked where it was not fitted: the 0.5B's, 7B's and 32B's layers
-    at 4k- and 8k-token sequences, within 6 %."""
+    """Efficiency's forward_gemm, train_gemm, layer_bytes_forward and layer_bytes_train are the fit of the timed rows
+    (fit_layer_form), and with them every 1k-sequence row's forward is within 7 % of its time and every forward and
+    backward within 11 %: a layer is its GEMM and attention FLOPs at one rate and its elementwise traffic growing with
+    its widths, at every size from the 0.5B to the 32B. Checked where it was not fitted: the 0.5B's, 7B's and 32B's
+    layers at 4k- and 8k-token sequences, within 13 % (under: PyTorch's flash attention, the longer sequences' larger
+    share, runs below the GEMMs' rate)."""
     from autotune.estimate.throughput import DEFAULT_EFFICIENCY as eff
-    from autotune.estimate.throughput import attention_share, elementwise_seconds
+    from autotune.estimate.throughput import elementwise_seconds
     from autotune.model import get_model
 
-    timed, attention, longer = rows(), rows("_attention"), rows("_long")
-    assert {r["seq"] for r in longer} == {4096, 8192} and all(r["gpu"] == "NVIDIA H200" for r in attention + longer)
-    for train, share, per_unit, curve in ((False, eff.forward_gemm, eff.layer_bytes_forward, eff.attention_forward),
-                                          (True, eff.train_gemm, eff.layer_bytes_train, eff.attention_train)):
-        assert curve == pytest.approx(forward_pass.fit_attention(attention, train), rel=0.01)
-        assert (share, *per_unit) == pytest.approx(forward_pass.fit_layer_form(timed, attention, train), rel=0.01)
+    timed, longer = rows(), rows("_long")
+    assert {r["seq"] for r in longer} == {4096, 8192} and all(r["gpu"] == "NVIDIA H200" for r in longer)
+    for train, share, per_unit in ((False, eff.forward_gemm, eff.layer_bytes_forward),
+                                   (True, eff.train_gemm, eff.layer_bytes_train)):
+        assert (share, *per_unit) == pytest.approx(forward_pass.fit_layer_form(timed, train), rel=0.01)
         passes = 3 if train else 1
         for r in timed + longer:
             m = get_model(r["model"])
             gemm, attn = forward_pass.layer_flops(r["model"], r["tokens"], r["seq"])
             traffic = elementwise_seconds(m, r["tokens"], 1, forward_pass.HBM_BYTES_S, per_unit) / m.num_layers
-            model = passes * (gemm / share + attn / attention_share(curve, r["seq"])) / forward_pass.PEAK_FLOPS
+            model = passes * (gemm + attn) / (share * forward_pass.PEAK_FLOPS) + traffic
             measured = r["layer_fwd_bwd_s" if train else "layer_fwd_s"]
-            bound = 0.06 if r in longer else 0.11 if train else 0.07  # the longer rows were not fitted
-            assert abs((model + traffic) / measured - 1) < bound, (r["model"], r["tokens"], r["seq"], train)
+            bound = 0.13 if r in longer else 0.11 if train else 0.07  # the longer rows were not fitted
+            assert abs(model / measured - 1) < bound, (r["model"], r["tokens"], r["seq"], train)
+
+
+def test_pytorchs_flash_attention_runs_faster_at_longer_sequences_and_below_the_gemms() -> None:
+    """The attention-only rows (1k-16k-token sequences): forward 0.35-0.67 of the peak, forward and backward 0.21-0.47,
+    rising with the sequence, one curve s / (s + s_half) within 30 % for the three head sizes; the 128-wide heads
+    faster than the 0.5B's 64-wide ones at every length."""
+    attention = rows("_attention")
+    assert {r["seq"] for r in attention} == {1024, 2048, 4096, 8192, 16384} and len(attention) == 15
+    for key, train in (("attn_fwd_tflops", False), ("attn_fwd_bwd_tflops", True)):
+        share, s_half = forward_pass.fit_attention(attention, train)
+        assert 0.4 < share < 0.7 and 200 < s_half < 1000
+        for r in attention:
+            curve = share * forward_pass.PEAK_FLOPS / 1e12 * r["seq"] / (r["seq"] + s_half)
+            assert abs(curve / r[key] - 1) < 0.3
+        by = {(r["model"], r["seq"]): r[key] for r in attention}
+        assert all(by["qwen2.5-7b", s] > by["qwen2.5-0.5b", s] for s in (1024, 4096, 16384))
+        assert by["qwen2.5-0.5b", 16384] > 1.3 * by["qwen2.5-0.5b", 1024]
 
 
 def test_the_verl_04_era_tables_keep_the_form_they_were_fitted_in() -> None:

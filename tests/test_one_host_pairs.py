@@ -41,7 +41,7 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     With the GEMMs' latency priced by layer size (lease 53), update_pass_s rose to 5.0 s: the H100s' median 2.8 s, the
     H200s' 1.8 s (1.5x). With a pass's GPU work priced by the layer form (2026-12-01: the second forward's elementwise
     traffic and attention priced as the first's) the four multi-lane 0.5B leave 3.4-5.5 s, the H100s at most 3.6 s;
-    and with logprob_pass_s at 2.51 s (2.27 s before), which the second forward pays, lease 20's two-by-two is
+    and with logprob_pass_s at 2.50 s (2.27 s before), which the second forward pays, lease 20's two-by-two is
     predicted 1.5 s over what it measured (2.1 s): the H200s' second forward leaves less than the fit over both GPU
     types, as above."""
     costs = cal.fit_pass_costs(zeroed)
@@ -74,7 +74,7 @@ def test_the_cpu_optimizer_does_not_hide_full_recompute_on_one_host() -> None:
     forward's fixed cost, so the 7B's full recompute (1 s over selective where the model says 4 s, lease 48) is not
     that; the model keeps one price. The CPU optimizer cost 2.5-3.6 s a step: the model said 2.4 s at the
     microbenchmark's rate, 2.9 s at the pairs' (test_the_cpu_optimizers_rate_is_what_the_pairs_on_one_host_fit).
-    With the layer form and logprob_pass_s refitted at 2.51 s (2026-12-01; 2.27 s before), which full recompute's
+    With the layer form and logprob_pass_s refitted at 2.50 s (2026-12-01; 2.27 s before), which full recompute's
     second forward pays, the model says 3.6 s for both, within 0.9 s of what each pair measured."""
     cs = {c.source.rsplit("#", 1)[1]: cal.steady(c)
           for c in cal.cases([DATA / "h200_2026-11-28_l49" / "c-1.5b-h46.db"])}
@@ -121,7 +121,7 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     elementwise traffic growing with its widths), every size on either GPU type leaves 2.1-2.8 s above a log-prob pass,
     the 7B among them (2.4 s over its twenty-four; the share form, one efficiency for every size, left it 1.0 s
     against the smaller sizes' 2.2-2.8 s and made it look like a cost the 7B escapes), and 4.0-6.5 s above an update
-    without full recompute, the 7B's (all with half its optimizer on the CPU) 6.1 s within them. What is still the
+    without full recompute, the 7B's (all with half its optimizer on the CPU) 6.0 s within them. What is still the
     7B's own: full recompute's second forward, on one host over the pairs of trials that differ only in it
     (`recompute_pairs`), leaves 1.7 s for the 1.5B (seven pairs) and 2.9 s for the 3B (three) on the H200s, within 30 %
     of the log-prob pass the model charges for it, and 0.3 s for the 7B (lease 50's one pair)."""

@@ -28,7 +28,6 @@ from autotune.estimate.throughput._constants import (
 from autotune.estimate.throughput._step import (
     ThroughputEstimate,
     active_params,
-    attention_share,
     checkpointed_layers,
     decode_step_seconds,
     decode_weights,
@@ -60,7 +59,6 @@ __all__ = [
     "VERL_04_EFFICIENCY",
     "Workload",
     "active_params",
-    "attention_share",
     "checkpointed_layers",
     "decode_step_seconds",
     "decode_weights",

@@ -33,25 +33,24 @@ class Efficiency:
     forward: float = 0.7  # the same for verl's log-prob passes
     intensity: float = 213.0  # FLOPs per byte of HBM traffic of the whole update (norms, copies, optimizer)
     # verl 0.9.1's passes: not the share form above (HBM traffic in proportion to the FLOPs, which grow with a layer's
-    # widths squared) but a layer's GEMM and attention FLOPs at forward_gemm / train_gemm of the bf16 peak plus its
-    # elementwise traffic (norms, RoPE, the SwiGLU's product, residuals), which grows with its widths: bytes a token
-    # per hidden unit and per FFN unit a token passes through, forward / forward and backward, at the GPU's HBM
-    # bandwidth. Timed on the lent H200 for the 0.5B-32B at 8k-74k tokens (benchmarks/forward_pass.py,
-    # benchmarks/results/forward_pass_h200.json; eager PyTorch, one kernel an operation, so Megatron's fused norms
-    # move at most this): every row within 7 % but one (-10 %). The whole layer runs at 327 TFLOP/s forward on the
-    # 0.5B and 533 on the 7B, where the share form charges every size ~413 (H200): it charged the 7B's log-prob pass
-    # 1.2 s and its update 1.3 s of GPU work too much, which looked like a smaller fixed cost (real_verl_gpu.md).
+    # widths squared) but the layer form: a layer's GEMM and attention FLOPs at forward_gemm / train_gemm of the bf16
+    # peak plus its elementwise traffic (norms, RoPE, the SwiGLU's product, residuals), which grows with its widths:
+    # bytes a token per hidden unit and per FFN unit a token passes through, forward / forward and backward, at the
+    # GPU's HBM bandwidth. Timed on the lent H200 for the 0.5B-32B at 8k-74k tokens of 1k-token sequences
+    # (benchmarks/forward_pass.py fit_layer_form, benchmarks/results/forward_pass_h200.json; eager PyTorch, one kernel
+    # an operation, so Megatron's fused norms move at most this): every row within 7 % forward, 11 % forward and
+    # backward. The whole layer runs at 327 TFLOP/s forward on the 0.5B and 533 on the 7B, where the share form
+    # charges every size ~413 (H200): it charged the 7B's log-prob pass 1.2 s and its update 1.3 s of GPU work too
+    # much, which looked like a smaller fixed cost (real_verl_gpu.md). Attention at the GEMMs' rate: PyTorch's flash
+    # attention, timed alone at 1k-16k-token sequences (forward_pass_h200_attention.json), runs at 0.21-0.47 of the
+    # peak forward and backward, but priced so it put the Megatron-core probes' 4k budget ahead of their 8k one (the
+    # 1.5B on one H200, measured 8 % the other way: Transformer Engine's cuDNN attention is not PyTorch's), and the
+    # layers at 4k- and 8k-token sequences are within 13 % without it (forward_pass_h200_long.json).
     # (0, 0): the share form (the verl 0.4-era tables', VERL_04_EFFICIENCY, on which it was fitted).
-    layer_bytes_forward: tuple[float, float] = (145.5, 20.9)
-    layer_bytes_train: tuple[float, float] = (229.8, 72.1)
+    layer_bytes_forward: tuple[float, float] = (153.2, 20.9)
+    layer_bytes_train: tuple[float, float] = (298.1, 72.1)
     forward_gemm: float = 0.713
     train_gemm: float = 0.697
-    # ... and its causal flash attention at (share of the peak, sequence length at half of it) of s / (s + s_half),
-    # forward / forward and backward: timed alone at 1k-16k-token sequences (forward_pass_h200_attention.json; the
-    # 0.5B's 64-wide heads 25-30 % under the curve, 128-wide ones above). With it, whole layers at 4k and 8k tokens a
-    # sequence, which the layer form was not fitted on (forward_pass_h200_long.json), are within 6 %.
-    attention_forward: tuple[float, float] = (0.602, 322.0)
-    attention_train: tuple[float, float] = (0.466, 755.0)
     tokens_half: float = 1024.0  # micro-batch size (tokens) at which GEMM efficiency halves
     # ... for a layer of this many GEMM weights on a GPU; a layer of W weights halves at tokens_half * this / W (0: at
     # tokens_half for every layer, the verl 0.4-era form). A GEMM's fixed latency weighs against its FLOPs, and a
@@ -136,8 +135,8 @@ class Efficiency:
     # (unfused_logit_ps), whose 1 s a pass this median took in, it is 2.27 s over the fifty-eight steps of leases 3 to
     # 29 (2.42 s with it unpriced; held out without the 7B 2.35 s, 2.63 s before). With each pass's GPU work priced by
     # the layer form (layer_bytes_forward, 2026-12-01), every size leaves one figure above it, the 7B too (2.1-2.8 s,
-    # the 7B's 2.4 s where the share form left it 1.0 s): 2.51 s over the 197 measured trials.
-    logprob_pass_s: float = 2.51
+    # the 7B's 2.4 s where the share form left it 1.0 s): 2.50 s over the 197 measured trials.
+    logprob_pass_s: float = 2.50
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
     # reductions): 3.3-6.9 s above the FLOP time over the twenty trials without the CPU optimizer, full recompute
     # (whose second forward is priced on its own: estimate_throughput), micro-batches of one sequence (priced on
@@ -162,9 +161,9 @@ class Efficiency:
     # the 7B's first pick 11% under lease 13's host) to 4.83 s.
     # With the GEMMs' latency priced by layer size (tokens_half_layer_params, lease 53) the larger sizes' updates
     # are priced nearer their GEMMs' full rate, and the fit over every trial rose to 5.00 s; with the layer form
-    # (layer_bytes_train, 2026-12-01) 4.96 s, the 7B's updates (all with the CPU optimizer) leaving what the others'
-    # do (4.0-6.3 s a size, the 7B's 6.1 s, where the share form left it 4.0 s).
-    update_pass_s: float = 4.96
+    # (layer_bytes_train, 2026-12-01) 4.91 s, the 7B's updates (all with the CPU optimizer) leaving what the others'
+    # do (4.0-6.3 s a size, the 7B's 6.0 s, where the share form left it 4.0 s).
+    update_pass_s: float = 4.91
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over

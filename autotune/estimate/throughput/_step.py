@@ -149,12 +149,6 @@ def elementwise_seconds(m: ModelArch, tokens: float, world: int, hbm_bytes_s: fl
     return tokens * m.num_layers * (per_unit[0] * h + per_unit[1] * f) / (world * hbm_bytes_s)
 
 
-def attention_share(curve: tuple[float, float], seq_len: float) -> float:
-    """Flash attention's share of the bf16 peak at sequences of `seq_len` tokens (Efficiency.attention_forward)."""
-    share, s_half = curve
-    return share * seq_len / (seq_len + s_half)
-
-
 def decode_weights(m: ModelArch, batch: float) -> float:
     """Parameters a decode step of `batch` sequences reads: every expert that at least one token routes to."""
     if not m.is_moe:
@@ -336,16 +330,12 @@ def estimate_throughput(
         recompute += 0.2
     if job.rope_fusion:  # RoPE's elementwise passes over q and k fused into one kernel
         layout_eff /= eff.rope_fusion
-    attn_f = attention_flops(m, tokens, seq_len) if layer_form else 0.0  # priced apart at its own rate
     train_share = eff.train_gemm if layer_form else share(eff.train)
-    update = ((f_train - attn_f) * job.ppo_epochs * (1 + recompute)
-              / (world * peak * train_share * size_eff * layout_eff))
-    if layer_form:  # attention, and the elementwise traffic, a recomputed forward's share of them too
+    update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * train_share * size_eff * layout_eff)
+    if layer_form:  # the elementwise traffic, a recomputed forward's share of it too
         per_unit = tuple(t + 3 * recompute * f for t, f in zip(eff.layer_bytes_train, eff.layer_bytes_forward,
                                                                 strict=True))
         update += job.ppo_epochs * elementwise_seconds(m, tokens, world, g.hbm_tbps * 1e12, per_unit)
-        update += job.ppo_epochs * attn_f * (1 + recompute) / (world * peak * layout_eff
-                                                               * attention_share(eff.attention_train, seq_len))
     update *= 1 + bubble
     # unfused attention: its FLOPs at TE's unfused rate, on top of the pass (seconds per forward+backward)
     unfused_s = (attention_flops(m, tokens, seq_len) / (world * eff.unfused_attn_tflops * 1e12)
@@ -364,11 +354,10 @@ def estimate_throughput(
 
     lp_gpu = plan.log_prob_tokens_typical
     lp_size_eff = lp_gpu / (lp_gpu + tokens_half)
-    fwd = (f_train - attn_f) / 3 / (world * peak * (eff.forward_gemm if layer_form else share(eff.forward))
-                                    * lp_size_eff * layout_eff)
+    fwd = f_train / 3 / (world * peak * (eff.forward_gemm if layer_form else share(eff.forward)) * lp_size_eff
+                         * layout_eff)
     if layer_form:
         fwd += elementwise_seconds(m, tokens, world, g.hbm_tbps * 1e12, eff.layer_bytes_forward)
-        fwd += attn_f / 3 / (world * peak * layout_eff * attention_share(eff.attention_forward, seq_len))
     fwd *= 1 + ((c.pp - 1) / plan.log_prob_micro_batches if c.pp > 1 else 0.0)
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
     fwd += unfused_s / 3

@@ -49,6 +49,10 @@ from autotune.verl import shims
 TRIAL_ENV = "AUTOTUNE_RAY_TRIAL"  # in every Ray worker process of a trial's attempt (runtime_env env_vars)
 HEAD_DIR = "ray_head"  # in the study's folder: the head's record and `ray start`'s output
 START_TIMEOUT_S = 180.0  # `ray start` on a loaded node takes seconds; past this the trial uses a private Ray
+# `ray start` runs that may exit by themselves before the trials fall back to a private Ray: Ray waits a fixed 30 s for
+# its raylet to register, which a loaded 2-core machine missed twice in a row (2026-12-01, beside the test suite's
+# other worker)
+START_ATTEMPTS = 3
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 # Ray's temp dirs of autotune's own (a private Ray, a kept head): short, for Ray's socket paths (< 108 bytes)
 RAY_TMP_DIR, RAY_TMP_PREFIX = "/tmp", "at-ray-"
@@ -212,15 +216,10 @@ class KeptRay:
 
     def join(self, env: Mapping[str, str], gpus: int, cpus: int | None, study_dir: Path) -> tuple[str, float, str]:
         """("fresh", seconds, "") where this attempt started the head, ("kept", 0, "") where it joins the running one,
-        ("private", 0, why) where the head cannot start twice (`failed`: later trials do not try again)."""
+        ("private", 0, why) where the head cannot start (`failed`: later trials do not try again)."""
         try:
             gpus = node_gpus(gpus, env)
-            try:
-                paid = self.ensure(env, gpus, cpus, study_dir)
-            except HeadError as e:
-                if not e.exited:
-                    raise
-                paid = self.ensure(env, gpus, cpus, study_dir)  # its log keeps both starts
+            paid = self.ensure(env, gpus, cpus, study_dir)
         except (HeadError, OSError, subprocess.SubprocessError) as e:  # no Ray CLI, a timed-out token, ...
             self.stop()
             self.failed = f"no kept Ray head ({str(e)[:300]}): a private Ray per trial"
@@ -229,11 +228,24 @@ class KeptRay:
 
     def ensure(self, env: Mapping[str, str], gpus: int, cpus: int | None, study_dir: Path) -> float:
         """The head, started where none runs (or it died, or the environment changed); the seconds spent starting
-        it (0.0 when the running one serves). Raises HeadError."""
+        it (0.0 when the running one serves). A `ray start` that exits by itself is run again, START_ATTEMPTS in all
+        (its log keeps every start). Raises HeadError."""
         key = env_key(env)
         h = self.head
         if h is not None and self.alive() and (h.env_key, h.gpus, h.cpus) == (key, gpus, cpus):
             return 0.0
+        t0, attempt = time.monotonic(), 1
+        while True:
+            try:
+                self._start(env, gpus, cpus, study_dir, key)
+                return time.monotonic() - t0
+            except HeadError as e:
+                if not e.exited or attempt == START_ATTEMPTS:
+                    raise
+                attempt += 1
+
+    def _start(self, env: Mapping[str, str], gpus: int, cpus: int | None, study_dir: Path, key: str) -> None:
+        """One `ray start --head`, up when it has written its cluster's address. Raises HeadError."""
         self.stop()
         t0 = time.monotonic()
         env = dict(env)
@@ -269,7 +281,6 @@ class KeptRay:
         if not self._atexit:  # a tuner ending without close() (an uncaught error) stops it too; SIGKILL: the record
             atexit.register(self.stop)
             self._atexit = True
-        return time.monotonic() - t0
 
     def settle(self, mark: str, timeout_s: float, poll_s: float = 0.1) -> dict[str, Any]:
         """After a trial's driver is gone: wait for its Ray workers to go; where some stay, stop the head (the next
