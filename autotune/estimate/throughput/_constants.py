@@ -266,6 +266,11 @@ class Efficiency:
     # run, where it stood in for per-micro-batch costs of the Megatron passes that the model does not yet describe.
     fixed_step_s: float = 0.2
 
+    @property
+    def layer_form(self) -> bool:
+        """Whether a pass's GPU work is priced by the layer form (verl 0.9.1's) rather than the share form."""
+        return any(self.layer_bytes_forward) or any(self.layer_bytes_train)
+
     def decode_step_overhead(self, gpu: str, eager: bool) -> float:
         """The host's seconds a decode step (vLLM's scheduler, sampler, output processing), eager (added to the
         GPU's work) or with CUDA graphs on this GPU type (decode_step_seconds: hidden under a longer replay)."""

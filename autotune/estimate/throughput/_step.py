@@ -319,8 +319,6 @@ def estimate_throughput(
         layout_eff *= eff.moe_train
     bubble = (c.pp - 1) / (c.vpp_or_1 * plan.update_micro_batches) if c.pp > 1 else 0.0
 
-    layer_form = any(eff.layer_bytes_forward) or any(eff.layer_bytes_train)
-
     def share(compute: float) -> float:
         return 1 / (1 / compute + (peak / (g.hbm_tbps * 1e12)) / eff.intensity)
 
@@ -330,9 +328,9 @@ def estimate_throughput(
         recompute += 0.2
     if job.rope_fusion:  # RoPE's elementwise passes over q and k fused into one kernel
         layout_eff /= eff.rope_fusion
-    train_share = eff.train_gemm if layer_form else share(eff.train)
+    train_share = eff.train_gemm if eff.layer_form else share(eff.train)
     update = f_train * job.ppo_epochs * (1 + recompute) / (world * peak * train_share * size_eff * layout_eff)
-    if layer_form:  # the elementwise traffic, a recomputed forward's share of it too
+    if eff.layer_form:  # the elementwise traffic, a recomputed forward's share of it too
         per_unit = tuple(t + 3 * recompute * f for t, f in zip(eff.layer_bytes_train, eff.layer_bytes_forward,
                                                                 strict=True))
         update += job.ppo_epochs * elementwise_seconds(m, tokens, world, g.hbm_tbps * 1e12, per_unit)
@@ -354,9 +352,9 @@ def estimate_throughput(
 
     lp_gpu = plan.log_prob_tokens_typical
     lp_size_eff = lp_gpu / (lp_gpu + tokens_half)
-    fwd = f_train / 3 / (world * peak * (eff.forward_gemm if layer_form else share(eff.forward)) * lp_size_eff
+    fwd = f_train / 3 / (world * peak * (eff.forward_gemm if eff.layer_form else share(eff.forward)) * lp_size_eff
                          * layout_eff)
-    if layer_form:
+    if eff.layer_form:
         fwd += elementwise_seconds(m, tokens, world, g.hbm_tbps * 1e12, eff.layer_bytes_forward)
     fwd *= 1 + ((c.pp - 1) / plan.log_prob_micro_batches if c.pp > 1 else 0.0)
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
