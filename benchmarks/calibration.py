@@ -26,6 +26,7 @@ from benchmarks.real_cases import (
     DATA,
     HERE,
     LOGIT_COST,
+    LOGPROB_MICRO_BATCH_COST,
     MICRO_BATCH_COST,
     PASS_COSTS,
     PHASE_TARGET,
@@ -53,16 +54,43 @@ def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
     optimizer, whose step is priced on its own, without full recompute, whose second forward is priced as a log-prob
     pass: `recompute_residual` checks it, without micro-batches of one sequence, priced per micro-batch:
     `fit_micro_batch_cost`, and without the small micro-batches, priced per micro-batch too:
-    `fit_small_micro_batch_costs`)."""
-    out = {}
+    `fit_small_micro_batch_costs`; the log-prob pass's less what its micro-batches cost: `fit_logprob_micro_batch_cost`,
+    returned with them)."""
     logit_ps = fit_logit_cost(zeroed) or 0.0
     checkpoint_s = fit_checkpoint_cost(zeroed) or 0.0
+    per_micro_batch = fit_logprob_micro_batch_cost(zeroed)
+    out = {}
     for phase, name in PASS_COSTS.items():
-        res = [_left(c, phase, logit_ps, checkpoint_s) for c in ok_cases(zeroed)
+        res = [_left(c, phase, logit_ps, checkpoint_s)
+               - (c.log_prob_micro_batches * per_micro_batch if phase == "old_log_prob" else 0.0)
+               for c in ok_cases(zeroed)
                if c.measured_phases.get(phase)
                and not (phase == "update_actor" and _update_priced_apart(c))]
         out[name] = statistics.median(res)
+    return out | {LOGPROB_MICRO_BATCH_COST: per_micro_batch}
+
+
+def logprob_micro_batch_residuals(zeroed: list[Case]) -> list[tuple[Case, float]]:
+    """Each ok trial with what its log-prob pass (old_log_prob) leaves above its FLOPs and unfused logits (seconds)."""
+    logit_ps = fit_logit_cost(zeroed) or 0.0
+    return [(c, _left(c, "old_log_prob", logit_ps)) for c in ok_cases(zeroed)
+            if c.measured_phases.get("old_log_prob") and c.log_prob_micro_batches]
+
+
+def _by_count(pairs: list[tuple[Case, float]]) -> dict[float, list[float]]:
+    out: dict[float, list[float]] = {}
+    for c, r in pairs:
+        out.setdefault(c.log_prob_micro_batches, []).append(r)
     return out
+
+
+def fit_logprob_micro_batch_cost(zeroed: list[Case]) -> float:
+    """LOGPROB_MICRO_BATCH_COST: the least-squares slope of what each trial's log-prob pass leaves
+    (`logprob_micro_batch_residuals`) on its micro-batch count (0: fewer than two counts)."""
+    pairs = logprob_micro_batch_residuals(zeroed)
+    if len({c.log_prob_micro_batches for c, _ in pairs}) < 2:
+        return 0.0
+    return statistics.linear_regression([c.log_prob_micro_batches for c, _ in pairs], [r for _, r in pairs]).slope
 
 
 def _left(c: Case, phase: str, logit_ps: float, checkpoint_s: float = 0.0) -> float:
@@ -227,6 +255,8 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
     overhead per GPU type (a GPU type it lacks: none)."""
     phases = dict(c.predicted_phases)
     added = {p: costs[name] for p, name in PASS_COSTS.items() if p in phases}
+    if "old_log_prob" in added:
+        added["old_log_prob"] += c.log_prob_micro_batches * costs.get(LOGPROB_MICRO_BATCH_COST, 0.0)
     if c.full_recompute and "update_actor" in added:
         added["update_actor"] += costs[RECOMPUTE_COST]
     if "update_actor" in added:
@@ -278,6 +308,7 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     update_pass_s = fit_pass_costs(zeroed)["update_pass_s"]
     recompute = recompute_residual(zeroed, update_pass_s) or 0.0
     one = micro_batch_costs(zeroed, update_pass_s)
+    per_micro_batch = logprob_micro_batch_residuals(zeroed)
     small = small_micro_batch_costs(zeroed, update_pass_s)
     logit = logit_costs(zeroed)
     pairs = checkpoint_pairs(zeroed)
@@ -289,7 +320,13 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
              f"under {SMALL_MICRO_BATCH_TOKENS} tokens and not single sequences, priced apart (below), full "
              "recompute's second forward being "
              f"priced as one more log-prob pass: the full-recompute trials without the CPU optimizer left "
-             f"{recompute:.2f} s above update_pass_s, `recompute_residual`), and so are "
+             f"{recompute:.2f} s above update_pass_s, `recompute_residual`; the log-prob pass's with "
+             f"{LOGPROB_MICRO_BATCH_COST} a micro-batch, `fit_logprob_micro_batch_cost`: the least-squares slope of "
+             f"what each of the {len(per_micro_batch)} trials' pass leaves on its micro-batch count, "
+             f"{fit_logprob_micro_batch_cost(zeroed):.3f} s, "
+             + ", ".join(f"{n:g} micro-batches {statistics.median(v):+.2f} s ({len(v)})"
+                         for n, v in sorted(_by_count(per_micro_batch).items()))
+             + " before it is priced: the median left at each count, trials in brackets), and so are "
              f"{MICRO_BATCH_COST} (`fit_micro_batch_cost`: what each update micro-batch of one sequence costs, the "
              "median over the trials without dynamic batching at ppo_micro_batch_size_per_gpu=1 of what their update "
              "leaves above update_pass_s per micro-batch: "
@@ -421,13 +458,15 @@ def recompute_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
 
 def pass_leftovers(zeroed: list[Case]) -> dict[tuple[str, str], dict[str, list[float]]]:
     """Per (size, GPU type), what its passes leave above their FLOPs (each trial predicted with the fixed costs
-    zeroed, less its unfused logits and selective recompute's checkpoints; seconds): each log-prob pass
-    ("old_log_prob"), each update without and with full recompute ("update", "update_full"; without micro-batches of
-    one sequence or small ones, priced apart), and each pair on one host that differs only in full recompute
-    (`recompute_pairs`, "full_less_others"): what full recompute's second forward leaves."""
+    zeroed, less its unfused logits and selective recompute's checkpoints; seconds): each log-prob pass, less its
+    micro-batches at `fit_logprob_micro_batch_cost` ("old_log_prob"), each update without and with full recompute
+    ("update", "update_full"; without micro-batches of one sequence or small ones, priced apart), and each pair on one
+    host that differs only in full recompute (`recompute_pairs`, "full_less_others"): what full recompute's second
+    forward leaves."""
     logit_ps, checkpoint_s = fit_logit_cost(zeroed) or 0.0, fit_checkpoint_cost(zeroed) or 0.0
     ok = ok_cases(zeroed)
     pairs = recompute_pairs(zeroed)
+    per_micro_batch = fit_logprob_micro_batch_cost(zeroed)
     out = {}
     for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
         cs = [c for c in ok if c.size == size and c.gpu == gpu]
@@ -437,8 +476,9 @@ def pass_leftovers(zeroed: list[Case]) -> dict[tuple[str, str], dict[str, list[f
         def updates(full: bool, group: list[Case] = cs, left: dict[str, float] = left) -> list[float]:
             return [left[c.source] for c in group if c.full_recompute == full and c.source in left]
 
-        out[size, gpu] = {"old_log_prob": [_left(c, "old_log_prob", logit_ps) for c in cs
-                                           if c.measured_phases.get("old_log_prob")],
+        out[size, gpu] = {"old_log_prob": [
+                              _left(c, "old_log_prob", logit_ps) - c.log_prob_micro_batches * per_micro_batch
+                              for c in cs if c.measured_phases.get("old_log_prob")],
                           "update": updates(False), "update_full": updates(True),
                           "full_less_others": [d for c, _, d in pairs if (c.size, c.gpu) == (size, gpu)]}
     return out
@@ -449,7 +489,8 @@ def fixed_costs(zeroed: list[Case]) -> list[str]:
     less or more (not its GEMMs' rate, which on the H200 is one for every size: benchmarks/gemm_shapes.py)."""
     lines = ["## What a pass leaves above its FLOPs, by size", "",
              "Each trial predicted with the fixed costs zeroed; the median of measured less predicted (less its "
-             "unfused logits and selective recompute's checkpoints), seconds, the trials in brackets. The model "
+             "unfused logits and selective recompute's checkpoints; a log-prob pass less its micro-batches at "
+             "logprob_micro_batch_s), seconds, the trials in brackets. The model "
              "charges every size one log-prob pass (logprob_pass_s) in old_log_prob, one update_pass_s in the update "
              "and one more log-prob pass for full recompute's second forward: the last column, over the pairs of "
              "trials on one host that differ only in full recompute (`recompute_pairs`: the median of steps 2 on; "

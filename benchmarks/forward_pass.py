@@ -96,6 +96,15 @@ def layer_flops(name: str, tokens: int, seq: int) -> tuple[float, float]:
     return gemm, attn
 
 
+def priced_flops(name: str, tokens: int, seq: int) -> float:
+    """Forward FLOPs of one layer as the time model counts them: its GEMMs and `attention_flops` (half of the causal
+    attention the GPU runs), which the fitted share prices."""
+    from autotune.estimate.throughput import attention_flops
+
+    m = get_model(name)
+    return layer_flops(name, tokens, seq)[0] + attention_flops(m, tokens, seq) / (3 * m.num_layers)
+
+
 def measure(name: str, tokens: int, seq: int, layers: int, head_tokens: int, dev) -> dict:
     import torch
 
@@ -243,18 +252,17 @@ def fit_layer_form(rows: list[dict], train: bool) -> tuple[float, float, float]:
     """(share of the peak of the GEMM and attention FLOPs, bytes a token per hidden unit, per FFN unit) of a layer's
     forward (or forward and backward), least squares in relative error over the whole-layer rows at 1k-token sequences:
     a layer's time is its FLOPs at the share plus its elementwise traffic at the HBM bandwidth (the time model's
-    forward_gemm / train_gemm and layer_bytes_forward / layer_bytes_train). The rows at longer sequences are left to
-    check it."""
+    forward_gemm / train_gemm and layer_bytes_forward / layer_bytes_train), the FLOPs counted as the model counts them
+    (`priced_flops`). The rows at longer sequences are left to check it."""
     import numpy as np
 
     passes = 3 if train else 1
     a, y, w = [], [], []
     for r in (r for r in layer_rows(rows) if r["seq"] == 1024):
         m = get_model(r["model"])
-        gemm, attn = layer_flops(r["model"], r["tokens"], r["seq"])
         measured = r["layer_fwd_bwd_s" if train else "layer_fwd_s"]
-        a.append([passes * (gemm + attn) / PEAK_FLOPS, r["tokens"] * m.hidden_size / HBM_BYTES_S,
-                  r["tokens"] * m.ffn_hidden_size / HBM_BYTES_S])
+        a.append([passes * priced_flops(r["model"], r["tokens"], r["seq"]) / PEAK_FLOPS,
+                  r["tokens"] * m.hidden_size / HBM_BYTES_S, r["tokens"] * m.ffn_hidden_size / HBM_BYTES_S])
         y.append(measured)
         w.append(1 / measured)
     sol = np.linalg.lstsq(np.array(a) * np.array(w)[:, None], np.array(y) * np.array(w), rcond=None)[0]

@@ -51,6 +51,8 @@ RECOMPUTE_COST = "logprob_pass_s"
 MICRO_BATCH_COST = "micro_batch_of_one_s"
 # ... and one under SMALL_MICRO_BATCH_TOKENS of more than one sequence, fixed or of a dynamic budget (Case.small_kind)
 SMALL_COSTS = SMALL_MICRO_BATCH_COSTS
+# ... and what each log-prob micro-batch costs beyond its FLOPs (old_log_prob, Case.log_prob_micro_batches) ...
+LOGPROB_MICRO_BATCH_COST = "logprob_micro_batch_s"
 # ... and the host's overhead a decode step with CUDA graphs, per GPU type (gen: seconds per decode step, hidden
 # under a longer GPU replay: decode_step_seconds)
 ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_graph_by_gpu": ()}
@@ -62,7 +64,7 @@ CHECKPOINT_COST = "selective_checkpoint_s"
 # ... and the rate of Megatron's CPU optimizer step (update_actor: parameters a second, Case.cpu_adam_params; not
 # zeroed: a case is predicted at the model's rate, a refit's rate replaces it)
 CPU_ADAM_RATE = "cpu_adam_params_per_s"
-ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, MICRO_BATCH_COST: 0.0,
+ZEROED = {**{name: 0.0 for name in PASS_COSTS.values()}, MICRO_BATCH_COST: 0.0, LOGPROB_MICRO_BATCH_COST: 0.0,
           **{name: 0.0 for name in SMALL_COSTS.values()}, LOGIT_COST: 0.0, CHECKPOINT_COST: 0.0,
           **ZERO_OVERHEAD}  # the refit's
 # Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences (micro-batches of 2 sequences, a 4k
@@ -103,6 +105,7 @@ class Case:
     decode_steps: float = 0.0  # the predicted gen's decode steps: seconds gen gains per second of per-step overhead
     decode_gpu_step_s: float = 0.0  # the GPU's work a decode step (CUDA graphs): a shorter host overhead hides under it
     micro_batches_of_one: float = 0.0  # update micro-batches of one sequence: what MICRO_BATCH_COST is paid on
+    log_prob_micro_batches: float = 0.0  # a log-prob pass's micro-batches: what LOGPROB_MICRO_BATCH_COST is paid on
     update_micro_batch_tokens: float = 0.0  # tokens of a typical update micro-batch (the time model's)
     small_micro_batches: float = 0.0  # small update micro-batches (throughput.small_micro_batches): SMALL_COSTS's
     small_kind: str = ""  # which of SMALL_COSTS they pay: "dynamic" (a token budget) or "fixed"; "" without them
@@ -219,6 +222,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         gpu=setup.cluster.gpu.name,
         decode_steps=thr.decode_steps if thr else 0.0, decode_gpu_step_s=thr.decode_gpu_step_s if thr else 0.0,
         micro_batches_of_one=micro_batches_of_one(job, cand, plan) if plan else 0.0,
+        log_prob_micro_batches=plan.log_prob_micro_batches if plan else 0.0,
         update_micro_batch_tokens=plan.update_tokens_typical if plan else 0.0,
         small_micro_batches=small, small_kind=small_micro_batch_kind(cand) if small else "",
         checkpointed_layers=checkpointed_layers(setup.model, job, cand, plan) if plan else 0.0,

@@ -27,7 +27,9 @@ def test_the_timing_needs_a_gpu() -> None:
 
 
 def test_a_layer_counts_the_flops_verl_counts() -> None:
-    """A layer's GEMM FLOPs are the time model's: 2 x tokens x its GEMM weights (layer_gemm_params)."""
+    """A layer's GEMM FLOPs are the time model's: 2 x tokens x its GEMM weights (layer_gemm_params); the layer form is
+    fitted with attention as the model counts it (`priced_flops`: half of the 2 x tokens x sequence x q the GPU runs a
+    layer forward under the causal mask; until 2026-12-02 it was fitted with the GPU's count and priced with half)."""
     from autotune.candidate import Candidate
     from autotune.estimate.throughput import layer_gemm_params
     from autotune.model import get_model
@@ -35,6 +37,7 @@ def test_a_layer_counts_the_flops_verl_counts() -> None:
     gemm, attn = forward_pass.layer_flops("qwen2.5-7b", 8192, 1024)
     assert gemm == pytest.approx(2 * 8192 * layer_gemm_params(get_model("qwen2.5-7b"), Candidate()), rel=1e-3)
     assert attn == 2 * 2 * 8192 * 1024 / 2 * 3584
+    assert forward_pass.priced_flops("qwen2.5-7b", 8192, 1024) == pytest.approx(gemm + attn / 2)
 
 
 def test_what_is_not_a_gemm_weighs_less_in_a_larger_layer() -> None:
@@ -55,9 +58,11 @@ def test_the_time_models_layer_form_is_fitted_on_the_timed_layers() -> None:
     """Efficiency's forward_gemm, train_gemm, layer_bytes_forward and layer_bytes_train are the fit of the timed rows
     (fit_layer_form), and with them every 1k-sequence row's forward is within 7 % of its time and every forward and
     backward within 11 %: a layer is its GEMM and attention FLOPs at one rate and its elementwise traffic growing with
-    its widths, at every size from the 0.5B to the 32B. Checked where it was not fitted: the 0.5B's, 7B's and 32B's
-    layers at 4k- and 8k-token sequences, within 13 % (under: PyTorch's flash attention, the longer sequences' larger
-    share, runs below the GEMMs' rate)."""
+    its widths, at every size from the 0.5B to the 32B (attention as the model counts it: `priced_flops`). Checked
+    where it was not fitted: the 0.5B's, 7B's and 32B's layers at 4k- and 8k-token sequences, within 16 % forward and
+    21 % forward and backward (under: the model prices half the causal attention the GPU runs, whose share grows with
+    the sequence, and PyTorch's flash attention runs below the GEMMs' rate; 13 % when the fit and the model both
+    counted it whole, which cost the Megatron-core probes' first launches: search_efficiency.md)."""
     from autotune.estimate.throughput import DEFAULT_EFFICIENCY as eff
     from autotune.estimate.throughput import elementwise_seconds
     from autotune.model import get_model
@@ -70,11 +75,11 @@ def test_the_time_models_layer_form_is_fitted_on_the_timed_layers() -> None:
         passes = 3 if train else 1
         for r in timed + longer:
             m = get_model(r["model"])
-            gemm, attn = forward_pass.layer_flops(r["model"], r["tokens"], r["seq"])
+            flops = forward_pass.priced_flops(r["model"], r["tokens"], r["seq"])
             traffic = elementwise_seconds(m, r["tokens"], 1, forward_pass.HBM_BYTES_S, per_unit) / m.num_layers
-            model = passes * (gemm + attn) / (share * forward_pass.PEAK_FLOPS) + traffic
+            model = passes * flops / (share * forward_pass.PEAK_FLOPS) + traffic
             measured = r["layer_fwd_bwd_s" if train else "layer_fwd_s"]
-            bound = 0.13 if r in longer else 0.11 if train else 0.07  # the longer rows were not fitted
+            bound = (0.21 if train else 0.16) if r in longer else 0.11 if train else 0.07  # longer ones: not fitted
             assert abs(model / measured - 1) < bound, (r["model"], r["tokens"], r["seq"], train)
 
 

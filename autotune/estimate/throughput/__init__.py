@@ -28,6 +28,7 @@ from autotune.estimate.throughput._constants import (
 from autotune.estimate.throughput._step import (
     ThroughputEstimate,
     active_params,
+    attention_flops,
     checkpointed_layers,
     decode_step_seconds,
     decode_weights,
@@ -58,6 +59,7 @@ __all__ = [
     "VERL_04_EFFICIENCY",
     "Workload",
     "active_params",
+    "attention_flops",
     "checkpointed_layers",
     "decode_step_seconds",
     "decode_weights",

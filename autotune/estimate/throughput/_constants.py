@@ -45,10 +45,13 @@ class Efficiency:
     # attention, timed alone at 1k-16k-token sequences (forward_pass_h200_attention.json), runs at 0.21-0.47 of the
     # peak forward and backward, but priced so it put the Megatron-core probes' 4k budget ahead of their 8k one (the
     # 1.5B on one H200, measured 8 % the other way: Transformer Engine's cuDNN attention is not PyTorch's), and the
-    # layers at 4k- and 8k-token sequences are within 13 % without it (forward_pass_h200_long.json).
+    # layers at 4k- and 8k-token sequences are within 16 % (21 % forward and backward) without it
+    # (forward_pass_h200_long.json).
     # (0, 0): the share form (the verl 0.4-era tables', VERL_04_EFFICIENCY, on which it was fitted).
-    layer_bytes_forward: tuple[float, float] = (153.2, 20.9)
-    layer_bytes_train: tuple[float, float] = (298.1, 72.1)
+    # Fitted with attention as the model counts it (attention_flops, half of the GPU's; 2026-12-02: fitted with the
+    # GPU's count, 153.2 / 298.1 a hidden unit, the model had priced half the attention it was fitted with).
+    layer_bytes_forward: tuple[float, float] = (160.2, 20.9)
+    layer_bytes_train: tuple[float, float] = (319.5, 72.1)
     forward_gemm: float = 0.713
     train_gemm: float = 0.697
     tokens_half: float = 1024.0  # micro-batch size (tokens) at which GEMM efficiency halves
@@ -135,8 +138,17 @@ class Efficiency:
     # (unfused_logit_ps), whose 1 s a pass this median took in, it is 2.27 s over the fifty-eight steps of leases 3 to
     # 29 (2.42 s with it unpriced; held out without the 7B 2.35 s, 2.63 s before). With each pass's GPU work priced by
     # the layer form (layer_bytes_forward, 2026-12-01), every size leaves one figure above it, the 7B too (2.1-2.8 s,
-    # the 7B's 2.4 s where the share form left it 1.0 s): 2.50 s over the 197 measured trials.
-    logprob_pass_s: float = 2.50
+    # the 7B's 2.4 s where the share form left it 1.0 s): 2.50 s over the 197 measured trials; 2.13 s over 199 with
+    # each micro-batch priced apart (logprob_micro_batch_s, below: the trials' two to five micro-batches a pass were in
+    # it) and the layer form refitted with attention as the model counts it (layer_bytes_forward, 2026-12-02).
+    logprob_pass_s: float = 2.13
+    # ... and each of its micro-batches (the forward's kernels launched again, its logits' log-softmax and entropy, the
+    # engine's packing and unpacking of one micro-batch): the passes of many small micro-batches left more above the
+    # model than the dynamic budgets' two to five did, at every size (2026-12-02, lease 55's 7B at log-prob
+    # micro-batches of 4: 3.2 s above the same host's pick): fixed micro-batches of 4 sequences (32 a step) 2.2 s,
+    # of 8 (16) 0.5 s, an 8k budget (19) 1.8 s, against -0.2 s at two. Fitted with logprob_pass_s
+    # (benchmarks/calibration.py fit_logprob_micro_batch_cost: least squares of what a pass leaves on its count).
+    logprob_micro_batch_s: float = 0.069
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
     # reductions): 3.3-6.9 s above the FLOP time over the twenty trials without the CPU optimizer, full recompute
     # (whose second forward is priced on its own: estimate_throughput), micro-batches of one sequence (priced on
@@ -162,8 +174,9 @@ class Efficiency:
     # With the GEMMs' latency priced by layer size (tokens_half_layer_params, lease 53) the larger sizes' updates
     # are priced nearer their GEMMs' full rate, and the fit over every trial rose to 5.00 s; with the layer form
     # (layer_bytes_train, 2026-12-01) 4.91 s, the 7B's updates (all with the CPU optimizer) leaving what the others'
-    # do (4.0-6.3 s a size, the 7B's 6.0 s, where the share form left it 4.0 s).
-    update_pass_s: float = 4.91
+    # do (4.0-6.3 s a size, the 7B's 6.0 s, where the share form left it 4.0 s); 4.89 s with the layer form refitted
+    # with attention as the model counts it (layer_bytes_train, 2026-12-02).
+    update_pass_s: float = 4.89
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -219,8 +232,8 @@ class Efficiency:
     # tokens_half the model priced the 7B's micro-batches of 2 at 0.59 of its GEMMs' full rate, which they run at
     # 0.97 (tokens_half_layer_params). Priced by layer size, the 7B's two leave 0.07 and 0.09 s a micro-batch, within
     # the smaller sizes' spread, and the fit over every trial is 0.126 and 0.175 s (0.131 and 0.175 s with the layer
-    # form).
-    small_micro_batch_s: float = 0.131
+    # form; 0.130 and 0.175 s refitted with attention as the model counts it, 2026-12-02).
+    small_micro_batch_s: float = 0.130
     small_budget_micro_batch_s: float = 0.175
     # Selective recompute checkpoints each layer's core attention (and its MLP with recompute_modules=[core_attn,mlp])
     # in every update micro-batch, and that costs this much a layer and micro-batch beyond the recomputed FLOPs (3% of
@@ -240,7 +253,8 @@ class Efficiency:
     # Transformer Engine's unfused attention (the doctor's fallback where cuDNN's fused attention fails) runs the
     # attention's FLOPs at this rate: its [heads, s, s] scores padded to the longest sequence, fp32 softmax, no
     # fusion. Measured on the H100 (TFLOP/s): the 0.5B old_log_prob took 6.4 s unfused (lease 3b #0) and 2.7 s fused
-    # (lease 4 #0) at the same budgets: 3.7 s for its 3.9e12 attention FLOPs (benchmarks/results/calibration.md).
+    # (lease 4 #0) at the same budgets: 3.7 s for its 3.9e12 attention FLOPs as attention_flops counts them
+    # (benchmarks/results/calibration.md).
     unfused_attn_tflops: float = 1.1
     # Without verl's fused kernels (use_fused_kernels=false; the attention backend is another knob, priced above) a
     # log-prob pass materialises the logits over the whole vocabulary and computes log-probs and entropy from them in
@@ -289,11 +303,12 @@ SMALL_MICRO_BATCH_COSTS = {"fixed": "small_micro_batch_s", "dynamic": "small_bud
 REFERENCE_TFLOPS = 989.0  # H100 SXM bf16: the GPU the efficiencies were calibrated on
 DEFAULT_EFFICIENCY = Efficiency()
 # The verl 0.4-era tables (verl_megatron_practice) ran verl 0.4's Megatron workers, not verl 0.9.1's engine, whose
-# cost per small update micro-batch the campaign measured: grpo_qwen2.5_7b #7/#8 (8 H100s, TP 4, micro-batches of 2
-# sequences, 2,048 a step at the Workload's lengths) ran its update in 300 s, 0.034 s a micro-batch above the model
-# without that cost. Nor did their vLLM schedule a decode step while the GPU replayed the one before: #8, the one row
-# with CUDA graphs, would step 64 s faster than #7 that way (its offload's cost in), where it measured 29 s. Those
-# tables are judged with this (benchmarks/throughput_rank.py, offload_pairs.py), as their memory is with
-# MCORE_013_CALIBRATION.
+# cost per small update micro-batch (and per log-prob micro-batch) the campaign measured: grpo_qwen2.5_7b #7/#8 (8
+# H100s, TP 4, micro-batches of 2 sequences, 2,048 a step at the Workload's lengths) ran its update in 300 s, 0.034 s
+# a micro-batch above the model without that cost. Nor did their vLLM schedule a decode step while the GPU replayed
+# the one before: #8, the one row with CUDA graphs, would step 64 s faster than #7 that way (its offload's cost in),
+# where it measured 29 s. Those tables are judged with this (benchmarks/throughput_rank.py, offload_pairs.py), as
+# their memory is with MCORE_013_CALIBRATION.
 VERL_04_EFFICIENCY = replace(DEFAULT_EFFICIENCY, small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0,
-                             decode_overlap=False, layer_bytes_forward=(0.0, 0.0), layer_bytes_train=(0.0, 0.0))
+                             logprob_micro_batch_s=0.0, decode_overlap=False, layer_bytes_forward=(0.0, 0.0),
+                             layer_bytes_train=(0.0, 0.0))

@@ -175,7 +175,12 @@ def moe_dispatch_s(m: ModelArch, cl: Cluster, c: Candidate, tokens: float, eff: 
 
 
 def attention_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
-    """Causal attention's score and context products (halved), forward and backward, per optimizer pass."""
+    """Causal attention's score and context products, forward and backward, per optimizer pass, priced at the GEMMs'
+    rate: q x tokens x sequence a layer forward, half of what flash attention runs under the causal mask (and verl
+    0.9.1's flops counter counts). Counted whole (2026-12-02), the Megatron-core probes' first launches fell to 0.85-
+    0.93 of their best on three landscapes (a smaller token budget put ahead of the larger one Transformer Engine's
+    cuDNN attention measured faster), as PyTorch's slower flash-attention rate did on one (2026-12-01):
+    search_efficiency.md."""
     return 6 * m.num_layers * m.q_size * tokens * seq_len / 2
 
 
@@ -186,7 +191,7 @@ def decode_step_seconds(host_s: float, gpu_s: float, overlap: bool) -> float:
 
 
 def train_flops(m: ModelArch, tokens: float, seq_len: float) -> float:
-    """verl's flops_counter: 6 * tokens * matmul params + causal attention (halved), per optimizer pass."""
+    """6 * tokens * matmul params + causal attention as priced (attention_flops), per optimizer pass."""
     matmul = active_params(m) - m.vocab_size * m.hidden_size * (0 if m.tie_word_embeddings else 1)
     return 6 * tokens * matmul + attention_flops(m, tokens, seq_len)
 
@@ -359,7 +364,7 @@ def estimate_throughput(
     fwd *= 1 + ((c.pp - 1) / plan.log_prob_micro_batches if c.pp > 1 else 0.0)
     fwd += moe_dispatch_s(m, cl, c, tokens, eff)
     fwd += unfused_s / 3
-    fwd += eff.logprob_pass_s
+    fwd += eff.logprob_pass_s + plan.log_prob_micro_batches * eff.logprob_micro_batch_s
     logits = unfused_logits_by_phase(m, cl, job, c, tokens)
     fwd += logits.get("old_log_prob", 0.0) * eff.unfused_logit_ps * 1e-12  # ref's pass is the same
     update += logits.get("update_actor", 0.0) * eff.unfused_logit_ps * 1e-12
