@@ -41,11 +41,13 @@ def test_run_status_best_export_roundtrip(capsys, db, tmp_path):
 
 
 def test_run_says_why_its_best_is_not_its_fastest(capsys, db):
-    """The README's example study: its fastest trial is at the memory limit and a safe one within the model's error of
-    it is the best; `run` says so, as `best` does, and its JSON names the trial passed over."""
+    """The README's example of it (the 14B on the default 8 x H100 node, two trials): its fastest trial is at the memory
+    limit and a safe one within the model's error of it is the best; `run` says so, as `best` does, and its JSON names
+    the trial passed over. (The README's first command, the 7B, ended that way until 2026-12-02, when a log-prob pass's
+    micro-batches were priced: its at-limit trial is 2.1 % faster, outside the 2 %.)"""
     from autotune.store.store import Store
 
-    code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "2")
+    code, out, _ = run(capsys, "run", "--model", "qwen2.5-14b", "--storage", db, "--n-trials", "2")
     assert code == 0
     store = Store(db)
     name = store.list_studies()[0].name
@@ -57,7 +59,7 @@ def test_run_says_why_its_best_is_not_its_fastest(capsys, db):
     assert out.index(f"best: trial {best.number},") < out.index(line)
     code, out, _ = run(capsys, "best", "--storage", db)
     assert code == 0 and why in out  # the same words
-    code, out, _ = run(capsys, "run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "2", "--json")
+    code, out, _ = run(capsys, "run", "--model", "qwen2.5-14b", "--storage", db, "--n-trials", "2", "--json")
     doc = json.loads(out)["best"]
     assert doc["trial"] == best.number and doc["preferred_over"]["trial"] == fastest.number
 
