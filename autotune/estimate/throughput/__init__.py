@@ -8,8 +8,9 @@ least as many steps as the longest response), old_log_prob and ref (the forward'
 GEMMs, attention and elementwise traffic as a GPU timed them, benchmarks/forward_pass.py; plus verl 0.9.1's engine cost
 per pass and per micro-batch), update_actor (the same forward and backward, TP/CP/DP communication, MoE all-to-all,
 pipeline bubble, recompute and selective recompute's checkpoint per layer and micro-batch, the engine's cost per pass,
-the CPU optimizer per mini-batch), update_weights (reshard: local on one unsharded GPU). Error against measured tables: benchmarks/step_time_error.py (the band shown with every prediction);
-rank correlation: benchmarks/throughput_rank.py.
+the CPU optimizer per mini-batch), update_weights (reshard: local on one unsharded GPU). Error against measured
+tables: benchmarks/step_time_error.py (the band shown with every prediction); rank correlation:
+benchmarks/throughput_rank.py.
 
 The constants, each with where it was fitted, are in `_constants.py`; the phases' arithmetic in `_step.py`.
 """
