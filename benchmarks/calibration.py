@@ -61,9 +61,7 @@ def fit_pass_costs(zeroed: list[Case]) -> dict[str, float]:
     per_micro_batch = fit_logprob_micro_batch_cost(zeroed)
     out = {}
     for phase, name in PASS_COSTS.items():
-        res = [_left(c, phase, logit_ps, checkpoint_s)
-               - (c.log_prob_micro_batches * per_micro_batch if phase == "old_log_prob" else 0.0)
-               for c in ok_cases(zeroed)
+        res = [_left(c, phase, logit_ps, checkpoint_s, per_micro_batch) for c in ok_cases(zeroed)
                if c.measured_phases.get(phase)
                and not (phase == "update_actor" and _update_priced_apart(c))]
         out[name] = statistics.median(res)
@@ -93,12 +91,14 @@ def fit_logprob_micro_batch_cost(zeroed: list[Case]) -> float:
     return statistics.linear_regression([c.log_prob_micro_batches for c, _ in pairs], [r for _, r in pairs]).slope
 
 
-def _left(c: Case, phase: str, logit_ps: float, checkpoint_s: float = 0.0) -> float:
-    """Measured minus predicted (zeroed) of a phase, less what its unfused logits cost at `logit_ps` and (the update)
-    its selective recompute's checkpoints at `checkpoint_s`."""
+def _left(c: Case, phase: str, logit_ps: float, checkpoint_s: float = 0.0, micro_batch_s: float = 0.0) -> float:
+    """Measured minus predicted (zeroed) of a phase, less what its unfused logits cost at `logit_ps`, (the update)
+    its selective recompute's checkpoints at `checkpoint_s` and (the log-prob pass) its micro-batches at
+    `micro_batch_s`."""
     return (c.measured_phases[phase] - c.predicted_phases[phase]
             - c.unfused_logits.get(phase, 0.0) * logit_ps * 1e-12
-            - (c.checkpointed_layers * checkpoint_s if phase == "update_actor" else 0.0))
+            - (c.checkpointed_layers * checkpoint_s if phase == "update_actor" else 0.0)
+            - (c.log_prob_micro_batches * micro_batch_s if phase == "old_log_prob" else 0.0))
 
 
 def _pairs(zeroed: list[Case], keys: frozenset[str], base: Callable[[Case], bool], other: Callable[[Case], bool]
@@ -305,7 +305,8 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     """Per model size and overall: median |error| per phase and of the step with the global constants and with the
     fitted ones held out, Spearman per size, and whether issue 23's targets are met."""
     held, fits = held_out(zeroed)
-    update_pass_s = fit_pass_costs(zeroed)["update_pass_s"]
+    costs = fit_pass_costs(zeroed)
+    update_pass_s = costs["update_pass_s"]
     recompute = recompute_residual(zeroed, update_pass_s) or 0.0
     one = micro_batch_costs(zeroed, update_pass_s)
     per_micro_batch = logprob_micro_batch_residuals(zeroed)
@@ -323,7 +324,7 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
              f"{recompute:.2f} s above update_pass_s, `recompute_residual`; the log-prob pass's with "
              f"{LOGPROB_MICRO_BATCH_COST} a micro-batch, `fit_logprob_micro_batch_cost`: the least-squares slope of "
              f"what each of the {len(per_micro_batch)} trials' pass leaves on its micro-batch count, "
-             f"{fit_logprob_micro_batch_cost(zeroed):.3f} s, "
+             f"{costs[LOGPROB_MICRO_BATCH_COST]:.3f} s, "
              + ", ".join(f"{n:g} micro-batches {statistics.median(v):+.2f} s ({len(v)})"
                          for n, v in sorted(_by_count(per_micro_batch).items()))
              + " before it is priced: the median left at each count, trials in brackets), and so are "
@@ -476,9 +477,8 @@ def pass_leftovers(zeroed: list[Case]) -> dict[tuple[str, str], dict[str, list[f
         def updates(full: bool, group: list[Case] = cs, left: dict[str, float] = left) -> list[float]:
             return [left[c.source] for c in group if c.full_recompute == full and c.source in left]
 
-        out[size, gpu] = {"old_log_prob": [
-                              _left(c, "old_log_prob", logit_ps) - c.log_prob_micro_batches * per_micro_batch
-                              for c in cs if c.measured_phases.get("old_log_prob")],
+        out[size, gpu] = {"old_log_prob": [_left(c, "old_log_prob", logit_ps, micro_batch_s=per_micro_batch)
+                                           for c in cs if c.measured_phases.get("old_log_prob")],
                           "update": updates(False), "update_full": updates(True),
                           "full_less_others": [d for c, _, d in pairs if (c.size, c.gpu) == (size, gpu)]}
     return out
