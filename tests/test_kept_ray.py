@@ -17,8 +17,8 @@ import pytest
 from autotune import verl
 from autotune.job import Job
 from autotune.results.timeline import KEPT_RAY_UP, Timeline, study_time
-from autotune.runners.node import ray_head
-from autotune.runners.node.procs import RECORD
+from autotune.runners.node import ray_cli, ray_head
+from autotune.runners.node.procs import RECORD, all_procs
 from autotune.runners.verl import VerlOptions, VerlRunner
 from tests.conftest import make_setup
 from tests.fake_verl import ENTRY, env_for, fast_options, make_spec, pid_alive
@@ -33,6 +33,13 @@ def kept_setup():
     """Two GPUs (declared by the head through CUDA_VISIBLE_DEVICES; this machine has none) and the CPUs verl's pool
     asks for (3 per GPU, and the TaskRunner's): the job's ray_kwargs.ray_init.num_cpus, which the head takes."""
     return make_setup(gpus=2, job=Job.from_mapping({verl.RAY_NUM_CPUS: 8}))
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def argv_of(spec) -> dict[str, str]:
@@ -66,6 +73,9 @@ def test_trials_join_one_kept_head_a_leftover_worker_restarts_it_and_close_stops
         assert first.extra["cleanup"]["ray_workers_s"] < 15.0 and "ray_head_stopped" not in first.extra["cleanup"]
         record = tmp_path / ray_head.HEAD_DIR / RECORD
         assert json.loads(record.read_text())["root_pid"] == head.pid  # kill-safe while it runs
+        session = [cmdline(p.pid) for p in all_procs() if p.sid == head.pid]
+        assert any("gcs_server" in c for c in session) and any("raylet" in c for c in session)
+        assert not any("ray.util.client.server" in c for c in session)  # no Ray Client server: trials join the GCS
 
         # the second trial joins the same head and starts no Ray; its detached actor outlives the job
         second = runner.run(specs[1])
@@ -176,6 +186,26 @@ def test_a_head_that_exited_while_starting_is_started_again(tmp_path: Path, monk
     ray = ray_head.KeptRay()
     calls = starts(ray_head.HeadError("`ray start --head` was not up after 180 s"))
     assert ray.join({}, 1, None, tmp_path)[0] == "private" and len(calls) == 1
+
+
+def test_the_heads_ray_start_waits_for_its_raylet_past_rays_fixed_30_s() -> None:
+    """CI lost the orphan test to three `ray start` exits in a row (Ray's fixed 30 s wait for the raylet, a loaded
+    2-core machine): ray_cli.py retries Ray's node lookup up to its own wait, bounded by autotune's start timeout."""
+    now = [0.0]
+
+    def get_node(address: str, node_id: str) -> dict[str, str]:
+        now[0] += 10.0  # each lookup 10 s later: registered at 40 s, past Ray's 30
+        if now[0] < 40.0:
+            raise RuntimeError("node not found")
+        return {"address": address, "node_id": node_id}
+
+    assert ray_cli.patient(get_node, 150.0, poll_s=0.0, clock=lambda: now[0])("gcs", "n1")["node_id"] == "n1"
+    now[0] = 0.0
+    with pytest.raises(RuntimeError):  # past its own wait it raises as Ray's does, and Ray then exits
+        ray_cli.patient(get_node, 15.0, poll_s=0.0, clock=lambda: now[0])("gcs", "n1")
+    assert now[0] == 20.0
+    start = ray_head._RAY_START
+    assert Path(start[1]) == Path(ray_cli.__file__) and start[2] == f"--node-wait-s={ray_head.START_TIMEOUT_S - 30:g}"
 
 
 def test_the_cli_flag_reaches_the_runner() -> None:

@@ -49,9 +49,8 @@ from autotune.verl import shims
 TRIAL_ENV = "AUTOTUNE_RAY_TRIAL"  # in every Ray worker process of a trial's attempt (runtime_env env_vars)
 HEAD_DIR = "ray_head"  # in the study's folder: the head's record and `ray start`'s output
 START_TIMEOUT_S = 180.0  # `ray start` on a loaded node takes seconds; past this the trial uses a private Ray
-# `ray start` runs that may exit by themselves before the trials fall back to a private Ray: Ray waits a fixed 30 s for
-# its raylet to register, which a loaded 2-core machine missed twice in a row (2026-12-01, beside the test suite's
-# other worker)
+# `ray start` runs that may exit by themselves before the trials fall back to a private Ray (a loaded 2-core machine
+# missed Ray's own 30 s wait for its raylet twice in a row on 2026-12-01, and three times in CI, before ray_cli.py)
 START_ATTEMPTS = 3
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 # Ray's temp dirs of autotune's own (a private Ray, a kept head): short, for Ray's socket paths (< 108 bytes)
@@ -195,6 +194,9 @@ def _has_token(env: Mapping[str, str]) -> bool:
 
 
 _RAY_CLI = (sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()")
+# `ray start` as the head runs it (ray_cli.py): Ray's wait for its raylet bounded by START_TIMEOUT_S, not Ray's fixed
+# 30 s, and no Ray Client server
+_RAY_START = (sys.executable, str(Path(__file__).with_name("ray_cli.py")), f"--node-wait-s={START_TIMEOUT_S - 30:g}")
 
 
 class KeptRay:
@@ -256,10 +258,11 @@ class KeptRay:
         temp_dir = self._temp_dir = private_tmp()
         folder = study_dir / HEAD_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        port, client, listen, grpc, metrics, runtime_env = _free_ports(6)
-        argv = [*_RAY_CLI, "start", "--head", "--block", f"--port={port}", f"--temp-dir={temp_dir}",
-                f"--num-gpus={gpus}", "--include-dashboard=false", "--disable-usage-stats",
-                f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={listen}",
+        # every port its own: Ray's defaults (the API server's 8265 among them) clash with another head on the node
+        port, api, listen, grpc, metrics, runtime_env = _free_ports(6)
+        argv = [*_RAY_START, "start", "--head", "--block", f"--port={port}", f"--temp-dir={temp_dir}",
+                f"--num-gpus={gpus}", "--include-dashboard=false", "--disable-usage-stats", f"--dashboard-port={api}",
+                f"--dashboard-agent-listen-port={listen}",
                 f"--dashboard-agent-grpc-port={grpc}", f"--metrics-export-port={metrics}",
                 f"--runtime-env-agent-port={runtime_env}", *([f"--num-cpus={cpus}"] if cpus is not None else [])]
         log = folder / "ray_start.log"
