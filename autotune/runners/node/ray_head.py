@@ -193,6 +193,21 @@ def _has_token(env: Mapping[str, str]) -> bool:
     return path.is_file() and bool(path.read_text().strip())
 
 
+def _keep_session_logs(temp_dir: str, dest: Path, keep_bytes: int = 200_000) -> Path | None:
+    """The text logs of a head's session that did not come up (raylet, GCS, agents), each its last keep_bytes, kept in
+    the study's folder: its temp dir goes with the head."""
+    logs = Path(temp_dir) / "session_latest" / "logs"
+    files = [f for f in logs.glob("*") if f.suffix in (".out", ".err", ".log") and f.is_file()] if logs.is_dir() else []
+    if not files:
+        return None
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        with f.open("rb") as src:
+            src.seek(max(f.stat().st_size - keep_bytes, 0))
+            (dest / f.name).write_bytes(src.read())
+    return dest
+
+
 _RAY_CLI = (sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()")
 # `ray start` as the head runs it (ray_cli.py): Ray's wait for its raylet bounded by START_TIMEOUT_S, not Ray's fixed
 # 30 s, and no Ray Client server
@@ -277,8 +292,10 @@ class KeptRay:
             if not self.alive() or time.monotonic() - t0 > START_TIMEOUT_S:
                 why = "exited" if not self.alive() else f"was not up after {START_TIMEOUT_S:g} s"
                 tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+                kept = _keep_session_logs(temp_dir, folder / f"failed_start_{time.strftime('%Y%m%d-%H%M%S')}")
                 self.stop()
-                raise HeadError(f"`ray start --head` {why} ({log}): {' | '.join(tail)}", exited=why == "exited")
+                raise HeadError(f"`ray start --head` {why} ({log}; the session's logs: {kept}): {' | '.join(tail)}",
+                                exited=why == "exited")
             time.sleep(0.1)
         self.head = Head(written.read_text().strip(), self._proc.pid, temp_dir, gpus, cpus, key)
         if not self._atexit:  # a tuner ending without close() (an uncaught error) stops it too; SIGKILL: the record
