@@ -1,11 +1,13 @@
-"""The kept Ray head's start under CPU load: autotune's `ray start` (runners/node/ray_cli.py: its raylet waited for
-past Ray's fixed 30 s, no Ray Client server) against Ray's CLI as is, alternately in the same run.
+"""The kept Ray head's start under CPU load: autotune's `ray start` (runners/node/ray_cli.py: the raylet told its
+dashboard agent's port, a live raylet waited for past Ray's fixed 30 s, no Ray Client server) against Ray's CLI as is,
+alternately in the same run.
 
     python -m benchmarks.ray_head_start [--rounds 5] [--load 4]
 
 `--load` busy loops run throughout (on this 2-core machine: the test suite's other worker and more). Each round
 starts one head of each kind, one attempt (`KeptRay._start`, not the retries of `ensure`), and times it to the
-cluster's address written; a start whose raylet missed its wait exits by itself and counts as exited.
+cluster's address written; a start whose raylet aborted or missed its registration exits by itself and counts as
+exited.
 Results: benchmarks/results/ray_head_start.md.
 """
 
@@ -86,7 +88,8 @@ def main() -> None:
         f"`python -m benchmarks.ray_head_start --rounds {args.rounds} --load {args.load}`, {os.cpu_count()} cores, "
         f"{args.load} busy loops throughout, the two kinds alternately, one attempt each (a start whose "
         "raylet has not registered in time exits: Ray's CLI gives it a fixed 30 s, ray_cli.py "
-        f"{ray_head.START_TIMEOUT_S - 30:g} s).",
+        f"{ray_head.START_TIMEOUT_S - 30:g} s; Ray's raylet aborts where its dashboard agent has not written its port "
+        "within 15 s, ray_cli.py tells it the port).",
         "",
         "| `ray start` | came up | median s | each start, s |",
         "|---|---|---|---|",

@@ -76,6 +76,9 @@ def test_trials_join_one_kept_head_a_leftover_worker_restarts_it_and_close_stops
         session = [cmdline(p.pid) for p in all_procs() if p.sid == head.pid]
         assert any("gcs_server" in c for c in session) and any("raylet" in c for c in session)
         assert not any("ray.util.client.server" in c for c in session)  # no Ray Client server: trials join the GCS
+        listen = next(a for a in cmdline(head.pid).split() if a.startswith("--dashboard-agent-listen-port="))
+        raylet = [c for c in session if "raylet/raylet " in c]  # told the port: it does not wait for the agent
+        assert len(raylet) == 1 and f"--dashboard_agent_listen_port={listen.split('=')[1]}" in raylet[0].split()
 
         # the second trial joins the same head and starts no Ray; its detached actor outlives the job
         second = runner.run(specs[1])
@@ -188,9 +191,19 @@ def test_a_head_that_exited_while_starting_is_started_again(tmp_path: Path, monk
     assert ray.join({}, 1, None, tmp_path)[0] == "private" and len(calls) == 1
 
 
-def test_the_heads_ray_start_waits_for_its_raylet_past_rays_fixed_30_s() -> None:
-    """CI lost the orphan test to three `ray start` exits in a row (Ray's fixed 30 s wait for the raylet, a loaded
-    2-core machine): ray_cli.py retries Ray's node lookup up to its own wait, bounded by autotune's start timeout."""
+def test_the_heads_ray_start_tells_the_raylet_its_agents_port_and_waits_for_it_while_it_lives() -> None:
+    """CI lost the kept-head tests to a raylet that aborted after Ray 2.60's fixed 15 s wait for the dashboard agent's
+    port file (the agent, importing under load, took 21 s), and then to Ray's fixed 30 s wait for that dead raylet.
+    ray_cli.py gives the raylet the port, and waits for a raylet that lives past Ray's 30 s, not for a dead one."""
+    started: list[tuple[list[str], str]] = []
+    start = ray_cli.with_listen_port(lambda cmd, kind, *a, **k: started.append((list(cmd), kind)), 4242, "raylet")
+    start(["raylet", "--node_manager_port=0"], "raylet")
+    start(["python", "agent.py"], "dashboard_agent")
+    start(["raylet", "--dashboard_agent_listen_port=7"], "raylet")  # Ray's own, where a later Ray passes it
+    assert started == [(["raylet", "--node_manager_port=0", "--dashboard_agent_listen_port=4242"], "raylet"),
+                       (["python", "agent.py"], "dashboard_agent"),
+                       (["raylet", "--dashboard_agent_listen_port=7"], "raylet")]
+
     now = [0.0]
 
     def get_node(address: str, node_id: str) -> dict[str, str]:
@@ -199,13 +212,19 @@ def test_the_heads_ray_start_waits_for_its_raylet_past_rays_fixed_30_s() -> None
             raise RuntimeError("node not found")
         return {"address": address, "node_id": node_id}
 
-    assert ray_cli.patient(get_node, 150.0, poll_s=0.0, clock=lambda: now[0])("gcs", "n1")["node_id"] == "n1"
-    now[0] = 0.0
+    def patient(wait_s: float, gone=lambda: False):
+        now[0] = 0.0
+        return ray_cli.patient(get_node, wait_s, gone, poll_s=0.0, clock=lambda: now[0])
+
+    assert patient(150.0)("gcs", "n1")["node_id"] == "n1"
     with pytest.raises(RuntimeError):  # past its own wait it raises as Ray's does, and Ray then exits
-        ray_cli.patient(get_node, 15.0, poll_s=0.0, clock=lambda: now[0])("gcs", "n1")
+        patient(15.0)("gcs", "n1")
     assert now[0] == 20.0
-    start = ray_head._RAY_START
-    assert Path(start[1]) == Path(ray_cli.__file__) and start[2] == f"--node-wait-s={ray_head.START_TIMEOUT_S - 30:g}"
+    with pytest.raises(RuntimeError):  # a raylet that died: at once
+        patient(150.0, gone=lambda: True)("gcs", "n1")
+    assert now[0] == 10.0
+    argv = ray_head._RAY_START
+    assert Path(argv[1]) == Path(ray_cli.__file__) and argv[2] == f"--node-wait-s={ray_head.START_TIMEOUT_S - 30:g}"
 
 
 def test_the_cli_flag_reaches_the_runner() -> None:

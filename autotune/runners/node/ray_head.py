@@ -49,8 +49,8 @@ from autotune.verl import shims
 TRIAL_ENV = "AUTOTUNE_RAY_TRIAL"  # in every Ray worker process of a trial's attempt (runtime_env env_vars)
 HEAD_DIR = "ray_head"  # in the study's folder: the head's record and `ray start`'s output
 START_TIMEOUT_S = 180.0  # `ray start` on a loaded node takes seconds; past this the trial uses a private Ray
-# `ray start` runs that may exit by themselves before the trials fall back to a private Ray (a loaded 2-core machine
-# missed Ray's own 30 s wait for its raylet twice in a row on 2026-12-01, and three times in CI, before ray_cli.py)
+# `ray start` runs that may exit by themselves before the trials fall back to a private Ray (before ray_cli.py, a
+# raylet on a loaded 2-core machine aborted in Ray's fixed wait for its dashboard agent, up to three times in a row)
 START_ATTEMPTS = 3
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 # Ray's temp dirs of autotune's own (a private Ray, a kept head): short, for Ray's socket paths (< 108 bytes)
@@ -61,8 +61,7 @@ _PER_TRIAL_ENV = (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "RAY_ADDRESS")
 
 class HeadError(RuntimeError):
     """The kept head could not be started; the message says why (the trial then uses a private Ray). `exited`: `ray
-    start` gave up by itself (Ray waits 30 s for its raylet to register, a loaded node can miss that), which a second
-    start may not."""
+    start` gave up by itself (its raylet died or never registered, ray_cli.py), which a second start may not."""
 
     def __init__(self, message: str, exited: bool = False) -> None:
         super().__init__(message)
@@ -209,8 +208,8 @@ def _keep_session_logs(temp_dir: str, dest: Path, keep_bytes: int = 200_000) -> 
 
 
 _RAY_CLI = (sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()")
-# `ray start` as the head runs it (ray_cli.py): Ray's wait for its raylet bounded by START_TIMEOUT_S, not Ray's fixed
-# 30 s, and no Ray Client server
+# `ray start` as the head runs it (ray_cli.py): the raylet told its dashboard agent's port, Ray's wait for a live
+# raylet bounded by START_TIMEOUT_S instead of Ray's fixed 30 s, no Ray Client server
 _RAY_START = (sys.executable, str(Path(__file__).with_name("ray_cli.py")), f"--node-wait-s={START_TIMEOUT_S - 30:g}")
 
 
