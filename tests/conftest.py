@@ -144,11 +144,14 @@ def postgres_url() -> str:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def shared_ray_cluster() -> object:
     """A real local Ray cluster of 2 nodes x 8 declared GPUs (tests/ray_cluster.py), one for the Ray test modules that
     run one after another (test_ray_executor, test_ray_faults, test_ray_verl: each test leaves it as it found it):
-    started by the first test that needs it, stopped after the last one (the hooks below)."""
+    started by the first test that needs it, stopped when the next test this process runs does not (the hooks
+    below). Not "after the last one in the collection": under pytest-xdist that one may run in the other worker, and
+    the cluster then stayed up beside every later test of this one (CI stop 60: beside the kept-head tests).
+    Function-scoped, as the modules' `cluster`: a cluster stopped between two tests is never handed out again."""
     from tests.ray_cluster import shared_cluster
 
     return shared_cluster()
@@ -158,8 +161,7 @@ def shared_ray_cluster() -> object:
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if "shared_ray_cluster" not in item.fixturenames:
         return
-    items = item.session.items
-    if not any("shared_ray_cluster" in later.fixturenames for later in items[items.index(item) + 1:]):
+    if nextitem is None or "shared_ray_cluster" not in nextitem.fixturenames:
         from tests.ray_cluster import stop_shared_cluster
 
         stop_shared_cluster()

@@ -25,7 +25,7 @@ from tests.ray_cluster import HANG_GUARD_S, NODE_GPUS, SlowSimulate, add_node, f
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(shared_ray_cluster):
     return shared_ray_cluster  # 2 nodes x 8 GPUs, shared with the other Ray modules (conftest)
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 ALL_GPUS = 2 * NODE_GPUS
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(shared_ray_cluster):
     return shared_ray_cluster  # 2 nodes x 8 GPUs, shared with the other Ray modules (conftest)
 
