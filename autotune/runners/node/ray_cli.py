@@ -62,8 +62,13 @@ def raylet_gone() -> Callable[[], bool]:
     seen: set[int] = set()
 
     def gone() -> bool:
-        alive = {c.pid for c in psutil.Process().children()
-                 if c.name() == "raylet" and c.status() != psutil.STATUS_ZOMBIE}
+        alive = set()
+        for c in psutil.Process().children():
+            try:
+                if c.name() == "raylet" and c.status() != psutil.STATUS_ZOMBIE:
+                    alive.add(c.pid)
+            except psutil.Error:  # a child that exited while listed: not Ray's RuntimeError, it would end `ray start`
+                pass
         seen.update(alive)
         return bool(seen) and not alive
     return gone
