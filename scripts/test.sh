@@ -20,6 +20,6 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
 fi
 
 ruff check autotune tests benchmarks
-# Two workers, each test file whole on one (module fixtures, one Ray or PostgreSQL per file at a time): 12 min on this
-# project's 2-core machine against 18 serially. TEST_WORKERS=0 runs it in this process.
+# Two workers, each test file whole on one (module fixtures, one Ray or PostgreSQL per file at a time): 12 min on a fast
+# 2-core machine, 30 on a slow one (11 with -m "not slow"). TEST_WORKERS=0 runs it in this process; arguments go to pytest.
 python -m pytest -q -ra -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
