@@ -33,6 +33,39 @@ def test_size_counts_conditional_settings():
     assert space.size({}) == 3  # pp=1; pp=2 x vpp in {null, 2}
 
 
+def _enumerated(space, context) -> int:
+    """Every setting visited, one by one: what the memoised count must equal."""
+    def walk(i, values):
+        if i == len(space.dimensions):
+            return 1
+        dim = space.dimensions[i]
+        if not dim.active(values):
+            return walk(i + 1, values)
+        return sum(walk(i + 1, {**values, dim.name: c}) for c in dim.choices)
+    return walk(0, dict(context))
+
+
+@pytest.mark.parametrize("moe, world", [(False, 8), (True, 8), (True, 2)])
+def test_size_equals_every_setting_enumerated_where_conditions_nest_and_name_the_context(moe, world):
+    space = parse_space("""
+dimensions:
+  tp: {choices: [1, 2, 4]}
+  pp: {choices: [1, 2]}
+  vpp: {choices: [null, 2, 4], when: {pp: {gt: 1}}}
+  ep: {choices: [1, 2, 8], when: {moe: {eq: true}}}
+  etp: {choices: [null, 1], when: {ep: {gt: 1}}}
+  recompute: {choices: [none, selective, full]}
+  recompute_method: {choices: [uniform, block], when: {recompute: {eq: full}}}
+  recompute_num_layers: {choices: [1, 2], when: {recompute: {eq: full}, world_size: {ge: 4}}}
+  use_dynamic_bsz: {choices: [true, false]}
+  ppo_max_token_len_per_gpu: {choices: [8192, 16384], when: {use_dynamic_bsz: {eq: true}}}
+  ppo_micro_batch_size_per_gpu: {choices: [1, 2, 4], when: {use_dynamic_bsz: {eq: false}}}
+  param_offload: {choices: [true, false]}
+""")
+    ctx = space_context(moe, world, 8)
+    assert space.size(ctx) == _enumerated(space, ctx) > 500
+
+
 @pytest.mark.parametrize("text, message", [
     ("dimensions: [1, 2", "not valid YAML"),
     ("- just a list", "a mapping with `name` and `dimensions`"),
