@@ -3,6 +3,7 @@ import random
 import pytest
 
 from autotune.search.space import SpaceError, builtin_spaces, load_space, parse_space, space_context
+from benchmarks.ranking_exactness import settings  # every setting of a space, enumerated
 
 
 def test_builtin_spaces_load_and_cover_the_issue_dimensions():
@@ -33,18 +34,6 @@ def test_size_counts_conditional_settings():
     assert space.size({}) == 3  # pp=1; pp=2 x vpp in {null, 2}
 
 
-def _enumerated(space, context) -> int:
-    """Every setting visited, one by one: what the memoised count must equal."""
-    def walk(i, values):
-        if i == len(space.dimensions):
-            return 1
-        dim = space.dimensions[i]
-        if not dim.active(values):
-            return walk(i + 1, values)
-        return sum(walk(i + 1, {**values, dim.name: c}) for c in dim.choices)
-    return walk(0, dict(context))
-
-
 @pytest.mark.parametrize("moe, world", [(False, 8), (True, 8), (True, 2)])
 def test_size_equals_every_setting_enumerated_where_conditions_nest_and_name_the_context(moe, world):
     space = parse_space("""
@@ -63,7 +52,8 @@ dimensions:
   param_offload: {choices: [true, false]}
 """)
     ctx = space_context(moe, world, 8)
-    assert space.size(ctx) == _enumerated(space, ctx) > 500
+    every = settings(space, ctx)  # each setting visited, one by one: what the memoised count must equal
+    assert space.size(ctx) == len(every) == len({tuple(sorted(p.items())) for p in every}) > 500
 
 
 @pytest.mark.parametrize("text, message", [
