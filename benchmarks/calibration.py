@@ -18,7 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotune.estimate.reads import CPU_OPTIMIZER_KEYS, RECOMPUTE_KEYS
-from autotune.estimate.throughput import DEFAULT_EFFICIENCY, SMALL_MICRO_BATCH_TOKENS, decode_step_seconds
+from autotune.estimate.throughput import (
+    DEFAULT_EFFICIENCY,
+    SMALL_MICRO_BATCH_TOKENS,
+    decode_step_seconds,
+    unhidden_host_seconds,
+)
 from benchmarks import real_studies
 from benchmarks.real_cases import (
     CHECKPOINT_COST,
@@ -179,7 +184,7 @@ def _update_priced_apart(c: Case) -> bool:
 def small_micro_batch_costs(zeroed: list[Case], update_pass_s: float) -> list[tuple[Case, float]]:
     """Each ok trial whose update micro-batches are small (under SMALL_MICRO_BATCH_TOKENS, not single sequences;
     without the CPU optimizer or full recompute), with what its update leaves above update_pass_s beyond its FLOPs and
-    unfused logits, per such micro-batch (seconds)."""
+    unfused logits, per such micro-batch (seconds: the host's work its GPU work did not hide)."""
     logit_ps = fit_logit_cost(zeroed) or 0.0
     return [(c, _update_left(c, update_pass_s, logit_ps) / c.small_micro_batches) for c in ok_cases(zeroed)
             if c.small_micro_batches and not (c.cpu_optimizer or c.full_recompute)
@@ -187,11 +192,12 @@ def small_micro_batch_costs(zeroed: list[Case], update_pass_s: float) -> list[tu
 
 
 def fit_small_micro_batch_costs(zeroed: list[Case], update_pass_s: float) -> dict[str, float]:
-    """SMALL_COSTS: per kind (fixed micro-batches, a dynamic budget) the median of `small_micro_batch_costs` over its
-    trials (a kind without trials: absent)."""
+    """SMALL_COSTS: per kind (fixed micro-batches, a dynamic budget) the host's seconds a layer of a small micro-batch,
+    the median over its trials of `small_micro_batch_costs` plus the micro-batch's GPU work (what hid the rest), per
+    layer of a pipeline stage (a kind without trials: absent)."""
     per: dict[str, list[float]] = {}
     for c, r in small_micro_batch_costs(zeroed, update_pass_s):
-        per.setdefault(SMALL_COSTS[c.small_kind], []).append(r)
+        per.setdefault(SMALL_COSTS[c.small_kind], []).append((r + c.update_micro_batch_gpu_s) / c.stage_layers)
     return {name: statistics.median(v) for name, v in per.items()}
 
 
@@ -263,7 +269,8 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
         added["update_actor"] += c.micro_batches_of_one * costs.get(MICRO_BATCH_COST, 0.0)
         added["update_actor"] += c.checkpointed_layers * costs.get(CHECKPOINT_COST, 0.0)
         if c.small_kind:
-            added["update_actor"] += c.small_micro_batches * costs.get(SMALL_COSTS[c.small_kind], 0.0)
+            host = costs.get(SMALL_COSTS[c.small_kind], 0.0) * c.stage_layers
+            added["update_actor"] += c.small_micro_batches * unhidden_host_seconds(host, c.update_micro_batch_gpu_s)
         if c.cpu_adam_params and CPU_ADAM_RATE in costs:  # the case's CPU step at this rate instead of the model's
             added["update_actor"] += c.cpu_adam_params * (
                 1 / costs[CPU_ADAM_RATE] - 1 / DEFAULT_EFFICIENCY.cpu_adam_params_per_s)
@@ -332,11 +339,16 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
              "median over the trials without dynamic batching at ppo_micro_batch_size_per_gpu=1 of what their update "
              "leaves above update_pass_s per micro-batch: "
              + (", ".join(f"{c.source} {r:.3f} s" for c, r in one) or "no such trial") + "), "
-             + " and ".join(SMALL_COSTS.values()) + " (`fit_small_micro_batch_costs`: what each update micro-batch "
-             f"under {SMALL_MICRO_BATCH_TOKENS} tokens of more than one sequence costs, fixed micro-batches and those "
-             "of a dynamic token budget apart, each the median over its trials of what their update leaves above "
-             "update_pass_s per micro-batch: "
-             + (", ".join(f"{c.source} ({c.small_kind}) {r:.3f} s" for c, r in small) or "no such trial") + "), "
+             + " and ".join(SMALL_COSTS.values()) + " (`fit_small_micro_batch_costs`: the host's work a layer of "
+             f"an update micro-batch under {SMALL_MICRO_BATCH_TOKENS} tokens of more than one sequence, fixed "
+             "micro-batches and those of a dynamic token budget apart, a micro-batch paying what its GPU work does "
+             "not hide: each the median over its trials of what their update leaves above update_pass_s per "
+             "micro-batch plus the micro-batch's GPU work, per layer of a pipeline stage; left a micro-batch / its "
+             "GPU work: "
+             + (", ".join(f"{c.source} ({c.small_kind}) {r:.3f} / {c.update_micro_batch_gpu_s:.3f} s"
+                          for c, r in small) or "no such trial")
+             + "; " + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in fit_small_micro_batch_costs(
+                 zeroed, update_pass_s).items()) + "), "
              f"{LOGIT_COST} (`fit_logit_cost`: what a logit materialised without verl's fused kernels costs in "
              "each log-prob pass and update, the median over the trials without them of what their old_log_prob "
              "left above the median of those with them of the same size, GPU type and attention backend, per "
@@ -378,7 +390,8 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
                 + ("met" if met else "**not met**") + " |")
 
     for size in sizes:
-        refit = ", ".join(f"{k}={v:.4f}" if k == CHECKPOINT_COST else f"{k}={v:.2f}" for k, v in fits[size].items())
+        refit = ", ".join(f"{k}={v:.4f}" if k == CHECKPOINT_COST or k in SMALL_COSTS.values() else f"{k}={v:.2f}"
+                          for k, v in fits[size].items())
         lines.append(row(size, errors(c for c in all_cases if c.size == size),
                          errors(c for c in held if c.size == size), refit))
     lines.append(row("**all**", errors(all_cases), errors(held), ""))

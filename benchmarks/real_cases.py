@@ -104,6 +104,8 @@ class Case:
     gpu: str = ""  # the GPU type it ran on
     decode_steps: float = 0.0  # the predicted gen's decode steps: seconds gen gains per second of per-step overhead
     decode_gpu_step_s: float = 0.0  # the GPU's work a decode step (CUDA graphs): a shorter host overhead hides under it
+    update_micro_batch_gpu_s: float = 0.0  # the GPU's work an update micro-batch: a small one's host work hides in it
+    stage_layers: float = 0.0  # layers of a pipeline stage: what SMALL_COSTS (host seconds a layer) are paid on
     micro_batches_of_one: float = 0.0  # update micro-batches of one sequence: what MICRO_BATCH_COST is paid on
     log_prob_micro_batches: float = 0.0  # a log-prob pass's micro-batches: what LOGPROB_MICRO_BATCH_COST is paid on
     update_micro_batch_tokens: float = 0.0  # tokens of a typical update micro-batch (the time model's)
@@ -221,6 +223,8 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         steady_step_s=steady_phases.get("step"), retest_step_s=statistics.median(retest) if retest else None,
         gpu=setup.cluster.gpu.name,
         decode_steps=thr.decode_steps if thr else 0.0, decode_gpu_step_s=thr.decode_gpu_step_s if thr else 0.0,
+        update_micro_batch_gpu_s=thr.update_micro_batch_gpu_s if thr else 0.0,
+        stage_layers=setup.model.num_layers / cand.pp,
         micro_batches_of_one=micro_batches_of_one(job, cand, plan) if plan else 0.0,
         log_prob_micro_batches=plan.log_prob_micro_batches if plan else 0.0,
         update_micro_batch_tokens=plan.update_tokens_typical if plan else 0.0,

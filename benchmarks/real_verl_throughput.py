@@ -66,8 +66,8 @@ BAND = 0.15  # the test's band around 982: the step time's own +-0.5 s of 4 s, r
 BEFORE_EFFICIENCY = replace(DEFAULT_EFFICIENCY, fixed_step_s=3.0,
                             decode_step_overhead_graph_s=DEFAULT_EFFICIENCY.decode_step_overhead_s,
                             train=0.9, forward=0.6, logprob_pass_s=0.0, update_pass_s=0.0, reshard_local_s=1.0,
-                            reshard_local_gbps=4.0, micro_batch_of_one_s=0.0, small_micro_batch_s=0.0,
-                            small_budget_micro_batch_s=0.0, logprob_micro_batch_s=0.0, decode_overlap=False,
+                            reshard_local_gbps=4.0, micro_batch_of_one_s=0.0, small_micro_batch_layer_s=0.0,
+                            small_budget_micro_batch_layer_s=0.0, logprob_micro_batch_s=0.0, decode_overlap=False,
                             tokens_half_layer_params=0.0)
 
 

@@ -185,32 +185,46 @@ def test_only_update_micro_batches_of_one_sequence_pay_their_cost():
 
 
 def test_only_small_update_micro_batches_of_more_than_one_sequence_pay_their_cost():
-    """Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences each cost
-    small_micro_batch_s (fixed ones) or small_budget_micro_batch_s (a dynamic budget), whatever the model size, on
-    top of what every micro-batch pays: at 1.2k tokens a sequence, 128 a step, micro-batches of 2 (64, 2.4k tokens)
-    and a 4k budget (38) pay; those of 4 (4.8k tokens), an 8k budget and micro-batches of one (priced apart:
-    micro_batch_of_one_s) do not, nor the log-prob passes, nor the training-only objective."""
+    """Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences each cost the host's work on
+    them that their GPU work does not hide: a pipeline stage's layers times small_micro_batch_layer_s (fixed ones) or
+    small_budget_micro_batch_layer_s (a dynamic budget), less the micro-batch's GPU work, never below zero. At 1.2k
+    tokens a sequence, 128 a step, the 0.5B's micro-batches of 2 (64, 2.4k tokens) and 4k budget (38) pay; the 7B's,
+    whose GPU work a micro-batch is longer than the host's, do not (lease 56: its 4k budget left nothing); micro-batches
+    of 4 (4.8k tokens), an 8k budget and micro-batches of one (priced apart: micro_batch_of_one_s) never do, nor the
+    log-prob passes, nor the training-only objective."""
     from autotune.estimate import evaluate
 
     job = Job.from_mapping({"data.train_batch_size": 16, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
                             "actor_rollout_ref.rollout.n": 8})
     lengths = Lengths(200.0, 200.0, 1000.0, 1000.0, prompt_known=True, response_known=True)
-    zero = dataclasses.replace(DEFAULT_EFFICIENCY, small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0)
+    eff = DEFAULT_EFFICIENCY
+    zero = dataclasses.replace(eff, small_micro_batch_layer_s=0.0, small_budget_micro_batch_layer_s=0.0)
     fixed = {**BASE, "tp": 1, "use_dynamic_bsz": False, "log_prob_micro_batch_size_per_gpu": 4}
     dynamic = {**BASE, "tp": 1, "log_prob_max_token_len_per_gpu": 8192}
-    cases = [({**fixed, "ppo_micro_batch_size_per_gpu": 2}, 64 * DEFAULT_EFFICIENCY.small_micro_batch_s),
-             ({**dynamic, "ppo_max_token_len_per_gpu": 4096}, 38 * DEFAULT_EFFICIENCY.small_budget_micro_batch_s),
-             ({**fixed, "ppo_micro_batch_size_per_gpu": 4}, 0.0), ({**dynamic, "ppo_max_token_len_per_gpu": 8192}, 0.0),
-             ({**fixed, "ppo_micro_batch_size_per_gpu": 1}, 0.0)]
-    assert DEFAULT_EFFICIENCY.small_micro_batch_s > 0 and DEFAULT_EFFICIENCY.small_budget_micro_batch_s > 0
-    for name in ("qwen2.5-0.5b", "qwen2.5-7b"):
+    small = [({**fixed, "ppo_micro_batch_size_per_gpu": 2}, 64, eff.small_micro_batch_layer_s),
+             ({**dynamic, "ppo_max_token_len_per_gpu": 4096}, 38, eff.small_budget_micro_batch_layer_s)]
+    larger = [{**fixed, "ppo_micro_batch_size_per_gpu": 4}, {**dynamic, "ppo_max_token_len_per_gpu": 8192},
+              {**fixed, "ppo_micro_batch_size_per_gpu": 1}]
+    assert eff.small_budget_micro_batch_layer_s > eff.small_micro_batch_layer_s > 0
+
+    def priced(s, params: dict) -> tuple[float, float]:  # (what the update pays for them, its GPU work a micro-batch)
+        c = Candidate.from_params(params)
+        full = estimate_throughput(s.model, s.cluster, job, c, lengths=lengths)
+        a = dict(full.phases)
+        b = dict(estimate_throughput(s.model, s.cluster, job, c, eff=zero, lengths=lengths).phases)
+        assert a["old_log_prob"] == b["old_log_prob"]
+        return a["update_actor"] - b["update_actor"], full.update_micro_batch_gpu_s
+
+    for name, pays in (("qwen2.5-0.5b", True), ("qwen2.5-7b", False)):
         s = make_setup(model=name, gpus=1)
-        for params, priced in cases:
-            c = Candidate.from_params(params)
-            a = dict(estimate_throughput(s.model, s.cluster, job, c, lengths=lengths).phases)
-            b = dict(estimate_throughput(s.model, s.cluster, job, c, eff=zero, lengths=lengths).phases)
-            assert a["update_actor"] - b["update_actor"] == pytest.approx(priced), params
-            assert a["old_log_prob"] == b["old_log_prob"]
+        for params, n, per_layer in small:
+            cost, gpu = priced(s, params)
+            host = s.model.num_layers * per_layer
+            assert 0 < gpu and (host > gpu) == pays, (name, params, host, gpu)
+            assert cost == pytest.approx(n * max(0.0, host - gpu)), (name, params)
+            assert (cost > 1.0) == pays, (name, params, cost)
+        for params in larger:
+            assert priced(s, params)[0] == pytest.approx(0.0), (name, params)
     s = make_setup(model="qwen2.5-0.5b", gpus=1)
     two = Candidate.from_params({**fixed, "ppo_micro_batch_size_per_gpu": 2})
     train = evaluate(s.model, s.cluster, job, two, "train").throughput
@@ -229,8 +243,8 @@ def test_a_larger_layer_pays_less_for_a_small_micro_batchs_gemms():
     job = Job.from_mapping({"data.train_batch_size": 16, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
                             "actor_rollout_ref.rollout.n": 8})
     lengths = Lengths(200.0, 200.0, 1000.0, 1000.0, prompt_known=True, response_known=True)
-    no_fixed = dataclasses.replace(DEFAULT_EFFICIENCY, small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0,
-                                   update_pass_s=0.0)
+    no_fixed = dataclasses.replace(DEFAULT_EFFICIENCY, small_micro_batch_layer_s=0.0,
+                                   small_budget_micro_batch_layer_s=0.0, update_pass_s=0.0)
     two = {**BASE, "tp": 1, "use_dynamic_bsz": False, "ppo_micro_batch_size_per_gpu": 2,
            "log_prob_micro_batch_size_per_gpu": 4}
     budget = {**BASE, "tp": 1, "ppo_max_token_len_per_gpu": 24576}

@@ -201,32 +201,41 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
 # 4k micro-batches pay more for their GEMMs too: its update 40 % over, its step 18 %; lease 48's 1.5B at a 4k budget
 # 22 % under. With attention counted whole and each log-prob micro-batch priced (2026-12-02), lease 3b's unfused
 # 0.5B at a 4k/8k budget (19 log-prob micro-batches) is priced 1.3 s more in its log-prob pass: its step 24 % over;
-# lease 48's 1.5B at a 4k budget is 18 % under, within the target.
-SMALL_MISSES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1": {"update_actor": 0.45, "step": 0.25},
-                "h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2": {"update_actor": 0.32, "step": 0.29}}
+# lease 48's 1.5B at a 4k budget is 18 % under, within the target. Since a small micro-batch pays only the host's work
+# its GPU work does not hide (lease 56's 7B at a 4k budget left nothing), lease 3b's unfused 0.5B, whose 0.33 s of GPU
+# work a micro-batch hid it, is priced within 2% (update and step), and lease 26's 1.5B at micro-batches of 2 misses
+# only its step (25 % over; its update 20 %).
+SMALL_MISSES = {"h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2": {"step": 0.29}}
 
 
 def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
-    """small_micro_batch_s and small_budget_micro_batch_s are the fit (to 5 ms): per kind the median over its trials
-    of what each update leaves above update_pass_s per micro-batch (fixed micro-batches of 2: 0.112, 0.063,
-    0.101 and 0.071 s on the 0.5B, 1.5B and the 3B on two nodes: 0.086 s; a 4k budget: 0.142, 0.152, 0.178 and 0.111
-    s on the same, and 0.002 s on the unfused 0.5B: 0.142 s; lease 41's two-lane node added both kinds on the 0.5B and
-    1.5B, 0.153-0.183 s, and lease 35 a second 1.5B at micro-batches of 2: 0.111 and 0.149 s). The two kinds measured
-    apart: on each of the six nodes' pairs, the fused 4k budget's micro-batch cost more than the micro-batch of 2
-    beside it, and the median by 0.03 s at least. Nothing else
-    pays them: every other trial's micro-batches are single sequences or of 4.5k tokens or more."""
+    """small_micro_batch_layer_s and small_budget_micro_batch_layer_s are the fit (to 0.2 ms): per kind the median
+    over its trials of what each update leaves above update_pass_s per micro-batch plus the micro-batch's GPU work
+    (what hid the rest of the host's), per layer of a pipeline stage (fixed micro-batches of 2 on the 0.5B-3B: 0.08-0.17
+    s left a micro-batch; a 4k budget: 0.13-0.22 s, and nothing on the unfused 0.5B, whose 0.33 s of GPU work a
+    micro-batch hid it). The two kinds measured apart: on each of the seven nodes' pairs, the fused 4k budget's
+    micro-batch cost more than the micro-batch of 2 beside it, and the median by 0.03 s at least. Nothing else
+    pays them: every other trial's micro-batches are single sequences or of 4.5k tokens or more. The 7B, out of the
+    fit (its optimizer on the CPU, whose rate is the host's), pays nothing as priced: its micro-batches' GPU work is
+    longer than the host's work the fit says they take, and its 4k budget (lease 56) left nothing a micro-batch."""
     update_pass_s = cal.fit_pass_costs(zeroed)["update_pass_s"]
     fit = cal.fit_small_micro_batch_costs(zeroed, update_pass_s)
     assert set(fit) == set(cal.SMALL_COSTS.values())
     for name, value in fit.items():
-        assert getattr(DEFAULT_EFFICIENCY, name) == pytest.approx(value, abs=0.005)
+        assert getattr(DEFAULT_EFFICIENCY, name) == pytest.approx(value, abs=0.0002)
     costs = cal.small_micro_batch_costs(zeroed, update_pass_s)
     # and the 7B's at micro-batches of 2 (leases 48 and 53), its optimizer on the CPU as no update in the fit has (with
     # the GEMMs' latency priced by layer size they leave 0.07 and 0.09 s a micro-batch, within the others' spread)
-    cpu_adam = {"h200_2026-11-28_l48/c-7b-h43.db/c-7b-h43#1", "h200_2026-11-29_l53/c-7b-h51.db/c-7b-h51#1"}
+    cpu_adam = {"h200_2026-11-28_l48/c-7b-h43.db/c-7b-h43#1", "h200_2026-11-29_l53/c-7b-h51.db/c-7b-h51#1",
+                "h200_2026-12-02_l56/c-7b-h56.db/c-7b-h56#0"}
     assert {c.source for c, _ in costs} == SMALL_MICRO_BATCHES == {c.source for c in zeroed if c.small_micro_batches
                                                                    } - cpu_adam
     assert all(c.cpu_optimizer for c in zeroed if c.source in cpu_adam)
+    for c in (c for c in zeroed if c.source in cpu_adam):
+        host = fit[cal.SMALL_COSTS[c.small_kind]] * c.stage_layers
+        assert c.size == "qwen2.5-7b" and c.update_micro_batch_gpu_s > host, c.source
+    assert all(fit[cal.SMALL_COSTS[c.small_kind]] * c.stage_layers > c.update_micro_batch_gpu_s
+               for c, _ in costs if "no-fused" not in c.label)
     for c, _ in costs:
         assert (c.small_kind, c.small_micro_batches) == (("fixed", 64) if "mbs2/" in c.label else ("dynamic", 38))
     fixed = [r for c, r in costs if c.small_kind == "fixed"]
@@ -292,7 +301,11 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
     0.4 and 0.5 and with max_num_batched_tokens 16k within 0.05% of each other (the KV cache holds every sequence at
     either util), a tie it cannot order, and they measured 13.4-15.7 s at step 3 (steps 3-4 6-11% apart, gen one or
     two 2 s polls); its CPU-optimizer trial is predicted and measured the slowest of them. Over those four the rank
-    correlation is 0.40 and no pair the model tells apart is misordered."""
+    correlation is 0.40 and no pair the model tells apart is misordered.
+    The 7B's trials off the host misses ran one or two to a one-GPU host: lease 56's 4k budget, predicted 5% slower
+    than the job's pick, measured 2-10% faster than the picks of five other hosts (its own host ran no pick), which
+    takes them to 0.62; a pair of two hosts measured within one step's noise is not an order the model can be held
+    to."""
     cases = [c for c in held if c.size == size]
     fit = cal.errors(cases)
     assert fit.trials >= 1 and fit.step is not None and fit.step <= cal.STEP_TARGET
@@ -318,7 +331,9 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
             rho = cal.spearman([c.predicted_step_s for c in rest], [c.measured_step_s for c in rest])
             misordered = [(a, b) for a, b in wrong if a in rest and b in rest]
             assert (rho is not None and rho >= cal.SPEARMAN_TARGET) or all(
-                b.predicted_step_s / a.predicted_step_s - 1 < MODEL_TIE for a, b in misordered), (size, gpu, rho)
+                b.predicted_step_s / a.predicted_step_s - 1 < MODEL_TIE
+                or (a.lease != b.lease and a.measured_step_s / b.measured_step_s - 1 < STEP_NOISE)
+                for a, b in misordered), (size, gpu, rho)
 
 
 def test_the_weight_sync_on_one_gpu_is_no_longer_over_predicted(held: list[cal.Case]) -> None:

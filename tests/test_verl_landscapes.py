@@ -38,7 +38,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
                            "verl-qwen2.5-1.5b-h200-g1-fused.csv", "verl-qwen2.5-3b-h200-g1-fused.csv",
                            "verl-qwen2.5-7b-h200-g1-fused.csv"}
     seven = tables["verl-qwen2.5-7b-h200-g1-fused.csv"].rows
-    assert sorted(r.status.value for r in seven) == ["ok"] * 12 + ["oom"] * 4  # lease 55: micro-batches of 1/4
+    assert sorted(r.status.value for r in seven) == ["ok"] * 13 + ["oom"] * 4  # lease 56: dyn4k/8k
     measured, node_kills = {}, set()
     for db, store, study in real_studies.studies(DATA.glob("*/*.db")):  # each trial once, from its newest copy
         for r in store.trials(study.name):
@@ -211,11 +211,11 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # best, lease 50's full recompute at dyn24k/96k (3,153.3, run once) is, and the replay's pick is at 99 % of it.
     # Lease 54 ran it a fourth time (2,799.9) and the micro-batches of 4/16 beside it (2,954.5; their steps 2-4 the
     # same 53.2 s mean): the pick and the best stay; lease 55 a fifth (2,742.9) beside micro-batches of 1/4 (1,970.9,
-    # a sixteenth row): they stay
+    # a sixteenth row): they stay; lease 56's dyn4k/8k (3,013.3, a seventeenth row) too
     job_pick = "tp1 rtp1 rc:sel:core_attn,mlp dyn24k/96k util0.4 offload:params cpu-adam0.5"
     low = "tp1 rtp1 rc:sel:core_attn,mlp dyn24k/96k util0.3 cpu-adam0.5"
     full24k = "tp1 rtp1 rc:full:u1 dyn24k/96k util0.4 offload:params cpu-adam0.5"
-    assert f"| verl-qwen2.5-7b-h200-g1-fused.csv | 16 | {low} | ok | 3114.2 | 99% | {full24k} (3153.3) | yes |" \
+    assert f"| verl-qwen2.5-7b-h200-g1-fused.csv | 17 | {low} | ok | 3114.2 | 99% | {full24k} (3153.3) | yes |" \
         in report
     assert f"| h200_2026-11-28_l47/c-7b-h39.db/c-7b-h39#0: {job_pick} | user | ok | {own} | ok |" in report
     # lease 28's, 29's, 30's, 32's, 33's, 34's, 35's and 36's studies launched a configuration the plan enqueued first;
@@ -225,8 +225,9 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # did lease 41's two (the 0.5B's and 1.5B's own picks re-run on a two-lane node, enqueued); lease 42's 7B study
     # launched its own pick, its 3B study an enqueued one: ok; lease 43's two studies their own picks: ok; lease 44's
     # two enqueued ones: ok, and so did lease 45's two, lease 46's two, lease 47's two, lease 48's two, lease 49's one
-    # and lease 50's one, lease 51's one, lease 52's one, lease 53's one, lease 54's one and lease 55's one
-    assert "63 of 66 real studies' first launches ran (15 of 18 the model's own picks;" in report
+    # and lease 50's one, lease 51's one, lease 52's one, lease 53's one, lease 54's one, lease 55's one and
+    # lease 56's one
+    assert "64 of 67 real studies' first launches ran (15 of 18 the model's own picks;" in report
     assert ("| h200_2026-11-27_l38/c-1.5b-h15.db/c-1.5b-h15#0: tp1 rtp1 dyn32k/96k util0.4 | model-seed | ok | "
             "tp1 rtp1 dyn32k/96k util0.4 | ok |") in report
     # lease 37's study launched dyn12k/96k at its data's prompts (161 tokens, 243 at most); today's model, at the same

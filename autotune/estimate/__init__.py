@@ -249,7 +249,7 @@ def _training_throughput(model: ModelArch, cluster: Cluster, job: Job, cand: Can
     # unfused logits.
     full = estimate_throughput(model, cluster, job, cand, mem, wl=Workload(share, share),
                                eff=replace(eff, update_pass_s=0.0, logprob_pass_s=0.0, micro_batch_of_one_s=0.0,
-                                           small_micro_batch_s=0.0, small_budget_micro_batch_s=0.0,
+                                           small_micro_batch_layer_s=0.0, small_budget_micro_batch_layer_s=0.0,
                                            unfused_logit_ps=0.0))
     update = dict(full.phases)["update_actor"]
     # The Workload's shares of the caps only carry `seq` to the time model: they are not lengths to show.

@@ -40,12 +40,14 @@ from autotune.estimate.throughput._step import (
     moe_dispatch_s,
     reshard_seconds,
     small_micro_batch_kind,
+    small_micro_batch_seconds,
     small_micro_batches,
     step_error_percent,
     step_lengths,
     step_time_label,
     unfused_logits,
     unfused_logits_by_phase,
+    unhidden_host_seconds,
 )
 
 __all__ = [
@@ -71,10 +73,12 @@ __all__ = [
     "moe_dispatch_s",
     "reshard_seconds",
     "small_micro_batch_kind",
+    "small_micro_batch_seconds",
     "small_micro_batches",
     "step_error_percent",
     "step_lengths",
     "step_time_label",
     "unfused_logits",
     "unfused_logits_by_phase",
+    "unhidden_host_seconds",
 ]

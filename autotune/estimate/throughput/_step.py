@@ -51,6 +51,7 @@ class ThroughputEstimate:
     micro_batch_tokens: int | None = None
     decode_steps: float = 0.0  # a rollout replica's decode steps: what each second of per-step overhead costs gen
     decode_gpu_step_s: float = 0.0  # the GPU's work a decode step with CUDA graphs: the host's overhead hides under it
+    update_micro_batch_gpu_s: float = 0.0  # the GPU's work an update micro-batch: a small one's host work hides in it
 
     @property
     def step_time(self) -> float:
@@ -211,8 +212,8 @@ def micro_batches_of_one(job: Job, c: Candidate, plan: BatchingPlan) -> float:
 
 def small_micro_batches(job: Job, c: Candidate, plan: BatchingPlan) -> float:
     """Update micro-batches in a step on one data-parallel rank that are under SMALL_MICRO_BATCH_TOKENS (a GPU's
-    tokens, the typical micro-batch of the plan) and not single sequences (Efficiency.small_micro_batch_s, or
-    small_budget_micro_batch_s with dynamic batching): every micro-batch of such a plan, none otherwise."""
+    tokens, the typical micro-batch of the plan) and not single sequences (small_micro_batch_seconds): every
+    micro-batch of such a plan, none otherwise."""
     if micro_batches_of_one(job, c, plan) or not 0 < plan.update_tokens_typical < SMALL_MICRO_BATCH_TOKENS:
         return 0.0
     return _update_micro_batches_per_step(job, plan)
@@ -224,6 +225,18 @@ def checkpointed_layers(m: ModelArch, job: Job, c: Candidate, plan: BatchingPlan
     if c.recompute != "selective":
         return 0.0
     return m.num_layers / c.pp * _update_micro_batches_per_step(job, plan)
+
+
+def small_micro_batch_seconds(m: ModelArch, c: Candidate, eff: Efficiency, gpu_s: float) -> float:
+    """What a small update micro-batch of `c` adds to the update: the host's work on it (its kind's seconds a layer,
+    SMALL_MICRO_BATCH_COSTS, times a pipeline stage's layers) less what its GPU work `gpu_s` hides, never below zero."""
+    host_per_layer = getattr(eff, SMALL_MICRO_BATCH_COSTS[small_micro_batch_kind(c)])
+    return unhidden_host_seconds(m.num_layers / c.pp * host_per_layer, gpu_s)
+
+
+def unhidden_host_seconds(host_s: float, gpu_s: float) -> float:
+    """The host's work on a micro-batch that the GPU's asynchronous work on it does not hide."""
+    return max(0.0, host_s - gpu_s)
 
 
 def small_micro_batch_kind(c: Candidate) -> str:
@@ -346,6 +359,7 @@ def estimate_throughput(
     update += unfused_s * job.ppo_epochs
     passes = 3 + (c.recompute == "full")  # forward, backward (two), recomputed forward
     update += job.ppo_epochs * passes * moe_dispatch_s(m, cl, c, tokens, eff)
+    micro_batch_gpu = update / max(_update_micro_batches_per_step(job, plan), 1.0)
 
     # Data-parallel gradient reduce-scatter + parameter all-gather once per mini-batch.
     pc = params_per_gpu(m, c)
@@ -375,7 +389,7 @@ def estimate_throughput(
     copies = offload_seconds(states, ref_param_bytes(m, c) if job.has_ref_model else 0.0, c, cl, hc)
     update += mini_batches * cpu_optimizer_seconds(states, c, cl, hc) + eff.update_pass_s
     update += micro_batches_of_one(job, c, plan) * eff.micro_batch_of_one_s
-    update += small_micro_batches(job, c, plan) * getattr(eff, SMALL_MICRO_BATCH_COSTS[small_micro_batch_kind(c)])
+    update += small_micro_batches(job, c, plan) * small_micro_batch_seconds(m, c, eff, micro_batch_gpu)
     # Full recompute runs each layer's forward again in the backward: its FLOPs are in `recompute` above, and it
     # costs what a forward pass costs beyond them (logprob_pass_s: its kernels launched one by one, Megatron's
     # checkpointing around every layer). On the real verl 0.9.1 trials the seven full-recompute updates without the
@@ -400,4 +414,4 @@ def estimate_throughput(
     if job.has_ref_model:
         phases.insert(2, ("ref", fwd + copies.get("ref", 0.0)))
     return ThroughputEstimate(tuple(phases), tokens, world, conc, plan, ln, decode_steps=decode_steps,
-                              decode_gpu_step_s=gpu_step)
+                              decode_gpu_step_s=gpu_step, update_micro_batch_gpu_s=micro_batch_gpu)
