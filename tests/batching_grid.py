@@ -23,7 +23,9 @@ the old_log_prob, ref, update_actor and update_weights times moved. And on 2026-
 cost 4.35 -> 4.73 s; then, with the update's micro-batches of one sequence priced on their own (0.15 s each), back to
 4.36 s; only the update_actor times moved. And on 2026-12-01 (the forward pass timed by size): a pass's GPU work
 priced by the layer form (GEMMs, attention, elementwise traffic growing with the widths) and the pass costs refitted
-(2.50 s and 4.91 s); only the old_log_prob, ref, update_actor and the probe's training times moved.
+(2.50 s and 4.91 s); only the old_log_prob, ref, update_actor and the probe's training times moved. And on
+2026-12-02 (lease 56): a small update micro-batch pays the host's work its GPU work leaves, per layer of a stage;
+only update_actor times moved (32 values, of the grid's small micro-batches).
 """
 
 from __future__ import annotations

@@ -31,15 +31,15 @@ def test_every_real_trial_is_predicted_and_every_memory_verdict_is_right() -> No
     its parameters offloaded and without, and at util 0.4; lease 53's two 7B on another, the pick at util 0.3
     offloaded once more and selective recompute at micro-batches of 2/8; lease 54's two 7B on another, the pick a
     fourth time and no recompute at micro-batches of 4/16; lease 55's two 7B on another, the pick a fifth time and
-    micro-batches of 1/4 without dynamic batching);
+    micro-batches of 1/4 without dynamic batching; lease 56's one 7B on another, selective recompute at dyn4k/8k);
     lease 12's 7B first pick, which ran out of memory in update_actor, is now predicted not to fit, and every trial
-    that ran is still predicted to fit, the twenty-six measured 7B trials of leases 13, 20, 32, 42, 43, 44, 47, 48,
-    50, 52, 53, 54 and 55 among them."""
+    that ran is still predicted to fit, the twenty-seven measured 7B trials of leases 13, 20, 32, 42, 43, 44, 47, 48,
+    50, 52, 53, 54, 55 and 56 among them."""
     cases = real_cases.cases(list(real_cases.DATA.glob("*/*.db")))
     assert len(cases) == real_counts.VERDICTS and {c.status for c in cases} == {"ok", "oom"}
     assert [c.source for c in cases if c.cut] == ["h100_2026-11-27_l25/c-3b-h3.db/c-3b-h3#2",
                                                   "h200_2026-11-28_l48/c-1.5b-h44.db/c-1.5b-h44#5"]
-    assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 26
+    assert sum(c.status == "ok" for c in cases if c.model.startswith("qwen2.5-7b")) == 27
     assert all((c.status == "ok") == c.predicted_fits for c in cases), [
         (c.source, c.status, c.predicted_peak_gib) for c in cases if (c.status == "ok") != c.predicted_fits]
     groups = {c.model for c in cases}
