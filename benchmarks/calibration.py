@@ -22,7 +22,7 @@ from autotune.estimate.throughput import (
     DEFAULT_EFFICIENCY,
     SMALL_MICRO_BATCH_TOKENS,
     decode_step_seconds,
-    unhidden_host_seconds,
+    small_micro_batch_seconds,
 )
 from benchmarks import real_studies
 from benchmarks.real_cases import (
@@ -195,8 +195,14 @@ def fit_small_micro_batch_costs(zeroed: list[Case], update_pass_s: float) -> dic
     """SMALL_COSTS: per kind (fixed micro-batches, a dynamic budget) the host's seconds a layer of a small micro-batch,
     the median over its trials of `small_micro_batch_costs` plus the micro-batch's GPU work (what hid the rest), per
     layer of a pipeline stage (a kind without trials: absent)."""
+    return host_per_layer(small_micro_batch_costs(zeroed, update_pass_s))
+
+
+def host_per_layer(costs: list[tuple[Case, float]]) -> dict[str, float]:
+    """SMALL_COSTS from `small_micro_batch_costs`' (trial, left a micro-batch): per kind the median of what each left
+    plus the micro-batch's GPU work, per layer of a pipeline stage."""
     per: dict[str, list[float]] = {}
-    for c, r in small_micro_batch_costs(zeroed, update_pass_s):
+    for c, r in costs:
         per.setdefault(SMALL_COSTS[c.small_kind], []).append((r + c.update_micro_batch_gpu_s) / c.stage_layers)
     return {name: statistics.median(v) for name, v in per.items()}
 
@@ -269,8 +275,8 @@ def with_pass_costs(c: Case, costs: dict[str, float], overhead: dict[str, float]
         added["update_actor"] += c.micro_batches_of_one * costs.get(MICRO_BATCH_COST, 0.0)
         added["update_actor"] += c.checkpointed_layers * costs.get(CHECKPOINT_COST, 0.0)
         if c.small_kind:
-            host = costs.get(SMALL_COSTS[c.small_kind], 0.0) * c.stage_layers
-            added["update_actor"] += c.small_micro_batches * unhidden_host_seconds(host, c.update_micro_batch_gpu_s)
+            added["update_actor"] += c.small_micro_batches * small_micro_batch_seconds(
+                c.stage_layers, costs.get(SMALL_COSTS[c.small_kind], 0.0), c.update_micro_batch_gpu_s)
         if c.cpu_adam_params and CPU_ADAM_RATE in costs:  # the case's CPU step at this rate instead of the model's
             added["update_actor"] += c.cpu_adam_params * (
                 1 / costs[CPU_ADAM_RATE] - 1 / DEFAULT_EFFICIENCY.cpu_adam_params_per_s)
@@ -347,8 +353,7 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
              "GPU work: "
              + (", ".join(f"{c.source} ({c.small_kind}) {r:.3f} / {c.update_micro_batch_gpu_s:.3f} s"
                           for c, r in small) or "no such trial")
-             + "; " + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in fit_small_micro_batch_costs(
-                 zeroed, update_pass_s).items()) + "), "
+             + "; " + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in host_per_layer(small).items()) + "), "
              f"{LOGIT_COST} (`fit_logit_cost`: what a logit materialised without verl's fused kernels costs in "
              "each log-prob pass and update, the median over the trials without them of what their old_log_prob "
              "left above the median of those with them of the same size, GPU type and attention backend, per "

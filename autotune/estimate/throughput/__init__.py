@@ -47,7 +47,6 @@ from autotune.estimate.throughput._step import (
     step_time_label,
     unfused_logits,
     unfused_logits_by_phase,
-    unhidden_host_seconds,
 )
 
 __all__ = [
@@ -80,5 +79,4 @@ __all__ = [
     "step_time_label",
     "unfused_logits",
     "unfused_logits_by_phase",
-    "unhidden_host_seconds",
 ]

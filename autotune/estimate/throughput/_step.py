@@ -227,16 +227,11 @@ def checkpointed_layers(m: ModelArch, job: Job, c: Candidate, plan: BatchingPlan
     return m.num_layers / c.pp * _update_micro_batches_per_step(job, plan)
 
 
-def small_micro_batch_seconds(m: ModelArch, c: Candidate, eff: Efficiency, gpu_s: float) -> float:
-    """What a small update micro-batch of `c` adds to the update: the host's work on it (its kind's seconds a layer,
-    SMALL_MICRO_BATCH_COSTS, times a pipeline stage's layers) less what its GPU work `gpu_s` hides, never below zero."""
-    host_per_layer = getattr(eff, SMALL_MICRO_BATCH_COSTS[small_micro_batch_kind(c)])
-    return unhidden_host_seconds(m.num_layers / c.pp * host_per_layer, gpu_s)
-
-
-def unhidden_host_seconds(host_s: float, gpu_s: float) -> float:
-    """The host's work on a micro-batch that the GPU's asynchronous work on it does not hide."""
-    return max(0.0, host_s - gpu_s)
+def small_micro_batch_seconds(stage_layers: float, host_per_layer_s: float, gpu_s: float) -> float:
+    """What a small update micro-batch adds to the update: the host's work on it (its kind's seconds a layer,
+    SMALL_MICRO_BATCH_COSTS, times a pipeline stage's layers) less what its GPU work `gpu_s`, run beside it, hides;
+    never below zero."""
+    return max(0.0, stage_layers * host_per_layer_s - gpu_s)
 
 
 def small_micro_batch_kind(c: Candidate) -> str:
@@ -389,7 +384,8 @@ def estimate_throughput(
     copies = offload_seconds(states, ref_param_bytes(m, c) if job.has_ref_model else 0.0, c, cl, hc)
     update += mini_batches * cpu_optimizer_seconds(states, c, cl, hc) + eff.update_pass_s
     update += micro_batches_of_one(job, c, plan) * eff.micro_batch_of_one_s
-    update += small_micro_batches(job, c, plan) * small_micro_batch_seconds(m, c, eff, micro_batch_gpu)
+    update += small_micro_batches(job, c, plan) * small_micro_batch_seconds(
+        m.num_layers / c.pp, getattr(eff, SMALL_MICRO_BATCH_COSTS[small_micro_batch_kind(c)]), micro_batch_gpu)
     # Full recompute runs each layer's forward again in the backward: its FLOPs are in `recompute` above, and it
     # costs what a forward pass costs beyond them (logprob_pass_s: its kernels launched one by one, Megatron's
     # checkpointing around every layer). On the real verl 0.9.1 trials the seven full-recompute updates without the
