@@ -12,10 +12,22 @@ import pytest
 from benchmarks import forward_pass
 
 
-def rows(kind: str = "") -> list[dict]:
-    """The lent H200's rows: whole layers at 1k-token sequences, attention alone ("_attention"), layers at 4k and
-    8k ("_long")."""
-    return json.loads((Path(forward_pass.__file__).parent / "results" / f"forward_pass_h200{kind}.json").read_text())
+def rows(kind: str = "", gpu: str = "h200") -> list[dict]:
+    """A lent GPU's rows: whole layers at 1k-token sequences, attention alone ("_attention"), layers at 4k and 8k
+    ("_long"); the H200's, or lease 58's H100 (gpu="h100": whole layers only)."""
+    return json.loads((Path(forward_pass.__file__).parent / "results" / f"forward_pass_{gpu}{kind}.json").read_text())
+
+
+def layer_form_s(r: dict, train: bool, share: float, per_unit: tuple[float, float], hbm_bytes_s: float) -> float:
+    """The time model's layer form for one timed row: its FLOPs (as the model counts them) at `share` of the bf16
+    peak, its elementwise traffic at `hbm_bytes_s`."""
+    from autotune.estimate.throughput import elementwise_seconds
+    from autotune.model import get_model
+
+    m = get_model(r["model"])
+    flops = forward_pass.priced_flops(r["model"], r["tokens"], r["seq"])
+    return ((3 if train else 1) * flops / (share * forward_pass.PEAK_FLOPS)
+            + elementwise_seconds(m, r["tokens"], 1, hbm_bytes_s, per_unit) / m.num_layers)
 
 
 def test_the_timing_needs_a_gpu() -> None:
@@ -64,20 +76,14 @@ def test_the_time_models_layer_form_is_fitted_on_the_timed_layers() -> None:
     the sequence, and PyTorch's flash attention runs below the GEMMs' rate; 13 % when the fit and the model both
     counted it whole, which cost the Megatron-core probes' first launches: search_efficiency.md)."""
     from autotune.estimate.throughput import DEFAULT_EFFICIENCY as eff
-    from autotune.estimate.throughput import elementwise_seconds
-    from autotune.model import get_model
 
     timed, longer = rows(), rows("_long")
     assert {r["seq"] for r in longer} == {4096, 8192} and all(r["gpu"] == "NVIDIA H200" for r in longer)
     for train, share, per_unit in ((False, eff.forward_gemm, eff.layer_bytes_forward),
                                    (True, eff.train_gemm, eff.layer_bytes_train)):
         assert (share, *per_unit) == pytest.approx(forward_pass.fit_layer_form(timed, train), rel=0.01)
-        passes = 3 if train else 1
         for r in timed + longer:
-            m = get_model(r["model"])
-            flops = forward_pass.priced_flops(r["model"], r["tokens"], r["seq"])
-            traffic = elementwise_seconds(m, r["tokens"], 1, forward_pass.HBM_BYTES_S, per_unit) / m.num_layers
-            model = passes * flops / (share * forward_pass.PEAK_FLOPS) + traffic
+            model = layer_form_s(r, train, share, per_unit, forward_pass.HBM_BYTES_S)
             measured = r["layer_fwd_bwd_s" if train else "layer_fwd_s"]
             bound = (0.21 if train else 0.16) if r in longer else 0.11 if train else 0.07  # longer ones: not fitted
             assert abs(model / measured - 1) < bound, (r["model"], r["tokens"], r["seq"], train)
@@ -119,11 +125,10 @@ def test_the_h100_runs_the_layers_as_the_h200_does_which_its_hbm_bandwidth_does_
     8-18 % over forward and 6-16 % over forward and backward (the 0.5B at 8k tokens 12 % under). Not adopted as a GPU's
     own elementwise rate: priced at 4.5 TB/s the real H100 trials' held-out phase errors moved by at most a point and
     the H100 1.5B's Spearman went from 0.63 to 0.61 (README, Performance)."""
+    from autotune.cluster import get_gpu_type
     from autotune.estimate.throughput import DEFAULT_EFFICIENCY as eff
-    from autotune.estimate.throughput import elementwise_seconds
-    from autotune.model import get_model
 
-    h100 = json.loads((Path(forward_pass.__file__).parent / "results" / "forward_pass_h100.json").read_text())
+    h100, hbm = rows(gpu="h100"), get_gpu_type("h100").hbm_tbps * 1e12
     h200 = {(r["model"], r["tokens"], r["seq"]): r for r in rows()}
     assert len(h100) == 12 and all(r["gpu"] == "NVIDIA H100 80GB HBM3" for r in h100)
     for r in h100:
@@ -132,11 +137,8 @@ def test_the_h100_runs_the_layers_as_the_h200_does_which_its_hbm_bandwidth_does_
         assert 0.95 < r["layer_fwd_s"] / o["layer_fwd_s"] < 1.08
         assert 0.95 < r["layer_fwd_bwd_s"] / o["layer_fwd_bwd_s"] < (1.3 if small else 1.08)
         assert 0.9 < r["layer_gemm_fwd_s"] / o["layer_gemm_fwd_s"] < 1.05
-        m = get_model(r["model"])
-        flops = forward_pass.priced_flops(r["model"], r["tokens"], r["seq"])
         for train, share, per_unit, lo, hi in ((False, eff.forward_gemm, eff.layer_bytes_forward, 0.08, 0.18),
                                                 (True, eff.train_gemm, eff.layer_bytes_train, 0.06, 0.17)):
-            model = ((3 if train else 1) * flops / (share * forward_pass.PEAK_FLOPS)
-                     + elementwise_seconds(m, r["tokens"], 1, 3.35e12, per_unit) / m.num_layers)
+            model = layer_form_s(r, train, share, per_unit, hbm)
             over = model / r["layer_fwd_bwd_s" if train else "layer_fwd_s"] - 1
             assert (-0.13 < over < -0.11) if small and train else lo < over < hi, (r["model"], r["tokens"], train)
