@@ -28,11 +28,14 @@ from pathlib import Path
 from autotune import verl
 from autotune.results.timeline import KEPT_RAY, Timeline
 from autotune.verl.caches import BYTECODE_EXTRA
+from autotune.verl.log import recompiled_steps_in_stamps
 from benchmarks import real_studies
 
 HERE = Path(__file__).resolve().parent
 DATA = real_studies.DATA
 STEP = verl.PHASE_TIMINGS["step"]
+UPDATE = verl.PHASE_TIMINGS["update_actor"]
+SPIKE = 1.5  # an update this many times the trial's fastest of steps 2 on
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Cost:
     ray_head_start_s: float = 0.0  # it started the kept head before its launch (in wall_s, not in its timeline)
     ray_workers_s: float | None = None  # its Ray workers gone this long after its driver (kept head only)
     gpu: str = ""  # the GPU type it ran on
+    updates_s: dict[int, float] | None = None  # verl's timing_s/update_actor per step run
 
     @property
     def smoke_job(self) -> bool:
@@ -79,6 +83,7 @@ def costs(dbs: list[Path]) -> list[Cost]:
             if row.status != "ok" or not row.launched or not row.duration_s or real_studies.CUT in (row.extra or {}):
                 continue  # a trial cut after its measured step ran no whole trial: its wall is not a trial's cost
             steps = {s.step: float(s.metrics[STEP]) for s in store.steps(row.id) if STEP in s.metrics}
+            updates = {s.step: float(s.metrics[UPDATE]) for s in store.steps(row.id) if UPDATE in s.metrics}
             tl = Timeline.from_extra(row.extra)
             extra = row.extra or {}
             settle = (extra.get("cleanup") or {}).get("ray_workers_s")
@@ -87,8 +92,48 @@ def costs(dbs: list[Path]) -> list[Cost]:
                             float(row.duration_s), steps,
                             tl if tl and tl.steps else None, row.candidate_key or "", str(extra.get("ray") or ""),
                             tl.ray_head_start_s if tl else 0.0,
-                            float(settle) if isinstance(settle, (int, float)) else None, gpu))
+                            float(settle) if isinstance(settle, (int, float)) else None, gpu, updates))
     return out
+
+
+def recompiled(c: Cost, data: Path = DATA) -> tuple[int, ...] | None:
+    """The steps a worker of the trial traced a new graph in, from its committed time-stamped console (None: none)."""
+    lease, rest = c.source.split("/", 1)
+    study, n = rest.rsplit("#", 1)
+    log = data / lease / f"{study}_trial_{int(n):04d}" / "verl.ts.log"
+    return recompiled_steps_in_stamps(log.read_text(errors="replace")) if log.is_file() else None
+
+
+def recompile_report(cs: list[Cost], data: Path = DATA) -> list[str]:
+    """How often a measured step holds a recompile, a study's first trial (cold compile caches) against later ones,
+    and whether the steps whose update ran long are those (issue 24.3: noise known)."""
+    lines = ["## Steps that recompiled (issue 24.3)", "",
+             "A step in which a verl worker traced a new graph (torch.compile's recompile: the worker's backward "
+             "warning printed again, `autotune/verl/keys.py` RECOMPILE_MARKERS) holds the compile, which a long run "
+             f"pays once. Long update: {SPIKE}x or more the trial's fastest update of steps 2 on. Trials with a "
+             "time-stamped console and two steps from step 2 on.", "",
+             "| trials | n | a step from 2 on recompiled | step 3 recompiled | a long update | of them at a recompiled "
+             "step | median update at a recompiled step / the trial's fastest |", "|---|---|---|---|---|---|---|"]
+    for name, kind in (("a study's first (caches cold)", "cold"), ("later (caches warm)", "warm")):
+        n = late = third = long_ = explained = 0
+        ratios = []
+        for c in cs:
+            ups = {k: v for k, v in (c.updates_s or {}).items() if k >= 2}
+            steps = recompiled(c, data) if c.caches == kind and len(ups) >= 2 else None
+            if steps is None:
+                continue
+            fastest = min(ups.values())
+            spikes = {k for k, v in ups.items() if v >= SPIKE * fastest}
+            n += 1
+            late += any(k >= 2 for k in steps)
+            third += 3 in steps
+            long_ += bool(spikes)
+            explained += bool(spikes) and spikes <= set(steps)
+            ratios += [ups[k] / fastest for k in steps if k in ups]
+        med = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        lines.append(f"| {name} | {n} | {late} ({100 * late / max(n, 1):.0f}%) | {third} | {long_} | {explained} | "
+                     f"{med} |")
+    return [*lines, ""]
 
 
 HEAD_START = "Ray head started (before launch)"
@@ -412,6 +457,7 @@ def report(cs: list[Cost], probes: dict[str, dict[str, float]] | None = None, da
     lines += kept_head_report(small, data)
     lines += startup_report([c for g in groups.values() for c in g if c.caches == "warm"])
     lines += probe_report(probes or {}, measured=bool(groups["compile caches and bytecode cache"]))
+    lines += recompile_report(cs, data)
     return "\n".join(lines)
 
 

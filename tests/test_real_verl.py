@@ -36,6 +36,9 @@ from tests.real_verl import tiny_job, write_gsm8k_parquet, write_model
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_LOG = Path(__file__).parent / "data" / "real_verl_cpu.log"
+# a real GPU trial's console as Ray wrote it (its workers' lines, which the CPU run never reached)
+REAL_GPU_LOG = Path(__file__).parent / "data" / "real_verl_gpu" / "h100_2026-12-06_l59" / "c-1.5b-h59_trial_0000" / \
+    "verl.log"
 # What verl imports on the path to its first GPU request (scripts/install-verl-cpu.sh installs them).
 VERL_PATH_MODULES = ("verl", "torch", "ray", "datasets", "transfer_queue", "torchdata", "peft", "aiohttp",
                      "cachetools", "zmq", "msgspec")
@@ -159,7 +162,7 @@ def test_double_step_lines_parse_the_same_behind_the_real_actor_prefix(tmp_path:
     steps = [ln for ln in lines if parse_step_line(ln)]
     assert steps and res.status == TrialStatus.OK
     before = lines[:lines.index(steps[0])]  # what a successful run prints before its first step: real formats too
-    real_shapes = {shape(ln) for ln in real_lines()}
+    real_shapes = {shape(ln) for ln in real_lines() + lines_of(REAL_GPU_LOG.read_bytes().decode(errors="replace"))}
     assert before and {shape(ln) for ln in before} <= real_shapes
     for ln in steps:
         m = _PREFIX.match(ln)

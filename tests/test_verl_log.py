@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from autotune.verl.log import LineTail, RunLog, classify, parse_jsonl_record, parse_number, parse_step_line
+from autotune import verl
+from autotune.verl.log import (
+    LineTail,
+    RunLog,
+    classify,
+    is_recompile,
+    parse_jsonl_record,
+    parse_number,
+    parse_step_line,
+    recompiled_steps_in_stamps,
+)
 
 
 @pytest.mark.parametrize("text,value", [
@@ -245,3 +258,57 @@ def test_an_oom_after_vllm_reported_ready_is_not_vllms_start() -> None:
            "(WorkerDict pid=3500) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
     assert classify(oom, 1).kind == "vllm_start_oom"  # vLLM's engine near, never ready: its start
     assert classify(ready + oom, 1).kind == "gpu_oom"
+
+
+REAL = Path(__file__).parent / "data" / "real_verl_gpu"
+
+
+@pytest.mark.parametrize(("trial", "steps"), [
+    ("h100_2026-12-06_l59/c-1.5b-h59_trial_0000", (1, 3)),  # update 18.8, 7.7, 15.2 s at steps 1-3 (cold caches)
+    ("h100_2026-12-06_l59/c-1.5b-h59_trial_0001", (1,)),  # warm: 17.0, 16.4, 17.5 s
+    ("h200_2026-11-28_l46/c-0.5b-h35_trial_0000", (1, 2, 3)),  # cold: 12.2, 13.4, 5.6 s at steps 2-4
+    ("h200_2026-11-28_l47/c-0.5b-h40_trial_0000", (1, 3)),  # cold: 5.3, 10.7, 5.6 s at steps 2-4
+])
+def test_the_steps_a_real_worker_traced_a_new_graph_in(trial: str, steps: tuple[int, ...]) -> None:
+    """Read back from real verl's time-stamped consoles: the worker's backward warning returns in the steps whose
+    update ran long (a recompile), and in step 1 of every trial."""
+    text = (REAL / trial / "verl.ts.log").read_text(errors="replace")
+    assert recompiled_steps_in_stamps(text) == steps
+
+
+def test_dynamos_recompile_line_and_the_warning_a_recompile_brings_back(tmp_path: Path) -> None:
+    """Both markers, from the real torch on the CPU: with TORCH_LOGS=recompiles (the trials' default) Dynamo prints
+    its line at each recompile, and a recompile through AOTAutograd (the backward a training step compiles) resets
+    Python's once-per-place record of printed warnings, so a warning the process printed before is printed again:
+    what the real workers' backward warning shows in the steps that recompiled (the test above)."""
+    src = """
+import sys, warnings, torch
+def warn(tag):
+    warnings.warn("the worker's warning")
+    print("after", tag, file=sys.stderr)
+@torch.compile(backend="aot_eager")
+def f(x):
+    return (x * 2).sin().sum()
+for tag, shape in (("first", (3,)), ("new shape", (5,)), ("seen shape", (7,)), ("new rank", (8, 2))):
+    f(torch.ones(*shape, requires_grad=True)).backward()
+    warn(tag)
+    warn(tag + ", again")
+"""
+    env = {**os.environ, verl.TORCH_LOGS_ENV: verl.TORCH_LOGS_RECOMPILES}
+    done = subprocess.run([sys.executable, "-c", src], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen, marked = [], False
+    for line in done.stderr.splitlines():
+        if is_recompile(line):
+            marked = True
+        elif "the worker's warning" in line and "UserWarning" in line:
+            seen.append("printed")
+        elif line.startswith("after "):
+            seen.append(line.removeprefix("after ") + (" (recompiled)" if marked else ""))
+            marked = False
+    # the warning prints at first, and again only after each recompile (dynamic shapes: a seen rank needs none)
+    assert seen == ["printed", "first", "first, again", "printed", "new shape (recompiled)", "new shape, again",
+                    "seen shape", "seen shape, again", "printed", "new rank (recompiled)", "new rank, again"]
+    assert not any(is_recompile(ln) for ln in (REAL / "h100_2026-12-06_l59/c-1.5b-h59_trial_0001/verl.ts.log")
+                   .read_text(errors="replace").splitlines()[:1100])  # its start-up, before step 1's backward

@@ -4,8 +4,10 @@ The verl runner runs the measured step plus K more (`--extra-steps`, default 1) 
 in the trial's `extra["noise"]`; the objective stays the measured step's (or window's) value. The spread is the
 range of the measured and extra steps' throughputs over the objective. Two configurations whose measured-step
 throughputs differ by less than the larger of their spreads are a tie: which one is faster is not known from the
-short trials, and a confirmation run (`--confirm`) decides. Simulated and replayed results have no noise: "not
-measured".
+short trials, and a confirmation run (`--confirm`) decides. A step in which a verl worker traced a new graph
+(torch.compile's recompile, `recompiled`) holds the compile's seconds, which a long training run pays once: the words
+name such a measured step, as a study's first trial on cold compile caches often has one (autotune/verl/keys.py
+RECOMPILE_MARKERS). Simulated and replayed results have no noise: "not measured".
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ NOT_MEASURED = "noise not measured"
 
 
 def measure(steps: Mapping[int, Mapping[str, float]], first: int, last: int, extra_steps: int,
-            missed: str = "") -> dict[str, Any]:
-    """extra["noise"] of a trial measured over steps first..last that ran up to `extra_steps` more."""
+            missed: str = "", recompiled: Iterable[int] = ()) -> dict[str, Any]:
+    """extra["noise"] of a trial measured over steps first..last that ran up to `extra_steps` more; `recompiled`: the
+    steps a worker traced a new graph in."""
     end = last + extra_steps
     thr = {s: m[verl.M_THROUGHPUT] for s, m in steps.items() if verl.M_THROUGHPUT in (m or {})}
     per_step = {str(s): thr[s] for s in range(verl.FIRST_STEP + 1, end + 1) if s in thr}  # step 1: warm-up
     values = [thr[s] for s in range(first, end + 1) if s in thr]  # the measured window (step 1 too) and after
     window = [thr[s] for s in range(first, last + 1) if s in thr]
-    doc: dict[str, Any] = {"steps": [first, end], "measured": [first, last], "per_step": per_step}
+    doc: dict[str, Any] = {"steps": [first, end], "measured": [first, last], "per_step": per_step,
+                           "recompiled": sorted(s for s in set(recompiled) if s >= verl.FIRST_STEP)}
     if extra_steps <= 0:
         doc["note"] = "no extra step asked (--extra-steps 0)"
     elif not window or len(values) < len(window) + 1:
@@ -47,6 +51,8 @@ class Noise:
     steps: tuple[int, int]
     per_step: dict[int, float]
     note: str = ""
+    recompiled: tuple[int, ...] = ()  # steps a verl worker traced a new graph in (torch.compile's recompile)
+    measured: tuple[int, int] = (0, 0)
 
     @classmethod
     def from_extra(cls, extra: Mapping[str, Any] | None) -> Noise | None:
@@ -54,13 +60,30 @@ class Noise:
         if not doc:
             return None
         return cls(doc.get("spread"), tuple(doc.get("steps") or (0, 0)),  # type: ignore[arg-type]
-                   {int(k): float(v) for k, v in (doc.get("per_step") or {}).items()}, doc.get("note", ""))
+                   {int(k): float(v) for k, v in (doc.get("per_step") or {}).items()}, doc.get("note", ""),
+                   tuple(int(s) for s in doc.get("recompiled") or ()),
+                   tuple(doc.get("measured") or doc.get("steps") or (0, 0)))  # type: ignore[arg-type]
+
+    @property
+    def measured_recompiled(self) -> tuple[int, ...]:
+        """The measured steps that hold a recompile (their time includes the compile)."""
+        a, b = self.measured
+        return tuple(s for s in self.recompiled if a <= s <= b)
+
+    def recompile_words(self) -> str:
+        held = self.measured_recompiled
+        if not held:
+            return ""
+        which = " and ".join(f"step {s}" for s in held)
+        return (f"{which} traced a new graph (torch.compile's recompile, as a study's first trial on cold compile "
+                "caches often does): its time includes the compile, which a long run pays once")
 
     def words(self) -> str:
         a, b = self.steps
+        notes = "; ".join(n for n in (self.note, self.recompile_words()) if n)
         if self.spread is None:
-            return f"{NOT_MEASURED}: {self.note}" if self.note else NOT_MEASURED
-        return f"steps {a}-{b} spread {self.spread:.1%} (measured noise)" + (f"; {self.note}" if self.note else "")
+            return f"{NOT_MEASURED}: {notes}" if notes else NOT_MEASURED
+        return f"steps {a}-{b} spread {self.spread:.1%} (measured noise)" + (f"; {notes}" if notes else "")
 
 
 def spread(extra: Mapping[str, Any] | None) -> float | None:

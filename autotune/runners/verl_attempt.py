@@ -56,7 +56,8 @@ def trial_result(spec: TrialSpec, att: Attempt, first: int, extra_steps: int, ex
                 phases[phase] = sum(vals) / len(vals)
         where = f"step {first}" if first == spec.measure_step else f"mean of steps {first}-{spec.measure_step}"
         att.reason = f"measured {thr:.1f} tokens/s/GPU ({where})"
-        extra["noise"] = noise.measure(att.log.steps, first, spec.measure_step, extra_steps, att.missed)
+        extra["noise"] = noise.measure(att.log.steps, first, spec.measure_step, extra_steps, att.missed,
+                                       att.log.recompiled_steps())
         att.reason += f"; {noise.Noise.from_extra(extra).words()}"  # type: ignore[union-attr]
     alloc = [m[verl.M_MAX_MEM_ALLOCATED] for m in att.log.steps.values() if verl.M_MAX_MEM_ALLOCATED in m]
     reserved = [m[verl.M_MAX_MEM_RESERVED] for m in att.log.steps.values() if verl.M_MAX_MEM_RESERVED in m]

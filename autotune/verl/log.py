@@ -30,6 +30,8 @@ _VLLM_READY = re.compile(verl.VLLM_READY_RE)
 _BENIGN = tuple(re.compile(p) for p in verl.BENIGN_AFTER_FINISH)
 _FATAL = tuple(re.compile(p) for p in verl.FATAL_LINE_PATTERNS)
 _MILESTONES = tuple((name, re.compile(p)) for name, p in verl.STARTUP_MILESTONES.items())
+_RECOMPILE = tuple(re.compile(p) for p in verl.RECOMPILE_MARKERS)
+_STAMPED = re.compile(r"^\[\s*-?[\d.]+\] (?P<line>.*)$")
 _ERROR_LINE = re.compile(
     r"^\s*(?:\([^)]*\)\s*)*(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)(?:\([\w.]*\))?:|SIG[A-Z]+ received"
 )
@@ -40,6 +42,26 @@ def stamp_milestones(milestones: dict[str, float], t: float, line: str) -> None:
     for name, pattern in _MILESTONES:
         if name not in milestones and pattern.search(line):
             milestones[name] = t
+
+
+def is_recompile(line: str) -> bool:
+    """Whether a console line marks a new graph traced in a worker (verl.RECOMPILE_MARKERS)."""
+    return any(p.search(line) for p in _RECOMPILE)
+
+
+def recompiled_steps_in_stamps(text: str) -> tuple[int, ...]:
+    """The steps a new graph was traced in, read back from a run's time-stamped console (RunLog.stamps): a marker
+    belongs to the step after the last step line before it (the worker prints it in that step's backward)."""
+    last, held = verl.FIRST_STEP - 1, set()
+    for raw in text.splitlines():
+        m = _STAMPED.match(raw)
+        line = m.group("line") if m else raw
+        parsed = parse_step_line(line)
+        if parsed:
+            last = max(last, parsed[0])
+        elif is_recompile(line):
+            held.add(last + 1)
+    return tuple(sorted(held))
 
 
 def parse_number(text: str) -> float | None:
@@ -149,6 +171,8 @@ class RunLog:
         self.milestones: dict[str, float] = {}  # start-up milestone -> seconds after launch it was first seen
         self.step_at: dict[int, float] = {}  # step -> seconds after launch its line (or JSONL record) first showed
         self.fatal_at: float | None = None  # seconds after launch of the first line no run recovers from
+        self.recompiled: set[int] = set()  # steps a worker traced a new graph in (verl.RECOMPILE_MARKERS)
+        self._last_line_step = verl.FIRST_STEP - 1  # the last step whose console line was read
         self._stamps: IO[str] | None = None
 
     def poll(self, final: bool = False) -> list[int]:
@@ -162,6 +186,10 @@ class RunLog:
             if t is not None:
                 self._stamp(t, plain)
             parsed = parse_step_line(line)
+            if parsed:
+                self._last_line_step = max(self._last_line_step, parsed[0])
+            elif is_recompile(plain):
+                self.recompiled.add(self._last_line_step + 1)  # printed in the backward of the step under way
             if parsed:
                 self._merge(parsed, new, prefer=False)
                 if t is not None:
@@ -201,6 +229,10 @@ class RunLog:
         else:
             for k, v in metrics.items():
                 self.steps[step].setdefault(k, v)
+
+    def recompiled_steps(self) -> tuple[int, ...]:
+        """The steps whose time includes a new graph traced in a worker (torch.compile's recompile)."""
+        return tuple(sorted(self.recompiled))
 
     def tail(self, n: int = 40) -> str:
         return "\n".join(list(self.last)[-n:])

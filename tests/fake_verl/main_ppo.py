@@ -26,8 +26,11 @@ Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.02), FAKE_VERL_STEP_J
 1 - j (odd) and 1 + j (even) of their throughput: measured noise; default 0), FAKE_VERL_STARTUP_S (default 0.05:
 a test that needs a start-up phase to watch sets its own),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
-FAKE_VERL_RECORD (append one JSON line: pid, children, mode), FAKE_VERL_HOLD_FILE (step FAKE_VERL_HOLD_STEP, default 2,
-starts only once this file exists: a test acts mid-run on an event, not after a guessed delay).
+FAKE_VERL_RECOMPILE_STEPS (default "1": the steps in which the Megatron worker prints the backward's warning a
+new graph traced brings back, verbatim as lease 59's real run printed it: in step 1 of every real trial, in later steps
+where torch.compile recompiled), FAKE_VERL_RECORD (append one JSON line: pid, children, mode), FAKE_VERL_HOLD_FILE
+(step FAKE_VERL_HOLD_STEP, default 2, starts only once this file exists: a test acts mid-run on an event, not after a
+guessed delay).
 On a Ray cluster (`+ray_kwargs.ray_init.address=HOST:PORT`, as autotune's Ray executor passes it) it behaves as
 verl's driver does there (verl/trainer/main_ppo.py run_ppo, verl/single_controller/ray/base.py): it joins that
 cluster with `ray.init(**ray_kwargs.ray_init)` (namespace and runtime_env with env_vars and the setup hook; no
@@ -155,6 +158,23 @@ def choose_mode(ov: dict[str, str]) -> str:
         if all(ov.get(k) == str(v) for k, v in rule["when"].items()):
             return rule["mode"]
     return "ok"
+
+
+# The Megatron worker's warning at a backward through a newly traced graph, Ray's colour on its prefix
+# (tests/data/real_verl_gpu/h100_2026-12-06_l59/c-1.5b-h59_trial_0000/verl.log, step 3)
+RETRACED_WARNING = (
+    "\x1b[36m(WorkerDict pid=3312)\x1b[0m /opt/torch/.venv/lib/python3.12/site-packages/torch/autograd/graph.py:869: "
+    "UserWarning: "
+    "c10d::broadcast_: an autograd kernel was not registered to the Autograd key(s) but we are trying to backprop "
+    "through it. This may lead to silently incorrect behavior. This behavior is deprecated and will be removed in a "
+    "future version of PyTorch. If your operator is differentiable, please ensure you have registered an autograd "
+    "kernel to the correct Autograd key (e.g. DispatchKey::Autograd, DispatchKey::CompositeImplicitAutograd). If your "
+    "operator is not differentiable, or to squash this warning and use the previous behavior, please register "
+    "torch::CppFunction::makeFallthrough() to DispatchKey::Autograd. (Triggered internally at "
+    "/pytorch/torch/csrc/autograd/autograd_not_implemented_fallback.cpp:76.)",
+    "\x1b[36m(WorkerDict pid=3312)\x1b[0m   return Variable._execution_engine.run_backward(  # Calls into the C++ "
+    "engine to run the backward pass",
+)
 
 
 def out(line: str) -> None:
@@ -413,6 +433,9 @@ def train(argv: list[str], ov: dict[str, str], mode: str, pre: str, children: li
             profiled = _sibling("profiled")
             if profiled.requested(ov, step):
                 profiled.write_traces(argv, ov, step)
+        if str(step) in os.environ.get("FAKE_VERL_RECOMPILE_STEPS", "1").split(","):
+            for ln in RETRACED_WARNING:
+                out(ln)
         thr = step_throughput(ov, step, mode)
         t_step = 4096.0 / thr
         metrics = {
