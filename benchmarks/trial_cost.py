@@ -97,7 +97,8 @@ def costs(dbs: list[Path]) -> list[Cost]:
 
 
 def recompiled(c: Cost, data: Path = DATA) -> tuple[int, ...] | None:
-    """The steps a worker of the trial traced a new graph in, from its committed time-stamped console (None: none)."""
+    """The steps a worker of the trial compiled a graph anew in, from its committed time-stamped console (None: no
+    console kept)."""
     lease, rest = c.source.split("/", 1)
     study, n = rest.rsplit("#", 1)
     log = data / lease / f"{study}_trial_{int(n):04d}" / "verl.ts.log"
@@ -108,7 +109,7 @@ def recompile_report(cs: list[Cost], data: Path = DATA) -> list[str]:
     """How often a measured step holds a recompile, a study's first trial (cold compile caches) against later ones,
     and whether the steps whose update ran long are those (issue 24.3: noise known)."""
     lines = ["## Steps that recompiled (issue 24.3)", "",
-             "A step in which a verl worker traced a new graph (torch.compile's recompile: the worker's backward "
+             "A step in which a verl worker compiled a graph anew (torch.compile's recompile: the worker's backward "
              "warning printed again, `autotune/verl/keys.py` RECOMPILE_MARKERS) holds the compile, which a long run "
              f"pays once. Long update: {SPIKE}x or more the trial's fastest update of steps 2 on. Trials with a "
              "time-stamped console and two steps from step 2 on.", "",

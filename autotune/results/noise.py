@@ -4,10 +4,11 @@ The verl runner runs the measured step plus K more (`--extra-steps`, default 1) 
 in the trial's `extra["noise"]`; the objective stays the measured step's (or window's) value. The spread is the
 range of the measured and extra steps' throughputs over the objective. Two configurations whose measured-step
 throughputs differ by less than the larger of their spreads are a tie: which one is faster is not known from the
-short trials, and a confirmation run (`--confirm`) decides. A step in which a verl worker traced a new graph
-(torch.compile's recompile, `recompiled`) holds the compile's seconds, which a long training run pays once: the words
-name such a measured step, as a study's first trial on cold compile caches often has one (autotune/verl/keys.py
-RECOMPILE_MARKERS). Simulated and replayed results have no noise: "not measured".
+short trials, and a confirmation run (`--confirm`) decides. A step in which a verl worker compiled a graph
+anew (torch.compile's recompile on compile caches that lacked it, `recompiled`) holds the compile's seconds, which a
+long training run pays once: the words name such a measured step, as a study's first trial on cold compile caches
+often has one (autotune/verl/keys.py RECOMPILE_MARKERS). Simulated and replayed results have no noise: "not
+measured".
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ NOT_MEASURED = "noise not measured"
 def measure(steps: Mapping[int, Mapping[str, float]], first: int, last: int, extra_steps: int,
             missed: str = "", recompiled: Iterable[int] = ()) -> dict[str, Any]:
     """extra["noise"] of a trial measured over steps first..last that ran up to `extra_steps` more; `recompiled`: the
-    steps a worker traced a new graph in."""
+    steps a worker compiled a graph anew in."""
     end = last + extra_steps
     thr = {s: m[verl.M_THROUGHPUT] for s, m in steps.items() if verl.M_THROUGHPUT in (m or {})}
     per_step = {str(s): thr[s] for s in range(verl.FIRST_STEP + 1, end + 1) if s in thr}  # step 1: warm-up
@@ -51,7 +52,7 @@ class Noise:
     steps: tuple[int, int]
     per_step: dict[int, float]
     note: str = ""
-    recompiled: tuple[int, ...] = ()  # steps a verl worker traced a new graph in (torch.compile's recompile)
+    recompiled: tuple[int, ...] = ()  # steps a verl worker compiled a graph anew in
     measured: tuple[int, int] = (0, 0)
 
     @classmethod
@@ -75,8 +76,8 @@ class Noise:
         if not held:
             return ""
         which = " and ".join(f"step {s}" for s in held)
-        return (f"{which} traced a new graph (torch.compile's recompile, as a study's first trial on cold compile "
-                "caches often does): its time includes the compile, which a long run pays once")
+        return (f"{which} compiled a graph anew (torch.compile's recompile, as a study's first trial on cold "
+                "compile caches often does): its time includes the compile, which a long run pays once")
 
     def words(self) -> str:
         a, b = self.steps

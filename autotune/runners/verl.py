@@ -259,8 +259,7 @@ class VerlRunner(Runner):
         argv = self.argv(spec, self.short_run_overrides(spec, jsonl, ray_tmp, attempt))
         (trial_dir / f"command{sfx}.json").write_text(json.dumps({"argv": argv, "cwd": str(trial_dir), "env": {
             k: env[k] for k in (verl.FILE_LOGGER_ENV, "RAY_TMPDIR", "HYDRA_FULL_ERROR", "CUDNN_PATH",
-                                verl.VLLM_COMPILE_CACHE_OFF_ENV, *verl.SHARED_CACHE_ENV, verl.BYTECODE_PREFIX_ENV,
-                                verl.TORCH_LOGS_ENV)
+                                verl.VLLM_COMPILE_CACHE_OFF_ENV, *verl.SHARED_CACHE_ENV, verl.BYTECODE_PREFIX_ENV)
             if k in env}}, indent=1))
         (trial_dir / f"command{sfx}.sh").write_text(
             "#!/usr/bin/env bash\n# autotune trial command (argv of the launched process)\n"
@@ -440,7 +439,6 @@ class VerlRunner(Runner):
         env[verl.FILE_LOGGER_ENV] = str(jsonl)
         env["PYTHONUNBUFFERED"] = "1"
         env["HYDRA_FULL_ERROR"] = "1"  # whole tracebacks: the failure classes read them
-        env.setdefault(verl.TORCH_LOGS_ENV, verl.TORCH_LOGS_RECOMPILES)  # a step's recompile, named (noise.py)
         return env
 
     def _caches(self, spec: TrialSpec, env: dict[str, str]) -> tuple[str, bool]:

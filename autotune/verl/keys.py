@@ -300,22 +300,17 @@ STARTUP_MILESTONES: dict[str, str] = {
     "vllm_ready": r":all initialize finished, ready to fit",
     "first_step": r"(?:^|\s)step:1 - ",
 }
-# A new graph traced in a verl worker's step (torch.compile's recompile: Megatron-core's fused kernels and verl's own
-# compiled functions, whose first shapes are static and whose next ones recompile them as dynamic unless the compile
-# caches already hold their shapes). Dynamo's own line where TORCH_LOGS asks for it ("recompiles"), and the backward's
-# warning that the Megatron worker prints again after each trace (a recompile through AOTAutograd resets Python's
-# record of warnings already printed: tests/test_verl_log.py shows it with the real torch). In the committed real
-# trials the warning came back in every step whose update ran 1.5x or more the trial's fastest (22 of 22), in a step
-# from 2 on of 31 of 60 studies' first trials (compile caches cold) and of 7 of 136 later trials
-# (benchmarks/results/trial_cost.md).
+# A step in which a verl worker compiled a graph anew (torch.compile meeting a new shape: Megatron-core's fused
+# functions and verl's compiled ones, whose first shapes are static and whose next recompile them as dynamic): the
+# backward's warning the Megatron worker prints again. A recompile that compiles anew (Inductor's caches miss) resets
+# Python's record of warnings already printed; one the caches serve does not, and costs little
+# (tests/test_verl_log.py shows both with the real torch). Dynamo's own "Recompiling function" line (TORCH_LOGS) is
+# no marker: it is printed for the cheap ones too. In the committed real trials the warning came back in every step
+# whose update ran 1.5x or more the trial's fastest (22 of 22), in a step from 2 on of 31 of 60 studies' first trials
+# (compile caches cold) and of 7 of 136 later trials (benchmarks/results/trial_cost.md).
 RECOMPILE_MARKERS: tuple[str, ...] = (
-    r"Recompiling function \S+ in ",
     r"c10d::broadcast_: an autograd kernel was not registered to the Autograd key",
 )
-# torch's logging switch: a trial's processes log Dynamo's recompiles (the first of RECOMPILE_MARKERS) unless the
-# user's environment chose its own TORCH_LOGS; a few lines a recompile, nothing that changes what runs.
-TORCH_LOGS_ENV = "TORCH_LOGS"
-TORCH_LOGS_RECOMPILES = "recompiles"
 # How the timeline names each milestone (autotune/results/timeline.py).
 MILESTONE_LABELS: dict[str, str] = {
     "validated": "config validated", "ray_up": "Ray up", "config": "config resolved", "workers": "workers up",

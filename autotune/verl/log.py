@@ -45,13 +45,13 @@ def stamp_milestones(milestones: dict[str, float], t: float, line: str) -> None:
 
 
 def is_recompile(line: str) -> bool:
-    """Whether a console line marks a new graph traced in a worker (verl.RECOMPILE_MARKERS)."""
+    """Whether a console line marks a graph a worker compiled anew (verl.RECOMPILE_MARKERS)."""
     return any(p.search(line) for p in _RECOMPILE)
 
 
 def recompiled_steps_in_stamps(text: str) -> tuple[int, ...]:
-    """The steps a new graph was traced in, read back from a run's time-stamped console (RunLog.stamps): a marker
-    belongs to the step after the last step line before it (the worker prints it in that step's backward)."""
+    """The steps a worker compiled a graph anew in, read back from a run's time-stamped console (RunLog.stamps): a
+    marker belongs to the step after the last step line before it (the worker prints it in that step's backward)."""
     last, held = verl.FIRST_STEP - 1, set()
     for raw in text.splitlines():
         m = _STAMPED.match(raw)
@@ -171,7 +171,7 @@ class RunLog:
         self.milestones: dict[str, float] = {}  # start-up milestone -> seconds after launch it was first seen
         self.step_at: dict[int, float] = {}  # step -> seconds after launch its line (or JSONL record) first showed
         self.fatal_at: float | None = None  # seconds after launch of the first line no run recovers from
-        self.recompiled: set[int] = set()  # steps a worker traced a new graph in (verl.RECOMPILE_MARKERS)
+        self.recompiled: set[int] = set()  # steps a worker compiled a graph anew in (RECOMPILE_MARKERS)
         self._last_line_step = verl.FIRST_STEP - 1  # the last step whose console line was read
         self._stamps: IO[str] | None = None
 
@@ -231,7 +231,7 @@ class RunLog:
                 self.steps[step].setdefault(k, v)
 
     def recompiled_steps(self) -> tuple[int, ...]:
-        """The steps whose time includes a new graph traced in a worker (torch.compile's recompile)."""
+        """The steps whose time includes a graph a worker compiled anew (torch.compile's recompile)."""
         return tuple(sorted(self.recompiled))
 
     def tail(self, n: int = 40) -> str:

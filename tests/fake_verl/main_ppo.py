@@ -26,11 +26,11 @@ Other knobs: FAKE_VERL_STEP_S (seconds per step, default 0.02), FAKE_VERL_STEP_J
 1 - j (odd) and 1 + j (even) of their throughput: measured noise; default 0), FAKE_VERL_STARTUP_S (default 0.05:
 a test that needs a start-up phase to watch sets its own),
 FAKE_VERL_TEARDOWN_S (after the last step, like Ray's shutdown; default 3), FAKE_VERL_FAIL_STEP (default 2),
-FAKE_VERL_RECOMPILE_STEPS (default "1": the steps in which the Megatron worker prints the backward's warning a
-new graph traced brings back, verbatim as lease 59's real run printed it: in step 1 of every real trial, in later steps
-where torch.compile recompiled), FAKE_VERL_RECORD (append one JSON line: pid, children, mode), FAKE_VERL_HOLD_FILE
-(step FAKE_VERL_HOLD_STEP, default 2, starts only once this file exists: a test acts mid-run on an event, not after a
-guessed delay).
+FAKE_VERL_RECOMPILE_STEPS (default "1": the steps in which the Megatron worker prints the backward's warning a graph
+compiled anew brings back, verbatim as lease 59's real run printed it: in step 1 of every real trial, in later steps
+where torch.compile recompiled on cold caches), FAKE_VERL_RECORD (append one JSON line: pid, children, mode),
+FAKE_VERL_HOLD_FILE (step FAKE_VERL_HOLD_STEP, default 2, starts only once this file exists: a test acts mid-run on an
+event, not after a guessed delay).
 On a Ray cluster (`+ray_kwargs.ray_init.address=HOST:PORT`, as autotune's Ray executor passes it) it behaves as
 verl's driver does there (verl/trainer/main_ppo.py run_ppo, verl/single_controller/ray/base.py): it joins that
 cluster with `ray.init(**ray_kwargs.ray_init)` (namespace and runtime_env with env_vars and the setup hook; no

@@ -5,9 +5,8 @@
 # warning came back there; trial_cost.md "Steps that recompiled": 31 of 60 studies' first trials recompiled in a step
 # from 2 on, 7 of 136 later ones). Study c-1.5b-h60 runs it first (cold), then full recompute at util 0.5 (lease 59's
 # fastest) and the CPU optimizer (its second); study c-1.5b-h60w, on the caches the first warmed (one workdir), runs
-# the first launch again, warm: a study never launches one configuration twice. One extra step each (the noise), and
-# the trials log Dynamo's recompiles (TORCH_LOGS=recompiles, the runner's default since 2026-12-06): the first real
-# logs of the explicit marker. A 1.5B trial on one H100: ~305 s cold, 217-248 s warm without the extra step (lease 59).
+# the first launch again, warm: a study never launches one configuration twice. One extra step each (the noise); the
+# runner names a measured step that recompiled (extra.noise.recompiled). A 1.5B trial on one H100: ~305 s cold, 217-248 s warm without the extra step (lease 59).
 # On one H200: lease 57's 7B pair (dyn4k/8k beside the job's pick on one host).
 # Start with AT_MODEL=qwen2.5-1.5b (qwen2.5-7b on an H200) AT_MORE_MODELS="", LEASE_S as the budget holds (less what the
 # machine's start held before the first command; leases 58's and 59's H100s counted in full); stage with the committed
