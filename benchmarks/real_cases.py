@@ -126,6 +126,19 @@ class Case:
         return self.source.split("/", 1)[0]
 
     @property
+    def recompiled(self) -> tuple[int, ...] | None:
+        """The steps its verl worker compiled a graph anew in, from its committed console (None: none kept)."""
+        lease, db, rest = self.source.split("/", 2)
+        study, n = rest.rsplit("#", 1)
+        return real_studies.recompiled(lease, study, int(n), db.removesuffix(".db"))
+
+    def measured_past_a_recompile(self) -> float | None:
+        """Its step as the model predicts one, a compile's one-off seconds not in it: step 3, or where step 3
+        compiled a graph anew (a study's first trial on cold compile caches, mostly) its repeat, the median of its
+        other steps from 2 on."""
+        return self.retest_step_s if self.retest_step_s and 3 in (self.recompiled or ()) else self.measured_step_s
+
+    @property
     def cpu_optimizer(self) -> bool:
         """Megatron's CPU optimizer steps a share of the parameters."""
         return self.cpu_adam_params > 0

@@ -31,7 +31,7 @@ from autotune import verl
 from autotune.results import memory_trace, timeline
 from autotune.store.schema import TrialRow
 from autotune.store.store import Store
-from autotune.verl.log import parse_jsonl_record, stamp_milestones
+from autotune.verl.log import parse_jsonl_record, recompiled_steps_in_stamps, stamp_milestones
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "real_verl_gpu"
 TrialKey = tuple[int, str]  # a trial's number and its start, the same in every copy of its study
@@ -215,6 +215,22 @@ def trial_dir(db: Path, row: Any, holding: str = "gpu.csv") -> Path | None:
                                      d.parent / name)):
             if (folder / holding).is_file() and (work is None or _ran_in(folder, work)):
                 return folder
+    return None
+
+
+@functools.cache
+def recompiled(lease: str, study: str, number: int, db_stem: str = "", data: Path = DATA) -> tuple[int, ...] | None:
+    """The steps the trial's verl worker compiled a graph anew in (autotune.verl.log.recompiled_steps_in_stamps), from
+    its committed time-stamped console: `<study>_trial_NNNN`, `<db stem's lease>_trial_NNNN`, or `trial_NNNN` where
+    the lease folder holds one study; None where no console was kept."""
+    folder = data / lease
+    names = [f"{study}_trial_{number:04d}", f"{db_stem.split('_')[-1]}_trial_{number:04d}" if db_stem else ""]
+    if len(list(folder.glob("*.db"))) == 1:
+        names.append(f"trial_{number:04d}")
+    for name in filter(None, names):
+        log = folder / name / "verl.ts.log"
+        if log.is_file():
+            return recompiled_steps_in_stamps(log.read_text(errors="replace"))
     return None
 
 

@@ -41,8 +41,9 @@ def ordering(held: list[Case]) -> list[str]:
     """Per size and GPU type: the model's Spearman (held out) beside how well the measurement orders itself (step 3
     against the same trials' other steps), the model's Spearman of the step without gen (the phase a configuration
     hardly moves, whose measure is rounded to verl's poll and follows the host) and within each study of 3 or more ok
-    trials (one host), their mean weighted by trials, and over configurations (each its runs' median): what part of the
-    landscape's disorder is one step's noise, the poll's and the hosts'."""
+    trials (one host), their mean weighted by trials, over configurations (each its runs' median), and with a step 3
+    that compiled a graph anew measured by its repeat: what part of the landscape's disorder is one step's noise, the
+    poll's, the hosts' and a compile's."""
     lines = ["## How far a measured step can be ordered", "",
              "Spearman's rank correlation per size and GPU type: the model's (held out, as above) against step 3; "
              "step 3 against its repeat (the median of the same trial's other steps from 2 on: no model, only "
@@ -51,10 +52,14 @@ def ordering(held: list[Case]) -> list[str]:
              "where the configurations of a size differ little); and the model's within each study of 3 or more ok "
              "trials (one host, as a user's study runs), the mean weighted by the study's trials; and the model's over "
              "the configurations (each its runs' median, predicted and measured: a configuration re-run on other hosts "
-             "is one point, as a replay table's row merges its runs; `by_configuration`).", "",
+             "is one point, as a replay table's row merges its runs; `by_configuration`); and the model's with each "
+             "step 3 that compiled a graph anew (the worker's warning: trial_cost.md, \"Steps that recompiled\") "
+             "measured by its repeat, as the model predicts a step without a compile's one-off seconds "
+             "(`Case.measured_past_a_recompile`; the trials so measured in brackets).", "",
              "| size | GPU | ok trials | model | step 3 vs its repeat | model, the step without gen | studies (trials) "
-             "| model within one study | model over configurations (configurations) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| model within one study | model over configurations (configurations) | model, past a recompile "
+             "(trials) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     ok = ok_cases(held)
     for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
         cs = [c for c in ok if c.size == size and c.gpu == gpu]
@@ -73,8 +78,10 @@ def ordering(held: list[Case]) -> list[str]:
         within = sum(n * r for n, r in rhos) / sum(n for n, _ in rhos) if rhos else None
         confs = by_configuration(cs)
         over = spearman([p for p, _, _ in confs], [m for _, m, _ in confs])
+        past = spearman([c.predicted_step_s for c in cs], [c.measured_past_a_recompile() for c in cs])
+        moved = sum(c.measured_past_a_recompile() != c.measured_step_s for c in cs)
         lines.append(f"| {size} | {gpu} | {len(cs)} | {_rho(model)} | {_rho(retest)} ({len(both)}) | "
                      f"{_rho(no_gen)} ({len(gens)}) | {len(rhos)} ({sum(n for n, _ in rhos)}) | {_rho(within)} | "
-                     f"{_rho(over)} ({len(confs)}) |")
+                     f"{_rho(over)} ({len(confs)}) | {_rho(past)} ({moved}) |")
     lines.append("")
     return lines

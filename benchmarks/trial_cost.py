@@ -28,7 +28,6 @@ from pathlib import Path
 from autotune import verl
 from autotune.results.timeline import KEPT_RAY, Timeline
 from autotune.verl.caches import BYTECODE_EXTRA
-from autotune.verl.log import recompiled_steps_in_stamps
 from benchmarks import real_studies
 
 HERE = Path(__file__).resolve().parent
@@ -101,8 +100,7 @@ def recompiled(c: Cost, data: Path = DATA) -> tuple[int, ...] | None:
     console kept)."""
     lease, rest = c.source.split("/", 1)
     study, n = rest.rsplit("#", 1)
-    log = data / lease / f"{study}_trial_{int(n):04d}" / "verl.ts.log"
-    return recompiled_steps_in_stamps(log.read_text(errors="replace")) if log.is_file() else None
+    return real_studies.recompiled(lease, study, int(n), data=data)
 
 
 def recompile_report(cs: list[Cost], data: Path = DATA) -> list[str]:

@@ -10,6 +10,7 @@ import pytest
 from benchmarks import calibration as cal
 from benchmarks import step_order
 from benchmarks.real_cases import DATA
+from tests.known_misses import KNOWN_OUTLIERS
 
 
 def test_the_steady_view_takes_a_trials_steps_from_2_on() -> None:
@@ -53,7 +54,7 @@ def test_the_ordering_table_sets_the_models_spearman_beside_the_measurements_own
     model = cal.spearman([c.predicted_step_s for c in a + b], [c.measured_step_s for c in a + b])
     assert model is not None and model < 0.95
     assert cells == ["s", "h100", "6", f"{model:.2f}", "0.94 (6)", f"{model:.2f} (6)", "2 (6)", "1.00",
-                     f"{model:.2f} (6)"]
+                     f"{model:.2f} (6)", f"{model:.2f} (0)"]  # no console kept: no step 3 known to have compiled
 
 
 def test_the_ordering_table_takes_gens_poll_out_of_the_step_beside_it() -> None:
@@ -83,3 +84,22 @@ def test_the_ordering_table_orders_configurations_by_their_runs_median() -> None
     assert cells[3] == f"{model:.2f}" and cells[8] == "1.00 (3)"
     assert step_order.by_configuration(cases) == [pytest.approx((20.0, 23.0, 2)), pytest.approx((22.0, 25.3, 2)),
                                                   pytest.approx((24.0, 27.6, 2))]
+
+
+def test_a_step_3_that_compiled_anew_is_measured_by_its_repeat_in_the_last_column(zeroed: list[cal.Case]) -> None:
+    """Ten real trials' step 3 compiled a graph anew (their consoles' worker warning), six of them the trials named
+    by hand as misordered beyond a step's noise over thirty sessions (tests/known_misses.py KNOWN_OUTLIERS): measured
+    by their repeat, the model's Spearman rises where they are (H200 0.5B 0.60 -> 0.71, H100 1.5B 0.61 -> 0.69, H200
+    1.5B 0.72 -> 0.78, H200 3B 0.84 -> 0.88) and no size falls."""
+    held = cal.held_out(zeroed)[0]
+    ok = cal.ok_cases(held)
+    moved = {c.source for c in ok if c.measured_past_a_recompile() != c.measured_step_s}
+    assert len(moved) == 10 and all(3 in (c.recompiled or ()) for c in ok if c.source in moved)
+    assert len(moved & KNOWN_OUTLIERS) == 6
+    rows = {tuple(cells[:2]): cells for line in step_order.ordering(held) if line.startswith("| qwen")
+            for cells in [[x.strip() for x in line.strip("|").split("|")]]}
+    assert {k: (r[3], r[9]) for k, r in rows.items()} == {
+        ("qwen2.5-0.5b", "h100"): ("0.91", "0.91 (0)"), ("qwen2.5-0.5b", "h200"): ("0.60", "0.71 (3)"),
+        ("qwen2.5-1.5b", "h100"): ("0.61", "0.69 (1)"), ("qwen2.5-1.5b", "h200"): ("0.72", "0.78 (3)"),
+        ("qwen2.5-3b", "h100"): ("0.68", "0.68 (1)"), ("qwen2.5-3b", "h200"): ("0.84", "0.88 (2)"),
+        ("qwen2.5-7b", "h200"): ("0.07", "0.07 (0)")}

@@ -306,8 +306,8 @@ STARTUP_MILESTONES: dict[str, str] = {
 # Python's record of warnings already printed; one the caches serve does not, and costs little
 # (tests/test_verl_log.py shows both with the real torch). Dynamo's own "Recompiling function" line (TORCH_LOGS) is
 # no marker: it is printed for the cheap ones too. In the committed real trials the warning came back in every step
-# whose update ran 1.5x or more the trial's fastest (22 of 22), in a step from 2 on of 31 of 60 studies' first trials
-# (compile caches cold) and of 7 of 136 later trials (benchmarks/results/trial_cost.md).
+# whose update ran 1.5x or more the trial's fastest (23 of 23), in a step from 2 on of 32 of 62 studies' first trials
+# (compile caches cold) and of 7 of 138 later trials (benchmarks/results/trial_cost.md).
 RECOMPILE_MARKERS: tuple[str, ...] = (
     r"c10d::broadcast_: an autograd kernel was not registered to the Autograd key",
 )

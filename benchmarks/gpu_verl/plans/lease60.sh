@@ -2,8 +2,8 @@
 # Calibration campaign, lease 60 (issues 23.5 and 24.3), written 2026-12-06 for the next session, by the GPU lent.
 # On one H100: the 1.5B's first launch measured cold and warm on one host. Lease 59's cold first trial ran it with
 # step 3's update at 15.2 s against 7.7 s at step 2: a torch.compile recompile in the step (the worker's backward
-# warning came back there; trial_cost.md "Steps that recompiled": 31 of 60 studies' first trials recompiled in a step
-# from 2 on, 7 of 136 later ones). Study c-1.5b-h60 runs it first (cold), then full recompute at util 0.5 (lease 59's
+# warning came back there; trial_cost.md "Steps that recompiled": 32 of 62 studies' first trials recompiled in a step
+# from 2 on, 7 of 138 later ones). Study c-1.5b-h60 runs it first (cold), then full recompute at util 0.5 (lease 59's
 # fastest) and the CPU optimizer (its second); study c-1.5b-h60w, on the caches the first warmed (one workdir), runs
 # the first launch again, warm: a study never launches one configuration twice. One extra step each (the noise); the
 # runner names a measured step that recompiled (extra.noise.recompiled). A 1.5B trial on one H100: ~305 s cold, 217-248 s warm without the extra step (lease 59).
