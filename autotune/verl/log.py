@@ -186,11 +186,10 @@ class RunLog:
             if t is not None:
                 self._stamp(t, plain)
             parsed = parse_step_line(line)
-            if parsed:
-                self._last_line_step = max(self._last_line_step, parsed[0])
-            elif is_recompile(plain):
+            if not parsed and is_recompile(plain):
                 self.recompiled.add(self._last_line_step + 1)  # printed in the backward of the step under way
             if parsed:
+                self._last_line_step = max(self._last_line_step, parsed[0])
                 self._merge(parsed, new, prefer=False)
                 if t is not None:
                     self.step_at.setdefault(parsed[0], round(t, 2))
