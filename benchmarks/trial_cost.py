@@ -81,8 +81,9 @@ def costs(dbs: list[Path]) -> list[Cost]:
         for row in store.trials(study.name):
             if row.status != "ok" or not row.launched or not row.duration_s or real_studies.CUT in (row.extra or {}):
                 continue  # a trial cut after its measured step ran no whole trial: its wall is not a trial's cost
-            steps = {s.step: float(s.metrics[STEP]) for s in store.steps(row.id) if STEP in s.metrics}
-            updates = {s.step: float(s.metrics[UPDATE]) for s in store.steps(row.id) if UPDATE in s.metrics}
+            logged = store.steps(row.id)
+            steps = {s.step: float(s.metrics[STEP]) for s in logged if STEP in s.metrics}
+            updates = {s.step: float(s.metrics[UPDATE]) for s in logged if UPDATE in s.metrics}
             tl = Timeline.from_extra(row.extra)
             extra = row.extra or {}
             settle = (extra.get("cleanup") or {}).get("ray_workers_s")

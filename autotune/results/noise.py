@@ -32,7 +32,7 @@ def measure(steps: Mapping[int, Mapping[str, float]], first: int, last: int, ext
     values = [thr[s] for s in range(first, end + 1) if s in thr]  # the measured window (step 1 too) and after
     window = [thr[s] for s in range(first, last + 1) if s in thr]
     doc: dict[str, Any] = {"steps": [first, end], "measured": [first, last], "per_step": per_step,
-                           "recompiled": sorted(s for s in set(recompiled) if s >= verl.FIRST_STEP)}
+                           "recompiled": sorted(set(recompiled))}
     if extra_steps <= 0:
         doc["note"] = "no extra step asked (--extra-steps 0)"
     elif not window or len(values) < len(window) + 1:
