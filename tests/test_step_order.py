@@ -89,8 +89,8 @@ def test_the_ordering_table_orders_configurations_by_their_runs_median() -> None
 def test_a_step_3_that_compiled_anew_is_measured_by_its_repeat_in_the_last_column(zeroed: list[cal.Case]) -> None:
     """Ten real trials' step 3 compiled a graph anew (their consoles' worker warning), six of them the trials named
     by hand as misordered beyond a step's noise over thirty sessions (tests/known_misses.py KNOWN_OUTLIERS): measured
-    by their repeat, the model's Spearman rises where they are (H200 0.5B 0.60 -> 0.71, H100 1.5B 0.61 -> 0.69, H200
-    1.5B 0.72 -> 0.78, H200 3B 0.84 -> 0.88) and no size falls."""
+    by their repeat, the model's Spearman rises where they are (H200 0.5B 0.60 -> 0.71, H100 1.5B 0.66 -> 0.73 with
+    lease 60's five, 0.61 -> 0.69 before, H200 1.5B 0.72 -> 0.78, H200 3B 0.84 -> 0.88) and no size falls."""
     held = cal.held_out(zeroed)[0]
     ok = cal.ok_cases(held)
     moved = {c.source for c in ok if c.measured_past_a_recompile() != c.measured_step_s}
@@ -100,6 +100,6 @@ def test_a_step_3_that_compiled_anew_is_measured_by_its_repeat_in_the_last_colum
             for cells in [[x.strip() for x in line.strip("|").split("|")]]}
     assert {k: (r[3], r[9]) for k, r in rows.items()} == {
         ("qwen2.5-0.5b", "h100"): ("0.91", "0.91 (0)"), ("qwen2.5-0.5b", "h200"): ("0.60", "0.71 (3)"),
-        ("qwen2.5-1.5b", "h100"): ("0.61", "0.69 (1)"), ("qwen2.5-1.5b", "h200"): ("0.72", "0.78 (3)"),
+        ("qwen2.5-1.5b", "h100"): ("0.66", "0.73 (1)"), ("qwen2.5-1.5b", "h200"): ("0.72", "0.78 (3)"),
         ("qwen2.5-3b", "h100"): ("0.68", "0.68 (1)"), ("qwen2.5-3b", "h200"): ("0.84", "0.88 (2)"),
         ("qwen2.5-7b", "h200"): ("0.07", "0.07 (0)")}
