@@ -347,7 +347,8 @@ def test_gpu_monitor_peaks_per_gpu() -> None:
 
 
 def test_gpu_monitor_traces_every_sample(tmp_path: Path) -> None:
-    """The trace is memory per moment: a header, then one row per sample (time since start, GiB per GPU)."""
+    """The trace is memory per moment and when the GPUs sat idle: a header, then one row per sample (time since
+    start, GiB per GPU, NVML's utilization % per GPU: blank where NVML has none)."""
     nv = FakeNVML([1.0, 1.0])
     mon = GpuMonitor(interval_s=3600, nvml=nv, trace=tmp_path / "gpu.csv")  # samples at start and at stop only
     mon.start()
@@ -355,12 +356,14 @@ def test_gpu_monitor_traces_every_sample(tmp_path: Path) -> None:
         if len((tmp_path / "gpu.csv").read_text().splitlines()) == 2:
             break
         time.sleep(0.01)
-    assert (tmp_path / "gpu.csv").read_text().splitlines()[1].endswith(",1.000,1.000")
+    assert (tmp_path / "gpu.csv").read_text().splitlines()[1].endswith(",1.000,1.000,50,50")
     nv.used[1] = 60.0
+    nv.nvmlDeviceGetUtilizationRates = lambda h: (_ for _ in ()).throw(RuntimeError("Not Supported"))
     usage = mon.stop()
     rows = (tmp_path / "gpu.csv").read_text().splitlines()
-    assert rows[0] == "t_s,gpu0_used_gib,gpu1_used_gib"
-    assert rows[-1].endswith(",1.000,60.000") and len(rows) == 1 + usage.samples
+    assert rows[0] == "t_s,gpu0_used_gib,gpu1_used_gib,gpu0_util_pct,gpu1_util_pct"
+    assert rows[-1].endswith(",1.000,60.000,,") and len(rows) == 1 + usage.samples
+    assert usage.mean_util == (50 / usage.samples, 50 / usage.samples)  # the sample without a reading counts 0
 
 
 def test_gpus_not_given_back_stop_the_next_trial(tmp_path: Path) -> None:

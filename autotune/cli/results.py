@@ -21,7 +21,7 @@ from autotune.estimate import MEMORY_MARGIN
 from autotune.estimate.safer import SAFE_TOLERANCE
 from autotune.executors import placement_text
 from autotune.job import Job
-from autotune.results import memory_trace
+from autotune.results import memory_trace, rollout_wait
 from autotune.results.export import ExportInfo, export_text, export_warning, missing_keys, tuned_values
 from autotune.results.guessed import guessed_predictions
 from autotune.results.labels import Labeller, provenance, study_reference
@@ -164,7 +164,8 @@ def _trial_status(store: Store, name: str, number: int, as_json: bool) -> int:
                           "throughput": row.throughput, "simulated": row.simulated, "label": label,
                           "noise": (row.extra or {}).get("noise"), "noise_words": noise_words(row),
                           "timeline": tl.as_dict() if tl else None,
-                          "memory_moments": [dataclasses.asdict(m) for m in memory_trace.per_moment(row)]},
+                          "memory_moments": [dataclasses.asdict(m) for m in memory_trace.per_moment(row)],
+                          "rollout_idle_s": (row.extra or {}).get(rollout_wait.EXTRA)},
                          indent=2, default=str))
         return 0
     say = lambda text: out.print(text, markup=False)  # noqa: E731
@@ -176,6 +177,8 @@ def _trial_status(store: Store, name: str, number: int, as_json: bool) -> int:
         say("  tokens/s/GPU by step: " + ", ".join(f"{s}: {units.throughput(v)}" for s, v in per_step.items()))
     if moments := memory_trace.per_moment_words(row, meta.measure_step):
         say(moments)
+    if idle := rollout_wait.words(row.extra, meta.measure_step, rollout_wait.study_poll_s(meta)):
+        say(idle)
     if tl is None:
         why = ("nothing ran now: the result is " + provenance(row.simulated, row.backend).upper()
                if row.simulated or row.backend == "replay" else "none recorded (not launched, or launched by an "

@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from autotune import units, verl
 from autotune.dashboard import data, failures, history, importance, plots, profiles, studies, table
 from autotune.estimate.throughput import step_error_percent
-from autotune.results import memory_trace
+from autotune.results import memory_trace, rollout_wait
 from autotune.results.export import FORMATS
 from autotune.results.guessed import guessed_predictions
 from autotune.results.labels import provenance
@@ -275,6 +275,7 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
                     profile=profiles.trial_profile(store, name, number),
                     timeline=Timeline.from_extra(row.extra), noise=noise_words(row),
                     moments=memory_trace.per_moment(row),
+                    rollout_wait=rollout_wait.words(row.extra, st.measure_step, rollout_wait.study_poll_s(st)),
                     layout=data.layout(row.params, data.reference(store, st)),
                     cls=data.failure_class(row.status, row.reason or ""), steps=steps,
                     step_metrics=list(dict.fromkeys(k for s in steps for k in s.metrics)),

@@ -31,13 +31,14 @@ MARGIN_S = 0.75  # a sample and a half (the runner samples every 0.5 s)
 
 
 def read_trace(path: Path) -> list[tuple[float, float]]:
-    """(seconds after launch, GiB used on the busiest GPU) of every sample of a trial's gpu.csv; [] if it is missing
-    or unreadable."""
+    """(seconds after launch, GiB used on the busiest GPU) of every sample of a trial's gpu.csv (its `*_used_gib`
+    columns; the utilization beside them is autotune/results/rollout_wait.py's); [] if it is missing or unreadable."""
     try:
         with path.open() as f:
             rows = list(csv.reader(f))
-        return [(float(r[0]), max(float(v) for v in r[1:])) for r in rows[1:] if len(r) > 1]
-    except (OSError, ValueError):
+        used = [i for i, name in enumerate(rows[0]) if name.endswith("_used_gib")]
+        return [(float(r[0]), max(float(r[i]) for i in used)) for r in rows[1:] if len(r) > max(used)]
+    except (OSError, ValueError, IndexError):
         return []
 
 

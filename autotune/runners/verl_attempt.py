@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import verl
-from autotune.results import memory_trace, noise, timeline
+from autotune.results import memory_trace, noise, rollout_wait, timeline
 from autotune.runners.base import TrialResult, TrialSpec, TrialStatus
 from autotune.runners.node.gpu_monitor import GpuUsage
 from autotune.verl.caches import BYTECODE_EXTRA
@@ -81,6 +81,8 @@ def trial_result(spec: TrialSpec, att: Attempt, first: int, extra_steps: int, ex
     if att.status == TrialStatus.OK and att.trace is not None:
         extra[memory_trace.EXTRA] = memory_trace.from_trial(att.trace, att.log.steps, att.log.step_at,
                                                             spec.measure_step, att.timings)
+        if idle := rollout_wait.from_trial(att.trace, att.log.steps, att.log.step_at):
+            extra[rollout_wait.EXTRA] = idle
     if att.caches:
         extra["caches"] = att.caches
     if att.bytecode_cache:

@@ -64,7 +64,9 @@ class GpuMonitor:
     interval_s: float = 0.5
     nvml: Any = None  # the pynvml module; injectable so the arithmetic can be tested without GPUs
     reason: str = ""
-    trace: Path | None = None  # a CSV of every sample (seconds since start, GiB used per GPU): memory per moment
+    # a CSV of every sample (seconds since start, GiB used per GPU, then NVML's utilization % per GPU): memory per
+    # moment, and when in a phase the GPU sat idle (autotune/results/memory_trace.py)
+    trace: Path | None = None
     _handles: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -111,7 +113,9 @@ class GpuMonitor:
             return
         if self.trace is not None:
             self._trace = self.trace.open("w", buffering=1)  # line by line: a killed trial keeps its samples
-            self._trace.write("t_s," + ",".join(f"gpu{i}_used_gib" for i in range(len(self._handles))) + "\n")
+            gpus = range(len(self._handles))
+            self._trace.write(",".join(["t_s", *(f"gpu{i}_used_gib" for i in gpus),
+                                        *(f"gpu{i}_util_pct" for i in gpus)]) + "\n")
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="gpu-monitor")
         self._thread.start()
@@ -121,16 +125,22 @@ class GpuMonitor:
         peak = getattr(self, "_peak", None)
         return max(peak) if self.available and peak else None
 
+    def _utilization(self, i: int) -> int | None:
+        try:
+            return int(self.nvml.nvmlDeviceGetUtilizationRates(self._handles[i]).gpu)
+        except Exception:
+            return None  # not every GPU or container reports it
+
     def _sample(self) -> None:
+        t = time.monotonic() - self._t0
         used = self.used_gib()
+        util = [self._utilization(i) for i in range(len(used))]
         if self._trace is not None:
-            self._trace.write(f"{time.monotonic() - self._t0:.2f}," + ",".join(f"{u:.3f}" for u in used) + "\n")
+            self._trace.write(",".join([f"{t:.2f}", *(f"{u:.3f}" for u in used),
+                                        *("" if u is None else str(u) for u in util)]) + "\n")
         for i, u in enumerate(used):
             self._peak[i] = max(self._peak[i], u)
-            try:
-                self._util_sum[i] += self.nvml.nvmlDeviceGetUtilizationRates(self._handles[i]).gpu
-            except Exception:
-                pass
+            self._util_sum[i] += util[i] or 0
         self._n += 1
 
     def _loop(self) -> None:

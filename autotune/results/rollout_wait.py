@@ -1,0 +1,97 @@
+"""How long a step's rollout left the GPU idle before verl's trainer took it, read from NVML's trace of the trial.
+
+verl 0.9.1's V1 trainer sees a finished rollout at its next poll (`verl.SAMPLE_POLL_S`, 2 s), so `timing_s/gen` is
+the rollout rounded up to whole polls (2k s + 0.1-0.3 s in every committed real trial), and a step's time moves by
+up to one poll with where the rollout ends: noise no configuration causes. The runner samples NVML's utilization
+beside the memory (`gpu.csv`, every 0.5 s). A rollout ends in the trace where vLLM sleeps (its KV cache freed: the
+memory falls); the GPU sat idle from the last sample that saw a kernel run before it. That gap is the wait, to about
+one sample (NVML's utilization covers the sample period before each reading). The runner stores it per step in a
+trial's `extra` (EXTRA); `status --trial` shows the measured step's.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from autotune import verl
+from autotune.job import Job
+from autotune.results.memory_trace import MARGIN_S, step_windows
+
+EXTRA = "rollout_idle_s"  # the key of a trial's extra: {step: seconds the GPU sat idle at the end of the rollout}
+SLEEP_DROP_GIB = 2.0  # vLLM's sleep frees its KV cache: at least this much (a 0.5B at util 0.3 frees ~15 GiB)
+REACH_S = 2.5  # how far past gen's window (placed by the console's step line) the sleep is looked for
+
+
+def read_samples(path: Path) -> list[tuple[float, float, float | None]]:
+    """(seconds after launch, GiB used, utilization %) of every sample of a trial's gpu.csv, the busiest GPU's memory
+    and the largest utilization; utilization None where the trace has none (a runner older than it); [] if the trace
+    is missing or unreadable."""
+    try:
+        with path.open() as f:
+            rows = list(csv.reader(f))
+        head = rows[0]
+        used = [i for i, name in enumerate(head) if name.endswith("_used_gib")]
+        util = [i for i, name in enumerate(head) if name.endswith("_util_pct")]
+        out = []
+        for r in rows[1:]:
+            if len(r) < len(head):
+                continue  # a row cut by the trial's end
+            busy = [float(r[i]) for i in util if r[i] != ""]
+            out.append((float(r[0]), max(float(r[i]) for i in used), max(busy) if busy else None))
+        return out
+    except (OSError, ValueError, IndexError):
+        return []
+
+
+def idle_before_sleep(samples: Sequence[tuple[float, float, float | None]],
+                      window: tuple[float, float]) -> float | None:
+    """Seconds the GPU sat idle at the end of the rollout in `window` (gen's, seconds after launch): from the last
+    sample with a kernel running to the first with vLLM asleep (the first fall of SLEEP_DROP_GIB or more from one
+    sample to the next after the window's start: vLLM wakes at the rollout's start, a rise, and sleeps at its end).
+    None where the trace cannot tell: no utilization, no sleep found, or no busy sample before it."""
+    inside = [s for s in samples if window[0] + MARGIN_S <= s[0] <= window[1] + REACH_S]
+    if any(u is None for _, _, u in inside):
+        return None
+    asleep = next((b[0] for a, b in pairwise(inside) if b[1] <= a[1] - SLEEP_DROP_GIB), None)
+    busy = [t for t, _, u in inside if u and asleep is not None and t < asleep]
+    if asleep is None or not busy:
+        return None
+    return round(asleep - max(busy), 2)
+
+
+def from_trial(trace_path: Path, steps: Mapping[int, Mapping[str, Any]],
+               step_at: Mapping[int, float]) -> dict[str, float]:
+    """What the runner stores for a finished trial: each logged step's idle tail, where the trace tells it."""
+    samples = read_samples(trace_path)
+    if not samples or samples[0][2] is None:
+        return {}
+    out: dict[str, float] = {}
+    for step, metrics in steps.items():
+        took, gen, end = metrics.get(verl.PHASE_TIMINGS["step"]), metrics.get(verl.PHASE_TIMINGS["gen"]), \
+            step_at.get(step)
+        if took is None or gen is None or end is None:
+            continue
+        window = step_windows(float(end) - float(took), float(end), {"gen": float(gen)})["gen"]
+        idle = idle_before_sleep(samples, window)
+        if idle is not None:
+            out[str(step)] = idle
+    return out
+
+
+def study_poll_s(study: Any) -> float:
+    """The poll of a stored study's job (`verl.SAMPLE_POLL_S` under verl's V1 trainer, 0.0 without it)."""
+    return Job(tuple(map(tuple, study.job or ()))).sample_poll_s
+
+
+def words(extra: Mapping[str, Any] | None, step: int, poll_s: float) -> str:
+    """One line for `status --trial`: the measured step's idle tail, beside verl's poll ('' where not measured)."""
+    idle = ((extra or {}).get(EXTRA) or {}).get(str(step))
+    if idle is None:
+        return ""
+    poll = (f" (verl's trainer polls for the finished rollout every {poll_s:g} s: the step would be up to that much "
+            "shorter or longer as the rollout ends just before or after a poll)") if poll_s else ""
+    return f"rollout: the GPU sat idle {idle:.1f} s at the end of step {step}'s gen, by NVML's utilization{poll}"
