@@ -88,3 +88,13 @@ def test_the_runner_stores_each_steps_wait_and_status_shows_the_measured_ones(
     assert 'id="rollout-wait"' in page and "sat idle 2.0 s at the end of step 3" in page
     assert 'id="rollout-wait"' not in TestClient(create_app(f"sqlite:///{L60 / 'c-1.5b-h60x.db'}")).get(
         "/study/c-1.5b-h60x/trial/0").text  # a trace without utilization: nothing to say
+
+
+def test_the_utilization_lag_is_timed_from_each_bursts_first_and_last_kernel() -> None:
+    """benchmarks/nvml_utilization_lag.py: NVML's reading rises after a burst's first kernel and falls to 0 after its
+    last, each a sample period or so later; a burst NVML never saw leaves both unknown."""
+    from benchmarks.nvml_utilization_lag import lags
+
+    samples = [(0.1 * i, u) for i, u in enumerate([0, 0, 0, 40, 100, 100, 100, 60, 0, 0, 0, 0])]
+    assert lags(samples, [(0.25, 0.65)]) == [{"busy_s": 0.4, "rise_s": 0.05, "fall_s": 0.15}]
+    assert lags(samples, [(1.05, 1.1)]) == [{"busy_s": 0.05, "rise_s": None, "fall_s": 0.0}]
