@@ -9,7 +9,9 @@
 # trial_cost.md "Steps that recompiled"), steps 1-3 only as lease 59 (five in 1,374 s).
 # The first lease whose traces carry NVML's utilization beside the memory (gpu.csv gpuN_util_pct, 2026-12-06): each
 # step's wait for verl's 2 s rollout poll (extra.rollout_idle_s, autotune/results/rollout_wait.py), to check against
-# the committed consoles' gen (2k s + 0.1-0.3 s) and to measure each step without the poll's rounding.
+# the committed consoles' gen (2k s + 0.1-0.3 s) and to measure each step without the poll's rounding. After the plan,
+# on the same machine (the trials out of the tree): `/opt/torch/.venv/bin/python -m benchmarks.nvml_utilization_lag
+# --out $OUT/nvml_utilization_lag_<gpu>.json` (~20 s): how late NVML reads the GPU idle, the idle tail's precision.
 # On one H200: lease 57's 7B pair (dyn4k/8k beside the job's pick on one host).
 # Start with AT_MODEL=qwen2.5-1.5b (qwen2.5-7b on an H200) AT_MORE_MODELS="", LEASE_S as the budget holds (less what the
 # machine's start held before the first command; leases 58-60's H100s counted in full); stage with the committed
