@@ -221,3 +221,39 @@ def test_noise_of_a_window_that_starts_at_step_1() -> None:
     doc = noise.measure(steps, 1, 1, 1)
     assert doc["spread"] == pytest.approx(0.1) and doc["per_step"] == {"2": 110.0}
     assert "spread" not in noise.measure({2: {verl.M_THROUGHPUT: 1.0}}, 1, 1, 1)  # the measured step never came
+
+
+def test_a_trial_slowed_by_a_compile_at_its_measured_step_is_confirmed_where_its_other_steps_lead(
+        tmp_path: Path, sqlite_url: str) -> None:
+    """Lease 59's cold first trial (the study's first launch) ran step 2 at 7,379.6 tokens/s/GPU and step 3, which
+    compiled a graph anew, at 5,592.9: third of five at step 3, first by its other step. --confirm 1 confirms the best
+    and, with it, such a trial; one whose other steps stay behind, or whose measured step compiled nothing, is not."""
+    from autotune.results.noise import hidden_by_a_recompile
+    from autotune.runners.confirm import confirm_top
+    from autotune.study.study import Tuner
+
+    def row(number: int, thr: float, per_step: dict[str, float], recompiled: list[int]) -> SimpleNamespace:
+        noise = {"steps": [3, 3], "measured": [3, 3], "per_step": per_step, "recompiled": recompiled}
+        return SimpleNamespace(number=number, status="ok", throughput=thr, simulated=False, extra={"noise": noise})
+
+    lease59 = [row(0, 5592.9, {"2": 7379.6, "3": 5592.9}, [1, 3]), row(2, 6404.0, {"2": 6285.0, "3": 6404.0}, [1]),
+               row(4, 6159.0, {"2": 6010.0, "3": 6159.0}, [1]), row(3, 5411.2, {"2": 5300.0, "3": 5411.2}, [1])]
+    assert [(r.number, steady) for r, steady in hidden_by_a_recompile(lease59, 1)] == [(0, 7379.6)]
+    assert hidden_by_a_recompile(lease59, 4) == []  # every trial is among the four: nothing hidden
+    slower = [*lease59[1:], row(0, 5592.9, {"2": 6300.0, "3": 5592.9}, [1, 3])]
+    assert hidden_by_a_recompile(slower, 1) == []  # its other step stays behind the best
+
+    # through the double: every trial's step 3 compiles anew (at 0.76 of its other steps), so with --confirm 1 each
+    # trial whose step 2 beats the best's step 3 is confirmed beside the best (no extra step: with one, the compile's
+    # 32% spread would tie the leaders, who are then confirmed as a tie)
+    runner = fake_runner(env_for(tmp_path / "rec.jsonl", FAKE_VERL_RECOMPILE_STEPS="1,3"), extra_steps=0)
+    tuner = Tuner(make_setup(), runner, sqlite_url, "compiled", workdir=tmp_path / "trials", seed=3, learn=False)
+    tuner.run(3)
+    ok = sorted(tuner.store.trials("compiled", "ok"), key=lambda r: -r.throughput)
+    assert len(ok) >= 2 and all(Noise.from_extra(r.extra).measured_recompiled == (3,) for r in ok)
+    expected = {r.number for r in ok[1:] if Noise.from_extra(r.extra).steady > ok[0].throughput}
+    assert expected, "the double's layouts are within 24% of one another: some trial's other steps lead"
+    done = confirm_top(tuner, 1, 5)
+    assert done["recompiled"] == sorted(expected)
+    assert {r["trial"] for r in done["runs"]} == {ok[0].number} | expected
+    assert all("its measured step compiled a graph anew" in r["why"] for r in done["runs"] if r["trial"] in expected)

@@ -131,6 +131,8 @@ def _run(args: argparse.Namespace, executor: Any, started: float) -> int:
             stopping.check()
             for c in summary["confirm"].get("runs", []):
                 say.print(f"  confirm #{c['trial']}: {c['status']}: {units.clip(c['reason'], 150)}")
+                if c.get("why"):
+                    say.print(f"    confirmed because {c['why']}")
                 if c.get("longest_response") is not None:
                     say.print(f"    longest response seen: {c['longest_response']:.0f} tokens")
                 if c.get("headroom_gib") is not None:

@@ -3,7 +3,9 @@
 A short trial measures one early step; a layout that is fast at step 3 can slow down or run out of memory later
 (fragmentation, longer responses). Each confirmation re-runs a candidate to `steps` and averages the throughput of
 the steps after the measured one; the trial's throughput becomes that average (the measured step's own value is
-kept in `extra`), and a late OOM demotes the trial to status oom. Simulated studies are never "confirmed".
+kept in `extra`), and a late OOM demotes the trial to status oom. A trial slowed at its measured step by a compile
+(a study's first, on cold compile caches) is confirmed where its other steps say it may lead: the first launch is
+not left behind for a cost a long run pays once. Simulated studies are never "confirmed".
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from autotune import verl
 from autotune.candidate import Candidate
-from autotune.results.noise import leaders_tie
+from autotune.results.noise import hidden_by_a_recompile, leaders_tie
 from autotune.results.timeline import SPANS
 from autotune.runners import stopping
 from autotune.runners.base import TrialSpec, TrialStatus
@@ -25,7 +27,9 @@ def _confirmed(row: TrialRow, steps: int) -> bool:
 
 
 def confirm_top(tuner: Any, k: int = 2, steps: int = 6) -> dict[str, Any]:
-    """Re-run the k best trials (then any new best that is not confirmed yet, at most 2k runs) for `steps` steps."""
+    """Re-run the k best trials (then any new best that is not confirmed yet, at most 2k runs) for `steps` steps, and
+    with them the leaders tied within the measured noise and the trials whose measured step compiled a graph anew
+    where their other steps would put them among the k best (`noise.hidden_by_a_recompile`)."""
     s = tuner.setup
     if k <= 0:
         return {"skipped": "--confirm 0"}
@@ -40,9 +44,13 @@ def confirm_top(tuner: Any, k: int = 2, steps: int = 6) -> dict[str, Any]:
     tie = leaders_tie(ok)  # leaders within the measured noise: each is confirmed, whatever k, and the runs decide
     tied = [r for r in ok if tie and not tie.decided and r.number in tie.trials and r not in queue]
     queue += tied
+    # a trial whose measured step held a compile, where its other steps would put it among the k: confirmed too
+    why = {r.number: (f"its measured step compiled a graph anew; its other steps ran at {steady:.1f} tokens/s/GPU, "
+                      f"among the {k} fastest") for r, steady in hidden_by_a_recompile(ok, k) if r not in queue}
+    queue += [r for r in ok if r.number in why]
     longest = tuner.longest_trial_s()
     stopped = None
-    while queue and len(runs) < 2 * k + len(tied):
+    while queue and len(runs) < 2 * k + len(tied) + len(why):
         row = queue.pop(0)
         if _confirmed(row, steps):
             continue
@@ -50,7 +58,7 @@ def confirm_top(tuner: Any, k: int = 2, steps: int = 6) -> dict[str, Any]:
         need = longest and longest * steps / (s.measure_step + 1)
         if (stopped := stopping.past_deadline(tuner.ends_by, need, "a confirmation may take")) is not None:
             break
-        runs.append(confirm_one(tuner, row, steps))
+        runs.append({**confirm_one(tuner, row, steps), **({"why": why[row.number]} if row.number in why else {})})
         if not queue:
             best = tuner.store.best(tuner.study_name)
             if best is not None and not _confirmed(best, steps):
@@ -59,6 +67,8 @@ def confirm_top(tuner: Any, k: int = 2, steps: int = 6) -> dict[str, Any]:
     done: dict[str, Any] = {"runs": runs, "best": best.number if best else None}
     if stopped is not None:
         done["skipped"] = (f"after {len(runs)} of them, " if runs else "") + stopped
+    if why:
+        done["recompiled"] = sorted(why)
     if tie is not None:
         done["tie"] = tie.as_dict()
         after = leaders_tie(tuner.store.trials(tuner.study_name, TrialStatus.OK.value))
