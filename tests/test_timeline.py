@@ -3,6 +3,7 @@ autotune.results.timeline and autotune.results.noise, summed per study, and ties
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -224,13 +225,14 @@ def test_noise_of_a_window_that_starts_at_step_1() -> None:
 
 
 def test_a_trial_slowed_by_a_compile_at_its_measured_step_is_confirmed_where_its_other_steps_lead(
-        tmp_path: Path, sqlite_url: str) -> None:
+        tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Lease 59's cold first trial (the study's first launch) ran step 2 at 7,379.6 tokens/s/GPU and step 3, which
     compiled a graph anew, at 5,592.9: third of five at step 3, first by its other step. --confirm 1 confirms the best
     and, with it, such a trial; one whose other steps stay behind, or whose measured step compiled nothing, is not."""
     from autotune.results.noise import hidden_by_a_recompile
     from autotune.runners.confirm import confirm_top
     from autotune.study.study import Tuner
+    from tests.conftest import cli_run
 
     def row(number: int, thr: float, per_step: dict[str, float], recompiled: list[int]) -> SimpleNamespace:
         noise = {"steps": [3, 3], "measured": [3, 3], "per_step": per_step, "recompiled": recompiled}
@@ -242,6 +244,8 @@ def test_a_trial_slowed_by_a_compile_at_its_measured_step_is_confirmed_where_its
     assert hidden_by_a_recompile(lease59, 4) == []  # every trial is among the four: nothing hidden
     slower = [*lease59[1:], row(0, 5592.9, {"2": 6300.0, "3": 5592.9}, [1, 3])]
     assert hidden_by_a_recompile(slower, 1) == []  # its other step stays behind the best
+    lease59[0].extra["confirm"] = {"status": "ok"}
+    assert hidden_by_a_recompile(lease59, 1) == []  # confirmed: measured past its compile
 
     # through the double: every trial's step 3 compiles anew (at 0.76 of its other steps), so with --confirm 1 each
     # trial whose step 2 beats the best's step 3 is confirmed beside the best (no extra step: with one, the compile's
@@ -253,7 +257,20 @@ def test_a_trial_slowed_by_a_compile_at_its_measured_step_is_confirmed_where_its
     assert len(ok) >= 2 and all(Noise.from_extra(r.extra).measured_recompiled == (3,) for r in ok)
     expected = {r.number for r in ok[1:] if Noise.from_extra(r.extra).steady > ok[0].throughput}
     assert expected, "the double's layouts are within 24% of one another: some trial's other steps lead"
+    code, out, _ = cli_run(capsys, "best", "--storage", sqlite_url)
+    shown = {n for n in expected if f"trial {n}'s measured step compiled a graph anew; its other steps ran at" in out}
+    assert code == 0 and shown == expected and "until a confirmation run (--confirm) measures it" in out
+    pytest.importorskip("fastapi", reason="the dashboard's dependencies are not installed")
+    from fastapi.testclient import TestClient
+
+    from autotune.dashboard.app import create_app
+
+    summary = TestClient(create_app(sqlite_url)).get("/study/compiled/fragment/summary").text
+    assert summary.count('class="mem warn best-hidden"') == len(expected)
+    doc = json.loads(cli_run(capsys, "best", "--storage", sqlite_url, "--json")[1])
+    assert {h["trial"] for h in doc["hidden_by_a_recompile"]} == expected
     done = confirm_top(tuner, 1, 5)
     assert done["recompiled"] == sorted(expected)
     assert {r["trial"] for r in done["runs"]} == {ok[0].number} | expected
     assert all("its measured step compiled a graph anew" in r["why"] for r in done["runs"] if r["trial"] in expected)
+    assert "compiled a graph anew; its other steps ran at" not in cli_run(capsys, "best", "--storage", sqlite_url)[1]

@@ -25,7 +25,7 @@ from autotune.results import memory_trace, rollout_wait
 from autotune.results.export import ExportInfo, export_text, export_warning, missing_keys, tuned_values
 from autotune.results.guessed import guessed_predictions
 from autotune.results.labels import Labeller, provenance, study_reference
-from autotune.results.noise import Noise, leaders_tie, noise_words
+from autotune.results.noise import Noise, hidden_by_a_recompile, hidden_words, leaders_tie, noise_words
 from autotune.results.timeline import Timeline
 from autotune.search.learning import saved_correction
 from autotune.search.setup import setup_from_row
@@ -216,11 +216,15 @@ def cmd_best(args: argparse.Namespace) -> int:
     if best is None:
         raise CLIError(f"study {name!r} has no trial that ran to its measured step yet")
     best_label = Labeller(study_reference(store.get_study(name)))(best.params)
-    tie = leaders_tie(store.trials(name, "ok"))
+    ok = store.trials(name, "ok")
+    tie = leaders_tie(ok)
+    hidden = hidden_by_a_recompile(ok, 1)
     over = passed_over(store, name, best)
     if args.json:
         print(json.dumps({**_best_dict(best, name), "label": best_label, "noise": (best.extra or {}).get("noise"),
                           "tie": tie.as_dict() if tie else None,
+                          "hidden_by_a_recompile": [{"trial": r.number, "steady_throughput": round(v, 1)}
+                                                    for r, v in hidden],
                           "preferred_over": preferred_over(over, best, name),
                           "model": saved_correction(store, name).as_dict()}, indent=2, default=str))
         return 0
@@ -230,6 +234,8 @@ def cmd_best(args: argparse.Namespace) -> int:
     out.print(f"noise: {noise_words(best)}", markup=False)
     if tie is not None:
         out.print(tie.words(), markup=False)
+    for r, steady in hidden:
+        out.print(hidden_words(r.number, steady), markup=False)
     verdict = (best.predicted_memory or {}).get("verdict")
     if verdict:
         out.print(f"memory: {verdict} (model estimate)", markup=False)

@@ -12,7 +12,7 @@ from sqlalchemy import case, func, select
 from autotune.candidate import STOCK_NAME
 from autotune.dashboard.data import INTERRUPTED, LAUNCHED_FAILURES, _iso, _r, layout, reference
 from autotune.results.labels import provenance
-from autotune.results.noise import leaders_tie, noise_words
+from autotune.results.noise import hidden_by_a_recompile, hidden_words, leaders_tie, noise_words
 from autotune.results.timeline import study_time
 from autotune.store.schema import StudyRow, TrialRow
 from autotune.store.store import Store
@@ -130,16 +130,19 @@ def summary(store: Store, study: StudyRow) -> dict[str, Any]:
 
 
 def measured_time(store: Store, study: StudyRow) -> dict[str, Any]:
-    """The leaders' tie within the measured noise (autotune/results/noise.py), and where the study's real runs spent
-    their time: start-up vs steps (autotune/results/timeline.py; none for simulated or replayed studies)."""
+    """The leaders' tie within the measured noise and the trials a compile at their measured step may hide ahead of
+    the best (autotune/results/noise.py), and where the study's real runs spent their time: start-up vs steps
+    (autotune/results/timeline.py; none for simulated or replayed studies)."""
     t = TrialRow
     with store.session() as s:
         rows = list(s.execute(select(t.number, t.status, t.throughput, t.launched, t.simulated, t.backend, t.extra)
                               .where(t.study == study.name, t.launched.is_(True))))
-    tie = leaders_tie(r for r in rows if r.status == "ok")
+    ok = [r for r in rows if r.status == "ok"]
+    tie = leaders_tie(ok)
     spent = study_time(rows)
     gpus = int((study.cluster or {}).get("nodes", 1) or 1) * int((study.cluster or {}).get("gpus_per_node", 1) or 1)
-    return {"tie": tie.as_dict() if tie else None, "time": spent.words(gpus) if spent else ""}
+    return {"tie": tie.as_dict() if tie else None, "time": spent.words(gpus) if spent else "",
+            "hidden": [hidden_words(r.number, v) for r, v in hidden_by_a_recompile(ok, 1)]}
 
 
 def model_note(store: Store, study: StudyRow) -> str:

@@ -146,7 +146,7 @@ def hidden_by_a_recompile(rows: Iterable[Any], k: int) -> list[tuple[Any, float]
     """The trials outside the k fastest whose measured step compiled a graph anew and whose other steps would put them
     among them: (row, its steady throughput), fastest first. A study's first trial on cold compile caches often
     recompiles in its steps (lease 59's ran step 3 at 0.76 of its step 2); a confirmation run measures it as a long
-    run sees it, with the compile paid once."""
+    run sees it, with the compile paid once. A confirmed trial is measured past its compile already."""
     ok = sorted((r for r in rows if r.status == "ok" and r.throughput is not None and not r.simulated),
                 key=lambda r: -r.throughput)  # as confirm_top takes its k
     if k <= 0 or len(ok) <= k:
@@ -155,9 +155,17 @@ def hidden_by_a_recompile(rows: Iterable[Any], k: int) -> list[tuple[Any, float]
     out = []
     for r in ok[k:]:
         n = Noise.from_extra(r.extra)
-        if n is not None and n.measured_recompiled and n.steady is not None and n.steady > bar:
+        confirmed = ((r.extra or {}).get("confirm") or {}).get("status") == "ok"
+        if not confirmed and n is not None and n.measured_recompiled and n.steady is not None and n.steady > bar:
             out.append((r, n.steady))
     return sorted(out, key=lambda x: -x[1])
+
+
+def hidden_words(number: int, steady: float) -> str:
+    """What `best` and the dashboard say of a trial `hidden_by_a_recompile` finds ahead of the best by its other
+    steps."""
+    return (f"trial {number}'s measured step compiled a graph anew; its other steps ran at {steady:.1f} tokens/s/GPU, "
+            "ahead of the best: which is faster is not known until a confirmation run (--confirm) measures it")
 
 
 def leaders_tie(rows: Iterable[Any]) -> Tie | None:
