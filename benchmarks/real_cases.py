@@ -34,6 +34,7 @@ from autotune.estimate.throughput import (
 )
 from autotune.job import Job
 from autotune.model import CATALOG, ModelArch
+from autotune.results import rollout_wait
 from autotune.results.labels import Labeller
 from autotune.search.setup import Setup
 from autotune.store.store import Store
@@ -119,6 +120,9 @@ class Case:
     cut: str = ""  # what stopped it after its measured step, read in from its log (benchmarks/real_studies.py)
     # Logits a GPU materialises without fused kernels, per phase that pays LOGIT_COST on them (none with them)
     unfused_logits: dict[str, float] = dataclasses.field(default_factory=dict)
+    # How long its measured step's rollout left the GPU idle before verl's poll took it (NVML's utilization,
+    # autotune/results/rollout_wait.py; None: its trace has no utilization, as none before lease 61)
+    poll_wait_s: float | None = None
 
     @property
     def lease(self) -> str:
@@ -137,6 +141,13 @@ class Case:
         compiled a graph anew (a study's first trial on cold compile caches, mostly) its repeat, the median of its
         other steps from 2 on."""
         return self.retest_step_s if self.retest_step_s and 3 in (self.recompiled or ()) else self.measured_step_s
+
+    def measured_less_the_poll(self) -> float | None:
+        """Its step 3 less the rollout's measured wait for verl's poll: the step as its configuration ran it, the
+        poll's rounding (up to 2 s, no configuration's doing) taken out (None where the wait was not measured)."""
+        if self.measured_step_s is None or self.poll_wait_s is None:
+            return None
+        return self.measured_step_s - self.poll_wait_s
 
     @property
     def cpu_optimizer(self) -> bool:
@@ -248,6 +259,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         params=dict(row.params), cut=(row.extra or {}).get(real_studies.CUT, ""),
         unfused_logits=(unfused_logits_by_phase(setup.model, setup.cluster, job, cand, thr.tokens_per_step)
                         if thr else {}),
+        poll_wait_s=((row.extra or {}).get(rollout_wait.EXTRA) or {}).get(str(setup.measure_step)),
     )
 
 

@@ -4,6 +4,7 @@ measured step, and the ordering table beside the model's Spearman."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +55,8 @@ def test_the_ordering_table_sets_the_models_spearman_beside_the_measurements_own
     model = cal.spearman([c.predicted_step_s for c in a + b], [c.measured_step_s for c in a + b])
     assert model is not None and model < 0.95
     assert cells == ["s", "h100", "6", f"{model:.2f}", "0.94 (6)", f"{model:.2f} (6)", "2 (6)", "1.00",
-                     f"{model:.2f} (6)", f"{model:.2f} (0)"]  # no console kept: no step 3 known to have compiled
+                     f"{model:.2f} (6)", f"{model:.2f} (0)", "n/a (0)"]  # no console kept: no step 3 known to
+    # have compiled; no trace with NVML's utilization: no poll wait measured
 
 
 def test_the_ordering_table_takes_gens_poll_out_of_the_step_beside_it() -> None:
@@ -103,3 +105,36 @@ def test_a_step_3_that_compiled_anew_is_measured_by_its_repeat_in_the_last_colum
         ("qwen2.5-1.5b", "h100"): ("0.66", "0.73 (1)"), ("qwen2.5-1.5b", "h200"): ("0.72", "0.78 (3)"),
         ("qwen2.5-3b", "h100"): ("0.68", "0.68 (1)"), ("qwen2.5-3b", "h200"): ("0.84", "0.88 (2)"),
         ("qwen2.5-7b", "h200"): ("0.07", "0.07 (0)")}
+
+
+def test_the_step_less_its_poll_wait_is_ordered_where_the_trace_measured_the_wait(tmp_path: Path) -> None:
+    """A trial whose trace has NVML's utilization (the runner's since 2026-12-06) carries its measured step's wait for
+    verl's poll (`extra.rollout_idle_s`): its case reads it, and the ordering table's last column sets the model
+    against step 3 less that wait. No committed trial has one yet: every row says n/a (0). Lease 60's c-1.5b-h60
+    (three configurations on one host), with waits written in, orders by what is left of their steps."""
+    import json
+    import shutil
+    import sqlite3
+
+
+    held = cal.held_out(cal.cases(list(DATA.glob("*/*.db"))))[0]
+    rows = [line for line in step_order.ordering(held) if line.startswith("| qwen")]
+    assert len(rows) == 7 and all(line.endswith("| n/a (0) |") for line in rows)
+
+    l60 = DATA / "h100_2026-12-06_l60"
+    waits = {0: 0.4, 1: 1.9, 2: 0.2}  # the three configurations of c-1.5b-h60, one host
+    db = tmp_path / l60.name / "c-1.5b-h60.db"
+    db.parent.mkdir()
+    shutil.copy(l60 / "c-1.5b-h60.db", db)
+    with sqlite3.connect(db) as con:
+        for number, wait in waits.items():
+            con.execute("update autotune_trials set extra = json_set(extra, '$.rollout_idle_s', json(?)) "
+                        "where number = ?", (json.dumps({"3": wait, "2": 1.0}), number))
+    cases = sorted(cal.cases([db]), key=lambda c: c.source)
+    assert [c.poll_wait_s for c in cases] == [0.4, 1.9, 0.2]  # the measured step's, not step 2's
+    assert cases[1].measured_less_the_poll() == pytest.approx(cases[1].measured_step_s - 1.9)
+    less = cal.spearman([c.predicted_step_s for c in cases], [c.measured_less_the_poll() for c in cases])
+    table = [line for line in step_order.ordering(cases) if line.startswith("| qwen2.5-1.5b | h100")]
+    assert table[0].endswith(f"| {less:.2f} (3) |")
+    no_wait = dataclasses.replace(cases[0], poll_wait_s=None)
+    assert no_wait.measured_less_the_poll() is None
