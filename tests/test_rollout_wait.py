@@ -62,6 +62,11 @@ def test_the_runner_stores_each_steps_wait_and_status_shows_the_measured_ones(
     assert idle == {"2": 2.5, "3": 2.0}  # step 2: busy to 134.6 s, asleep at 137.1 s (gen 6.1 s from 130.8 s)
     assert rollout_wait.from_trial(TRIAL / "gpu.csv", steps(), SPANS) == {}  # no utilization column
     assert rollout_wait.from_trial(tmp_path / "none.csv", steps(), SPANS) == {}
+    # a reading NVML could not give (blank) leaves the other samples' waits readable
+    rows = trace.read_text().splitlines()
+    trace.write_text("\n".join([rows[0], rows[1].rsplit(",", 1)[0] + ",", *rows[2:]]) + "\n")
+    assert rollout_wait.read_samples(trace)[0][2] is None
+    assert rollout_wait.from_trial(trace, {s: m for s, m in steps().items() if s in SPANS}, SPANS) == idle
 
     words = rollout_wait.words({rollout_wait.EXTRA: idle}, 3, 2.0)
     assert words.startswith("rollout: the GPU sat idle 2.0 s at the end of step 3's gen, by NVML's utilization")

@@ -67,7 +67,7 @@ def from_trial(trace_path: Path, steps: Mapping[int, Mapping[str, Any]],
                step_at: Mapping[int, float]) -> dict[str, float]:
     """What the runner stores for a finished trial: each logged step's idle tail, where the trace tells it."""
     samples = read_samples(trace_path)
-    if not samples or samples[0][2] is None:
+    if all(u is None for _, _, u in samples):  # no utilization in the trace (or no trace)
         return {}
     out: dict[str, float] = {}
     for step, metrics in steps.items():
