@@ -43,11 +43,11 @@ def test_the_idle_tail_runs_from_the_last_busy_sample_to_vllms_sleep(tmp_path: P
     window = memory_trace.step_windows(SPANS[3] - 17.5, SPANS[3], {"gen": 6.105})["gen"]
     assert window == pytest.approx((148.3, 154.405))
     for busy_until, idle in ((152.6, 2.0), (154.1, 0.5)):
-        samples = rollout_wait.read_samples(with_utilization(tmp_path, [(148.1, busy_until)]))
+        samples = memory_trace.read_samples(with_utilization(tmp_path, [(148.1, busy_until)]))
         assert rollout_wait.idle_before_sleep(samples, window) == idle
-    assert rollout_wait.idle_before_sleep(rollout_wait.read_samples(with_utilization(tmp_path, [])), window) is None
+    assert rollout_wait.idle_before_sleep(memory_trace.read_samples(with_utilization(tmp_path, [])), window) is None
     # a runner older than the utilization column: no wait can be read, and the memory reads as before
-    old = rollout_wait.read_samples(TRIAL / "gpu.csv")
+    old = memory_trace.read_samples(TRIAL / "gpu.csv")
     assert old[0][2] is None and rollout_wait.idle_before_sleep(old, window) is None
     assert memory_trace.read_trace(with_utilization(tmp_path, [(0.0, 999.0)])) == memory_trace.read_trace(
         TRIAL / "gpu.csv")
@@ -65,7 +65,7 @@ def test_the_runner_stores_each_steps_wait_and_status_shows_the_measured_ones(
     # a reading NVML could not give (blank) leaves the other samples' waits readable
     rows = trace.read_text().splitlines()
     trace.write_text("\n".join([rows[0], rows[1].rsplit(",", 1)[0] + ",", *rows[2:]]) + "\n")
-    assert rollout_wait.read_samples(trace)[0][2] is None
+    assert memory_trace.read_samples(trace)[0][2] is None
     assert rollout_wait.from_trial(trace, {s: m for s, m in steps().items() if s in SPANS}, SPANS) == idle
 
     words = rollout_wait.words({rollout_wait.EXTRA: idle}, 3, 2.0)

@@ -30,16 +30,32 @@ MOMENT_PHASES = {"rollout": "gen", "old_log_prob": "old_log_prob", "update": "up
 MARGIN_S = 0.75  # a sample and a half (the runner samples every 0.5 s)
 
 
-def read_trace(path: Path) -> list[tuple[float, float]]:
-    """(seconds after launch, GiB used on the busiest GPU) of every sample of a trial's gpu.csv (its `*_used_gib`
-    columns; the utilization beside them is autotune/results/rollout_wait.py's); [] if it is missing or unreadable."""
+def read_samples(path: Path) -> list[tuple[float, float, float | None]]:
+    """(seconds after launch, GiB used on the busiest GPU, the largest utilization %) of every sample of a trial's
+    gpu.csv, its columns read by name (`*_used_gib`, `*_util_pct`); utilization None where the trace has none (a
+    runner older than it, a reading NVML could not give, a row cut by the trial's end); [] if the trace is missing or
+    unreadable."""
     try:
         with path.open() as f:
             rows = list(csv.reader(f))
-        used = [i for i, name in enumerate(rows[0]) if name.endswith("_used_gib")]
-        return [(float(r[0]), max(float(r[i]) for i in used)) for r in rows[1:] if len(r) > max(used)]
+        head = rows[0]
+        used = [i for i, name in enumerate(head) if name.endswith("_used_gib")]
+        util = [i for i, name in enumerate(head) if name.endswith("_util_pct")]
+        out = []
+        for r in rows[1:]:
+            if len(r) <= max(used):
+                continue
+            busy = [float(r[i]) for i in util if r[i] != ""] if len(r) == len(head) else []
+            out.append((float(r[0]), max(float(r[i]) for i in used), max(busy) if busy else None))
+        return out
     except (OSError, ValueError, IndexError):
         return []
+
+
+def read_trace(path: Path) -> list[tuple[float, float]]:
+    """(seconds after launch, GiB used on the busiest GPU) of every sample of a trial's gpu.csv; [] if it is missing
+    or unreadable. Its utilization is autotune/results/rollout_wait.py's."""
+    return [(t, used) for t, used, _ in read_samples(path)]
 
 
 def step_windows(start: float, end: float, phases: Mapping[str, float]) -> dict[str, tuple[float, float]]:

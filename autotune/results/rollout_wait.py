@@ -11,7 +11,6 @@ trial's `extra` (EXTRA); `status --trial` shows the measured step's.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -19,32 +18,11 @@ from typing import Any
 
 from autotune import verl
 from autotune.job import Job
-from autotune.results.memory_trace import MARGIN_S, step_windows
+from autotune.results.memory_trace import MARGIN_S, read_samples, step_windows
 
 EXTRA = "rollout_idle_s"  # the key of a trial's extra: {step: seconds the GPU sat idle at the end of the rollout}
 SLEEP_DROP_GIB = 2.0  # vLLM's sleep frees its KV cache: at least this much (a 0.5B at util 0.3 frees ~15 GiB)
 REACH_S = 2.5  # how far past gen's window (placed by the console's step line) the sleep is looked for
-
-
-def read_samples(path: Path) -> list[tuple[float, float, float | None]]:
-    """(seconds after launch, GiB used, utilization %) of every sample of a trial's gpu.csv, the busiest GPU's memory
-    and the largest utilization; utilization None where the trace has none (a runner older than it); [] if the trace
-    is missing or unreadable."""
-    try:
-        with path.open() as f:
-            rows = list(csv.reader(f))
-        head = rows[0]
-        used = [i for i, name in enumerate(head) if name.endswith("_used_gib")]
-        util = [i for i, name in enumerate(head) if name.endswith("_util_pct")]
-        out = []
-        for r in rows[1:]:
-            if len(r) < len(head):
-                continue  # a row cut by the trial's end
-            busy = [float(r[i]) for i in util if r[i] != ""]
-            out.append((float(r[0]), max(float(r[i]) for i in used), max(busy) if busy else None))
-        return out
-    except (OSError, ValueError, IndexError):
-        return []
 
 
 def idle_before_sleep(samples: Sequence[tuple[float, float, float | None]],
