@@ -120,9 +120,10 @@ class Case:
     cut: str = ""  # what stopped it after its measured step, read in from its log (benchmarks/real_studies.py)
     # Logits a GPU materialises without fused kernels, per phase that pays LOGIT_COST on them (none with them)
     unfused_logits: dict[str, float] = dataclasses.field(default_factory=dict)
-    # How long its measured step's rollout left the GPU idle before verl's poll took it (NVML's utilization,
-    # autotune/results/rollout_wait.py; None: its trace has no utilization, as none before lease 61)
-    poll_wait_s: float | None = None
+    # How long its measured step's rollout left the GPU idle before vLLM slept (NVML's utilization: verl's host work
+    # after the last token, then the wait for the trainer's poll; autotune/results/rollout_wait.py; None: its trace
+    # has no utilization, as none before lease 61)
+    rollout_idle_s: float | None = None
 
     @property
     def lease(self) -> str:
@@ -142,12 +143,13 @@ class Case:
         other steps from 2 on."""
         return self.retest_step_s if self.retest_step_s and 3 in (self.recompiled or ()) else self.measured_step_s
 
-    def measured_less_the_poll(self) -> float | None:
-        """Its step 3 less the rollout's measured wait for verl's poll: the step as its configuration ran it, the
-        poll's rounding (up to 2 s, no configuration's doing) taken out (None where the wait was not measured)."""
-        if self.measured_step_s is None or self.poll_wait_s is None:
+    def measured_less_the_idle(self) -> float | None:
+        """Its step 3 less its rollout's idle tail: the poll's rounding (up to 2 s, no configuration's doing) taken
+        out with the host's work after the last token (0.9-1.9 s on lease 61's H100 1.5B, the same job's in every
+        configuration), which the trace cannot tell apart (None where the idle was not measured)."""
+        if self.measured_step_s is None or self.rollout_idle_s is None:
             return None
-        return self.measured_step_s - self.poll_wait_s
+        return self.measured_step_s - self.rollout_idle_s
 
     @property
     def cpu_optimizer(self) -> bool:
@@ -259,7 +261,7 @@ def _case(db: Path, setup: Setup, row: Any, store: Store, efficiency: dict[str, 
         params=dict(row.params), cut=(row.extra or {}).get(real_studies.CUT, ""),
         unfused_logits=(unfused_logits_by_phase(setup.model, setup.cluster, job, cand, thr.tokens_per_step)
                         if thr else {}),
-        poll_wait_s=((row.extra or {}).get(rollout_wait.EXTRA) or {}).get(str(setup.measure_step)),
+        rollout_idle_s=((row.extra or {}).get(rollout_wait.EXTRA) or {}).get(str(setup.measure_step)),
     )
 
 

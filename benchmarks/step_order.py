@@ -56,12 +56,13 @@ def ordering(held: list[Case]) -> list[str]:
              "step 3 that compiled a graph anew (the worker's warning: trial_cost.md, \"Steps that recompiled\") "
              "measured by its repeat, as the model predicts a step without a compile's one-off seconds "
              "(`Case.measured_past_a_recompile`; the trials so measured in brackets); and the model's against step 3 "
-             "less its rollout's measured wait for verl's poll (the GPU idle from the rollout's last kernel to vLLM's "
-             "sleep, by NVML's utilization: autotune/results/rollout_wait.py; `Case.measured_less_the_poll`; only "
-             "trials whose trace has the utilization, lease 61's on, in brackets).", "",
+             "less its rollout's idle tail (the GPU idle from the rollout's last kernel to vLLM's sleep, by NVML's "
+             "utilization: verl's host work after the last token, then the trainer's wait for its next 2 s poll; "
+             "autotune/results/rollout_wait.py; `Case.measured_less_the_idle`; only trials whose trace has the "
+             "utilization, lease 61's on, in brackets, beside the model's against step 3 over the same trials).", "",
              "| size | GPU | ok trials | model | step 3 vs its repeat | model, the step without gen | studies (trials) "
              "| model within one study | model over configurations (configurations) | model, past a recompile "
-             "(trials) | model, the step less its poll wait (trials) |",
+             "(trials) | model, the step less its rollout's idle tail (trials; at step 3) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     ok = ok_cases(held)
     for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
@@ -83,10 +84,12 @@ def ordering(held: list[Case]) -> list[str]:
         over = spearman([p for p, _, _ in confs], [m for _, m, _ in confs])
         past = spearman([c.predicted_step_s for c in cs], [c.measured_past_a_recompile() for c in cs])
         moved = sum(c.measured_past_a_recompile() != c.measured_step_s for c in cs)
-        waited = [c for c in cs if c.measured_less_the_poll() is not None]
-        less = spearman([c.predicted_step_s for c in waited], [c.measured_less_the_poll() for c in waited])
+        waited = [c for c in cs if c.measured_less_the_idle() is not None]
+        less = spearman([c.predicted_step_s for c in waited], [c.measured_less_the_idle() for c in waited])
+        same = spearman([c.predicted_step_s for c in waited], [c.measured_step_s for c in waited])
         lines.append(f"| {size} | {gpu} | {len(cs)} | {_rho(model)} | {_rho(retest)} ({len(both)}) | "
                      f"{_rho(no_gen)} ({len(gens)}) | {len(rhos)} ({sum(n for n, _ in rhos)}) | {_rho(within)} | "
-                     f"{_rho(over)} ({len(confs)}) | {_rho(past)} ({moved}) | {_rho(less)} ({len(waited)}) |")
+                     f"{_rho(over)} ({len(confs)}) | {_rho(past)} ({moved}) | "
+                     f"{_rho(less)} ({len(waited)}; {_rho(same)}) |")
     lines.append("")
     return lines

@@ -26,13 +26,15 @@ CHECKPOINT_PAIRS = {(f"{lease}/{study}.db/{study}#{a}", f"{lease}/{other or stud
                                                       ("h200_2026-11-28_l45", "c-3b-h34", 3, "", 1),
                                                       ("h200_2026-11-28_l47", "c-0.5b-h40", 1, "", 3),
                                                       ("h200_2026-11-28_l49", "c-1.5b-h46", 2, "", 4),
-                                                      ("h200_2026-11-28_l49", "c-1.5b-h46", 3, "", 5))}
+                                                      ("h200_2026-11-28_l49", "c-1.5b-h46", 3, "", 5),
+                                                      # lease 61: its repeat of dyn12k/32k, a second study on the host
+                                                      ("h100_2026-12-06_l61", "c-1.5b-h61", 3, "c-1.5b-h61b", 0))}
 
 
 def test_selective_recompute_s_checkpoint_costs_what_the_pairs_fit(zeroed: list[cal.Case]) -> None:
-    """selective_checkpoint_s is the eleven pairs' fit (to 0.2 ms): the median of what each pair's update differs by
+    """selective_checkpoint_s is the fourteen pairs' fit (to 0.2 ms): the median of what each pair's update differs by
     beyond the model's difference, per checkpointed layer and micro-batch (-1.9-7.1 ms; 1.19 ms over ten, 1.16 ms since
-    lease 47's 0.5B pair at 0.50 ms). On lease 44's host,
+    lease 47's 0.5B pair at 0.50 ms; lease 61's 1.5B on an H100 2.87 ms). On lease 44's host,
     core_attn's alone cost the 3B's 8k-budget update 1.8 s without the CPU optimizer and 1.1 s with it, where its FLOPs
     say 0.2 s: the checkpoint, not the CPU optimizer, is what the update paid. It is charged per layer and update
     micro-batch under selective recompute only, whatever the modules."""

@@ -90,7 +90,9 @@ def test_each_real_trial_counts_once_in_every_reader() -> None:
                      ("c-0.5b-kw#0", "c-0.5b-kw#1", 9494.1, 8493.8),
                      # lease 46's, its lane's cold first trial (#0) beside the other lane's: its update 2x at step 3
                      ("c-0.5b-h35#0", "c-0.5b-h35#1", 6098.3, 9757.9),
-                     ("c-1.5b-h11#3", "c-1.5b-h11#2", 6109.1, 5664.6), ("c-1.5b-h#2", "c-1.5b-h#1", 8510.8, 6462.5),
+                     ("c-1.5b-h11#3", "c-1.5b-h11#2", 6109.1, 5664.6),
+                     # lease 61's, its table's best beside it with params and optimizer offloaded, one H100 host
+                     ("c-1.5b-h61#2", "c-1.5b-h61#4", 8728.3, 6181.0), ("c-1.5b-h#2", "c-1.5b-h#1", 8510.8, 6462.5),
                      ("c-1.5b-rc#0", "c-1.5b-g1#1", 7586.9, 6113.6), ("c-1.5b-h36#0", "c-1.5b-h36#1", 7300.1, 6727.6),
                      ("c-3b#3", "c-3b#4", 3618.6, 3598.3),
                      ("c-3b-h10#0", "c-3b-h10#3", 3935.4, 4500.1), ("c-3b-h6#0", "c-3b-h6#1", 3426.7, 4612.4),

@@ -284,8 +284,9 @@ class Efficiency:
     # 33's the same (the thirteenth, 74 ps) to 50.5 ps; lease 35's five fused 1.5B trials on an H100, the passes the
     # 1.5B's are compared with, to 48.7 ps. Lease 48's 1.5B at micro-batches of 4 without them on a two-lane H200 node
     # (32 ps against the five fused 1.5B trials beside it, which moved the H200 1.5B's baseline too): 42.0 ps over
-    # sixteen.
-    unfused_logit_ps: float = 42.0
+    # sixteen. Lease 61's 1.5B at micro-batches of 4/8 without them on one H100 (56 ps against the five fused 1.5B
+    # trials of leases 59-61 on H100s): 48.8 ps over seventeen.
+    unfused_logit_ps: float = 48.8
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
