@@ -1,8 +1,9 @@
-"""How long a step's rollout left the GPU idle before verl's trainer polled for it (autotune/results/rollout_wait.py):
-read from the trial's NVML trace, stored per step by the verl runner, shown by `status --trial`.
+"""How long a step's rollout left the GPU idle before vLLM slept (autotune/results/rollout_wait.py): read from the
+trial's NVML trace, stored per step by the verl runner, shown by `status --trial`.
 
-The traces here are lease 60's real memory samples (c-1.5b-h60w #0, one H100) with a utilization column written in:
-the runner writes it since 2026-12-06 and no committed trial has one yet, so the column is the test's."""
+Lease 61's trials (one H100) are the first committed with the utilization column: their stored tails are re-read
+from their committed traces. The synthetic cases are lease 60's real memory samples (c-1.5b-h60w #0) with a
+utilization column written in."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from autotune import verl
 from autotune.results import memory_trace, rollout_wait
 from tests.conftest import cli_run
 
 L60 = Path(__file__).resolve().parent / "data" / "real_verl_gpu" / "h100_2026-12-06_l60"
+L61 = L60.parent / "h100_2026-12-06_l61"
 TRIAL = L60 / "c-1.5b-h60w_trial_0000"
 SPANS = {3: 165.8, 2: 148.24}  # when each step's line showed (its span's end: the trial's extra step_spans_s)
 
@@ -69,9 +72,12 @@ def test_the_runner_stores_each_steps_wait_and_status_shows_the_measured_ones(
     assert rollout_wait.from_trial(trace, {s: m for s, m in steps().items() if s in SPANS}, SPANS) == idle
 
     words = rollout_wait.words({rollout_wait.EXTRA: idle}, 3, 2.0)
-    assert words.startswith("rollout: the GPU sat idle 2.0 s at the end of step 3's gen, by NVML's utilization")
-    assert "every 2 s" in words and rollout_wait.words({}, 3, 2.0) == ""
-    assert "polls" not in rollout_wait.words({rollout_wait.EXTRA: idle}, 3, 0.0)  # trainer.use_v1=false: no poll
+    assert words.startswith("rollout: the GPU sat idle 2.0 s at the end of step 3's gen, by NVML's utilization: "
+                            "verl's host work after the last token")
+    assert "every 2 s" in words and "at least" not in words and rollout_wait.words({}, 3, 2.0) == ""
+    assert "poll" not in rollout_wait.words({rollout_wait.EXTRA: idle}, 3, 0.0)  # trainer.use_v1=false: no poll
+    long = rollout_wait.words({rollout_wait.EXTRA: {"3": 4.01}}, 3, 2.0)
+    assert long.endswith("; at least 1.2 s of it the host's work, more than a poll can wait")
 
     db = tmp_path / "study.db"
     shutil.copy(L60 / "c-1.5b-h60w.db", db)
@@ -103,3 +109,28 @@ def test_the_utilization_lag_is_timed_from_each_bursts_first_and_last_kernel() -
     samples = [(0.1 * i, u) for i, u in enumerate([0, 0, 0, 40, 100, 100, 100, 60, 0, 0, 0, 0])]
     assert lags(samples, [(0.25, 0.65)]) == [{"busy_s": 0.4, "rise_s": 0.05, "fall_s": 0.15}]
     assert lags(samples, [(1.05, 1.1)]) == [{"busy_s": 0.05, "rise_s": None, "fall_s": 0.0}]
+
+
+def test_lease_61s_stored_tails_are_what_their_committed_traces_say() -> None:
+    """The runner stored each step's tail at the trial's end; re-read from the committed trace, console metrics and
+    step spans they are the same: 2.0-4.0 s at steps 2-3 over five configurations, more than verl's 2 s poll can wait
+    in eight of ten steps (the rest verl's host work after the last token, 0.9-1.9 s by the poll grid), 1.0 s at the
+    offloaded trial's step 3, whose rollout kept the GPU busy 9 s where its step 2's did 4.7 s."""
+    from autotune.store.store import Store
+
+    tails: dict[str, dict[str, float]] = {}
+    for db in sorted(L61.glob("*.db")):
+        store = Store(f"sqlite:///{db}")
+        for study in store.list_studies():
+            for row in store.trials(study.name):
+                trial = L61 / f"{row.study}_trial_{row.number:04d}"
+                spans = {int(k): v[1] for k, v in row.extra["step_spans_s"].items()}
+                metrics = {int(r["step"]): r["data"]
+                           for r in map(json.loads, (trial / "metrics.jsonl").read_text().splitlines())}
+                assert rollout_wait.from_trial(trial / "gpu.csv", metrics, spans) == row.extra[rollout_wait.EXTRA]
+                tails[f"{row.study}#{row.number}"] = row.extra[rollout_wait.EXTRA]
+    assert len(tails) == 6 and all(set(t) == {"2", "3"} for t in tails.values())  # step 1's wake-up holds no sleep
+    idles = [v for t in tails.values() for v in t.values()]
+    assert min(idles) == tails["c-1.5b-h61#4"]["3"] == 1.0 and max(idles) == 4.01
+    assert sum(v > verl.SAMPLE_POLL_S for v in idles) == 8
+    assert [rollout_wait.host_work_at_least(v, verl.SAMPLE_POLL_S) for v in (4.01, 3.0, 2.0)] == [1.21, 0.2, 0.0]
