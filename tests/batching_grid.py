@@ -25,7 +25,9 @@ cost 4.35 -> 4.73 s; then, with the update's micro-batches of one sequence price
 priced by the layer form (GEMMs, attention, elementwise traffic growing with the widths) and the pass costs refitted
 (2.50 s and 4.91 s); only the old_log_prob, ref, update_actor and the probe's training times moved. And on
 2026-12-02 (lease 56): a small update micro-batch pays the host's work its GPU work leaves, per layer of a stage;
-only update_actor times moved (32 values, of the grid's small micro-batches).
+only update_actor times moved (32 values, of the grid's small micro-batches). And on 2026-12-06 (lease 61): a
+logit materialised without fused kernels costs 48.8 ps, not 42.0; only the log-prob passes' and updates' times of
+the candidates without fused kernels moved (195 values of 78 candidates).
 """
 
 from __future__ import annotations
