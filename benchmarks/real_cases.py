@@ -137,11 +137,16 @@ class Case:
         study, n = rest.rsplit("#", 1)
         return real_studies.recompiled(lease, study, int(n), db.removesuffix(".db"))
 
+    @property
+    def compiled_at_step_3(self) -> bool:
+        """Its measured step 3 compiled a graph anew (a study's first trial on cold compile caches, mostly; issue
+        24.3): that step timed the compile's one-off seconds beside its configuration's."""
+        return 3 in (self.recompiled or ())
+
     def measured_past_a_recompile(self) -> float | None:
         """Its step as the model predicts one, a compile's one-off seconds not in it: step 3, or where step 3
-        compiled a graph anew (a study's first trial on cold compile caches, mostly) its repeat, the median of its
-        other steps from 2 on."""
-        return self.retest_step_s if self.retest_step_s and 3 in (self.recompiled or ()) else self.measured_step_s
+        compiled a graph anew its repeat, the median of its other steps from 2 on."""
+        return self.retest_step_s if self.retest_step_s and self.compiled_at_step_3 else self.measured_step_s
 
     def measured_less_the_idle(self) -> float | None:
         """Its step 3 less its rollout's idle tail: the poll's rounding (up to 2 s, no configuration's doing) taken

@@ -138,13 +138,6 @@ def host(c: cal.Case) -> str:
     return c.lease if c.source in HOST_MISSES else ""
 
 
-def compiled_at_step_3(c: cal.Case) -> bool:
-    """Its measured step 3 compiled a graph anew (a study's first trial on cold compile caches, mostly; issue 24.3): it
-    timed the compile's one-off seconds beside its configuration's (lease 59's first launch: its update 15.2 s at step
-    3 against 7.6-8.8 s over five other runs of it; `Case.measured_past_a_recompile` reads such a trial's repeat)."""
-    return 3 in (c.recompiled or ())
-
-
 def split_by_the_poll(a: cal.Case, b: cal.Case) -> bool:
     """a measured slower than b by its rollout's rounding to verl's 2 s poll: their steps without gen are within one
     step's noise, and a's gen is longer by a poll interval or more (lease 47's 0.5B dyn64k/96k against selective

@@ -36,8 +36,8 @@ def with_utilization(tmp_path: Path, busy: list[tuple[float, float]]) -> Path:
     return path
 
 
-def steps() -> dict[int, dict]:
-    return {int(r["step"]): r["data"] for r in map(json.loads, (TRIAL / "metrics.jsonl").read_text().splitlines())}
+def steps(trial: Path = TRIAL) -> dict[int, dict]:
+    return {int(r["step"]): r["data"] for r in map(json.loads, (trial / "metrics.jsonl").read_text().splitlines())}
 
 
 def test_the_idle_tail_runs_from_the_last_busy_sample_to_vllms_sleep(tmp_path: Path) -> None:
@@ -116,19 +116,16 @@ def test_lease_61s_stored_tails_are_what_their_committed_traces_say() -> None:
     step spans they are the same: 2.0-4.0 s at steps 2-3 over five configurations, more than verl's 2 s poll can wait
     in eight of ten steps (the rest verl's host work after the last token, 0.9-1.9 s by the poll grid), 1.0 s at the
     offloaded trial's step 3, whose rollout kept the GPU busy 9 s where its step 2's did 4.7 s."""
-    from autotune.store.store import Store
+    from autotune.results import timeline
+    from benchmarks import real_studies
 
     tails: dict[str, dict[str, float]] = {}
-    for db in sorted(L61.glob("*.db")):
-        store = Store(f"sqlite:///{db}")
-        for study in store.list_studies():
-            for row in store.trials(study.name):
-                trial = L61 / f"{row.study}_trial_{row.number:04d}"
-                spans = {int(k): v[1] for k, v in row.extra["step_spans_s"].items()}
-                metrics = {int(r["step"]): r["data"]
-                           for r in map(json.loads, (trial / "metrics.jsonl").read_text().splitlines())}
-                assert rollout_wait.from_trial(trial / "gpu.csv", metrics, spans) == row.extra[rollout_wait.EXTRA]
-                tails[f"{row.study}#{row.number}"] = row.extra[rollout_wait.EXTRA]
+    for _, store, study in real_studies.studies(L61.glob("*.db")):
+        for row in store.trials(study.name):
+            trial = L61 / f"{row.study}_trial_{row.number:04d}"
+            spans = {int(k): v[1] for k, v in row.extra[timeline.SPANS].items()}
+            assert rollout_wait.from_trial(trial / "gpu.csv", steps(trial), spans) == row.extra[rollout_wait.EXTRA]
+            tails[f"{row.study}#{row.number}"] = row.extra[rollout_wait.EXTRA]
     assert len(tails) == 6 and all(set(t) == {"2", "3"} for t in tails.values())  # step 1's wake-up holds no sleep
     idles = [v for t in tails.values() for v in t.values()]
     assert min(idles) == tails["c-1.5b-h61#4"]["3"] == 1.0 and max(idles) == 4.01

@@ -12,16 +12,7 @@ from autotune.estimate.throughput import DEFAULT_EFFICIENCY
 from benchmarks import calibration as cal
 from benchmarks.real_cases import DATA
 from tests import real_counts
-from tests.known_misses import (
-    HOST_MISSES,
-    KNOWN_OUTLIERS,
-    MODEL_TIE,
-    STEP_NOISE,
-    compiled_at_step_3,
-    host,
-    split_by_the_poll,
-    trials,
-)
+from tests.known_misses import HOST_MISSES, KNOWN_OUTLIERS, MODEL_TIE, STEP_NOISE, host, split_by_the_poll, trials
 
 SIZES = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
 
@@ -322,9 +313,9 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
     the first launch (dyn12k/96k at util 0.4), measured 19% faster there (17.5 and 17.3 s against 20.8 s at step 3:
     gen one 2 s poll shorter, the update 1.1 s shorter at the same 12k budget beside the study's cold first trial) and
     0-40% faster than the first launch's runs on four other hosts (17.5-24.4 s): over the twenty-four H100 1.5B trials
-    off the host misses the model is at 0.73. A trial whose measured step 3 compiled a graph anew, with no step to
-    repeat it (`compiled_at_step_3`: lease 59's first launch, 27.3 s with a 15.2 s update), timed the compile: 0.83 over
-    the twenty-three without it."""
+    off the host misses the model is at 0.73. A trial whose measured step 3 compiled a graph anew
+    (`Case.compiled_at_step_3`: lease 59's first launch, 27.3 s with a 15.2 s update) timed the compile: 0.83 over the
+    twenty-three without it."""
     cases = [c for c in held if c.size == size]
     fit = cal.errors(cases)
     assert fit.trials >= 1 and fit.step is not None and fit.step <= cal.STEP_TARGET
@@ -337,7 +328,7 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
         wrong = [(a, b) for a in ok for b in ok
                  if a.predicted_step_s < b.predicted_step_s and a.measured_step_s > b.measured_step_s]
         assert wrong
-        rest = [c for c in ok if c.source not in HOST_MISSES | KNOWN_OUTLIERS and not compiled_at_step_3(c)]
+        rest = [c for c in ok if c.source not in HOST_MISSES | KNOWN_OUTLIERS and not c.compiled_at_step_3]
         for a, b in wrong:
             if len(rest) >= 3 and a in rest and b in rest:
                 continue  # the rest's ordering is judged whole, below
@@ -345,7 +336,7 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
             assert (a.measured_step_s / b.measured_step_s - 1 < STEP_NOISE
                     or b.predicted_step_s / a.predicted_step_s - 1 < MODEL_TIE or across_hosts
                     or split_by_the_poll(a, b) or a.source in KNOWN_OUTLIERS or b.source in KNOWN_OUTLIERS
-                    or compiled_at_step_3(a) or compiled_at_step_3(b)), (
+                    or a.compiled_at_step_3 or b.compiled_at_step_3), (
                         a.source, b.source)
         if 3 <= len(rest) < len(ok):  # without them the rest is ordered, but for pairs the model calls a tie
             rho = cal.spearman([c.predicted_step_s for c in rest], [c.measured_step_s for c in rest])
