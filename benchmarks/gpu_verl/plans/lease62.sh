@@ -8,6 +8,8 @@
 # shorter), then the best once more in a second study. The 0.5B's rollout is the largest share of its step, so its
 # idle tail (verl's host work after the last token, then the poll's wait: autotune/results/rollout_wait.py) says most
 # of how the poll splits its runs. Start with AT_MODEL=qwen2.5-0.5b.
+# The branch follows the workload the setup wrote (AT_MODEL), not the GPU: an H200 that comes when only minutes are
+# left runs the 0.5B's (its H200 table orders at 0.59 over single runs, the poll's 2 s being most of its step's noise).
 # Either: AT_MORE_MODELS="", LEASE_S as the budget holds; stage with the committed trials out (lease_tree.sh out), and
 # on the setup call `mkdir -p /root/smoke && touch /root/smoke/importtime.txt` first.
 set -u
@@ -15,7 +17,7 @@ cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 
-if [ "$GPU_TYPE" = h100 ]; then
+if [ ! -e /root/work-qwen2.5-7b ]; then
     at qwen2.5-0.5b c-0.5b-h62 2 300 --extra-steps 0 \
         --enqueue "$(dyn 32768 98304 0.4)" \
         --enqueue "$(dyn 32768 32768 0.4)"
