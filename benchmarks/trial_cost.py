@@ -302,15 +302,18 @@ def head_log_s(c: Cost, data: Path = DATA) -> float | None:
 
 
 def kept_head_report(cs: list[Cost], data: Path = DATA) -> list[str]:
-    """Each trial that started the kept Ray head against a trial of the same configuration, on caches as cold, that
-    started a private Ray: stage by stage, the head's start apart, and what its Ray workers took to go."""
-    pairs = []
+    """The first trial that started the kept Ray head against a trial of the same configuration, on caches as cold,
+    that started a private Ray: stage by stage, the head's start apart, and what its Ray workers took to go. One pair
+    per private-Ray trial, the earliest: a later lease's host can start 80 s faster (lease 62's H100 against lease
+    24's), which no head explains."""
+    pairs, seen = [], set()
     for c in cs:
         if not c.ray_head_start_s or c.timeline is None:
             continue
         ref = [r for r in cs if not r.kept_ray and r.timeline is not None and r.config == c.config
                and r.caches == c.caches and r.bytecode == c.bytecode]
-        if ref:
+        if ref and ref[-1].source not in seen:
+            seen.add(ref[-1].source)
             pairs.append((ref[-1], c))
     if not pairs:
         return []

@@ -168,10 +168,7 @@ def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict
     from autotune.job import Job
 
     base = Job.from_mapping(job).candidate(Candidate())
-    by_key: dict[str, list[Measured]] = {}
-    for t in trials:
-        by_key.setdefault(Candidate.from_params(t.params, base).key(), []).append(t)
-    kept = [_merged(runs) for runs in by_key.values()]
+    kept = [_merged(runs) for runs in by_configuration(job, trials).values()]
     full = [Candidate.from_params(t.params, base).params() for t in kept]
     own = base.params()
     varied = {n for n in Candidate.param_names()
@@ -203,6 +200,17 @@ def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict
                       f"({len(trials) - len(kept)} re-runs of a configuration merged into its row: the runs' mean)"]}
     (out / f"{name}.meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=120))
     return csv_path
+
+
+def by_configuration(job: dict[str, Any], trials: list[Measured]) -> dict[str, list[Measured]]:
+    """Candidate key -> the trials that ran it (a table's row), oldest first."""
+    from autotune.job import Job
+
+    base = Job.from_mapping(job).candidate(Candidate())
+    out: dict[str, list[Measured]] = {}
+    for t in trials:
+        out.setdefault(Candidate.from_params(t.params, base).key(), []).append(t)
+    return out
 
 
 def _merged(runs: list[Measured]) -> Measured:
@@ -249,6 +257,10 @@ class FirstLaunch:
     # The larger measured noise (step-to-step spread) of the first launch's and the best's trials, None where neither
     # measured it: a gap within it is a tie, as `best` calls it (autotune/results/noise.py leaders_tie).
     noise: float | None = None
+    first_key: str = ""  # the candidate keys of the first launch's row and the best's: their runs, per host
+    best_key: str = ""
+    # Per lease (one machine) where both rows ran: the first launch's mean throughput over the best's (`one_host`).
+    one_host: tuple[tuple[str, float], ...] = ()
 
     @property
     def share(self) -> float:
@@ -306,7 +318,28 @@ def first_launch(table_path: Path) -> FirstLaunch:
     spreads = [float(r.extra["noise_spread"]) for r in (replayed, table.best if ran else None)
                if r is not None and r.extra.get("noise_spread")]
     return FirstLaunch(table_path.name, len(table.rows), label(row.params), row.status, row.throughput, best,
-                       best_label, max(spreads) if spreads else None)
+                       best_label, max(spreads) if spreads else None, row.candidate_key,
+                       Candidate.from_params(table.best.params, setup.job.candidate(Candidate())).key() if ran else "")
+
+
+def one_host(runs: dict[str, list[Measured]], first_key: str, best_key: str) -> tuple[tuple[str, float], ...]:
+    """Per lease where the first launch's configuration and the best's both ran: the first's mean throughput over the
+    best's there. A table's row is the mean of its runs on every host, and the hosts differ by more than the rows do
+    (the 0.5B's dyn32k/96k on an H100 ran 16.5 s a step in lease 4, 12.7 s in lease 62); on one machine the two
+    configurations meet as a user's study meets them."""
+    if not first_key or not best_key or first_key == best_key:
+        return ()
+
+    def by_lease(key: str) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = defaultdict(list)
+        for t in runs.get(key, []):
+            if t.status == "ok" and t.throughput:
+                out[t.source.split("/")[0]].append(t.throughput)
+        return out
+
+    first, best = by_lease(first_key), by_lease(best_key)
+    return tuple((lease, (sum(first[lease]) / len(first[lease])) / (sum(best[lease]) / len(best[lease])))
+                 for lease in sorted(first.keys() & best.keys()))
 
 
 def report(results: list[FirstLaunch], firsts: dict[str, list[RealFirst]]) -> str:
@@ -346,14 +379,18 @@ def report(results: list[FirstLaunch], firsts: dict[str, list[RealFirst]]) -> st
               "table's best. A replay can only launch a measured row: where the model's own first pick was never "
               "measured (above), the replay shows what the same rule picks among the measured rows, not that "
               "pick.", "",
-              "| table | rows | first launch | status | tokens/s/GPU | of the best | best measured | holds |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| table | rows | first launch | status | tokens/s/GPU | of the best | best measured | holds | "
+              "of the best on one host (lease) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         thr = f"{r.throughput:.1f}" if r.throughput else "-"
         best = f"{r.best_label} ({r.best:.1f})" if r.best else r.best_label
         holds = (f"yes: a tie within the measured noise ({r.noise:.0%})" if r.tied else
                  "yes" if r.good else "**no**")
-        lines.append(f"| {r.table} | {r.rows} | {r.label} | {r.status} | {thr} | {r.share:.0%} | {best} | {holds} |")
+        host = ("the same row" if r.first_key and r.first_key == r.best_key else
+                ", ".join(f"{share:.0%} ({lease})" for lease, share in r.one_host) or "never on one host")
+        lines.append(f"| {r.table} | {r.rows} | {r.label} | {r.status} | {thr} | {r.share:.0%} | {best} | {holds} | "
+                     f"{host} |")
     within = sum(r.good and not r.tied for r in results)
     tied = [r for r in results if r.tied]
     lines += ["", f"{within} of {len(results)} tables: the replayed first launch runs and is within {GOOD:.0%} of "
@@ -361,7 +398,10 @@ def report(results: list[FirstLaunch], firsts: dict[str, list[RealFirst]]) -> st
                             "measured noise of it, a tie that the short trials cannot decide (as `autotune best` "
                             "says of such leaders): " + "; ".join(
                                 f"{r.table} at {r.share:.0%}, the noise {r.noise:.0%}" for r in tied)
-                            if tied else "") + "."]
+                            if tied else "") + ".", "",
+              "A row is the mean of its runs on every host that ran it; the last column compares the two rows where "
+              "one machine ran both (`one_host`: the first launch's mean there over the best's), as one user's "
+              "study meets them."]
     return "\n".join(lines)
 
 
@@ -378,16 +418,19 @@ def main(argv: list[str] | None = None) -> None:
     groups = collect(dbs)
     real = real_first_launches(dbs)
     per_name: dict[str, int] = defaultdict(int)
-    tables = []
+    tables: list[tuple[Path, dict[str, list[Measured]]]] = []
     firsts: dict[str, list[RealFirst]] = {}
     for key, (job, trials) in sorted(groups.items(), key=lambda kv: kv[0][:3]):
         model, gpu, gpus, _ = key
         stem = f"{PREFIX}{model}-{gpu}-g{gpus}-{job.get(verl.ATTENTION_BACKEND) or 'default'}"
         per_name[stem] += 1
         name = stem + (f"-j{per_name[stem]}" if per_name[stem] > 1 else "")
-        tables.append(write_table(args.out, name, model, gpu, gpus, job, trials))
-        firsts[tables[-1].name] = real.get(key, [])
-    text = report([first_launch(t) for t in tables], firsts)
+        path = write_table(args.out, name, model, gpu, gpus, job, trials)
+        tables.append((path, by_configuration(job, trials)))
+        firsts[path.name] = real.get(key, [])
+    results = [dataclasses.replace(r, one_host=one_host(runs, r.first_key, r.best_key))
+               for path, runs in tables for r in [first_launch(path)]]
+    text = report(results, firsts)
     args.report.write_text(text + "\n")
     print(text)
 

@@ -48,14 +48,16 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     1.5B on another one-GPU H100 (c-1.5b-h59 #2) left 1.4 s: the H100s' median 2.75 s, 1.4x the H200s' 1.9 s. Lease
     60's re-run of it on a third (c-1.5b-h60 #1) left 1.6 s: the H100s' median 2.6 s, 1.35x the H200s'. Lease 61's
     1.5B without fused kernels took unfused_logit_ps from 42 to 48.8 ps, which the two H100 full-recompute trials
-    without them pay in their updates: the H100s' median 2.5 s, 1.27x the H200s' 1.95 s."""
+    without them pay in their updates: the H100s' median 2.5 s, 1.27x the H200s' 1.95 s. Lease 62's three 0.5B on a
+    fast H100 host took update_pass_s from 4.89 to 4.79 s and unfused_logit_ps to 51.9 ps: the H100s' median 2.5 s,
+    1.22x the H200s' 2.0 s."""
     costs = cal.fit_pass_costs(zeroed)
     assert cal.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
         DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
     residuals = cal.recompute_residuals(zeroed, costs["update_pass_s"])
     per_gpu = {g: [r for c, r in residuals if c.gpu == g and c.source not in HOST_MISSES] for g in ("h100", "h200")}
     assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (7, 9)
-    assert statistics.median(per_gpu["h100"]) > 1.25 * statistics.median(per_gpu["h200"])
+    assert statistics.median(per_gpu["h100"]) > 1.2 * statistics.median(per_gpu["h200"])
     slow = [r for c, r in residuals  # leases 32's, 33's, 41's and 46's 0.5B on multi-lane nodes
             if c.source in HOST_MISSES and c.size == "qwen2.5-0.5b"]
     assert len(slow) == 4 and statistics.median(slow) > max(per_gpu["h100"]) and min(slow) > 3.0
@@ -127,11 +129,11 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     elementwise traffic growing with its widths), every size on either GPU type leaves 1.8-2.6 s above a log-prob pass
     and its micro-batches at logprob_micro_batch_s (2.1-2.8 s before they were priced apart, 2026-12-02), the 7B among
     them (2.1 s over its twenty-six; the share form, one efficiency for every size, left it 1.0 s
-    against the smaller sizes' 2.2-2.8 s and made it look like a cost the 7B escapes), and 3.9-6.5 s above an update
-    without full recompute (the 0.5B's on the H100s 3.9 s since lease 61 took unfused_logit_ps to 48.8 ps, which its
-    trials without fused kernels pay in their updates; 4.0 s before), the 7B's (all with half its optimizer on the
-    CPU) 6.1 s at their top (the 3B's on the
-    H100s 6.0 s since lease 58's fast host, 6.2 s before; within 5 % of the largest). What is still the
+    against the smaller sizes' 2.2-2.8 s and made it look like a cost the 7B escapes), and 3.7-6.5 s above an update
+    without full recompute (the 0.5B's on the H100s 3.7 s since lease 62's fast host, 3.9 s since lease 61 took
+    unfused_logit_ps to 48.8 ps, which its trials without fused kernels pay in their updates; 4.0 s before), the
+    7B's (all with half its optimizer on the CPU) 6.1 s at their top (the 3B's on the H100s 6.0 s since lease 58's
+    fast host, 6.2 s before; within 5 % of the largest). What is still the
     7B's own: full recompute's second forward, on one host over the pairs of trials that differ only in it
     (`recompute_pairs`), leaves 1.7 s for the 1.5B (seven pairs) and 2.9 s for the 3B (three) on the H200s, within 40 %
     of the log-prob pass the model charges for it (logprob_pass_s, 2.13 s since its micro-batches are priced apart: the
@@ -143,7 +145,7 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     assert len(small) == 6 and 1.8 < min(small) < seven["old_log_prob"] < max(small) < 2.7
     assert seven["old_log_prob"] == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.1)
     updates = [v["update"] for (size, _), v in left.items() if size != "qwen2.5-7b"]
-    assert 3.8 < min(updates) < seven["update"] < 1.05 * max(updates) and max(updates) < 6.5
+    assert 3.6 < min(updates) < seven["update"] < 1.05 * max(updates) and max(updates) < 6.5
     for size in ("qwen2.5-1.5b", "qwen2.5-3b"):
         assert left[size, "h200"]["full_less_others"] == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.4)
     assert Counter((c.size, c.gpu) for c, _, _ in cal.recompute_pairs(zeroed)) == {

@@ -232,7 +232,8 @@ SLOW_HAND_OVERS = {("h200_2026-11-27_l33/c-0.5b-t2_trial_0003", 4), ("h200_2026-
 def test_every_real_gen_is_the_rollout_at_verl_s_next_2_s_poll() -> None:
     """verl 0.9.1's V1 trainer times `gen` around ReplayBuffer.sample(), which checks for the finished rollout every
     2 s (autotune.verl.SAMPLE_POLL_S): each gen of every committed real trial, at every step, is a multiple of 2 s
-    plus the batch's hand-over (under 0.3 s; a trial's first step under 0.7 s: lease 32's cold 0.5B, one lane of four
+    plus the batch's hand-over (0.04-0.3 s: lease 62's H100, the fastest host yet, handed over in 0.047-0.05 s, the
+    others in 0.05 s or more; a trial's first step under 0.7 s: lease 32's cold 0.5B, one lane of four
     starting together on an H200 node, handed its first batch over in 0.68 s; on lease 33's, the same plan on a
     second four-lane node, two later steps handed theirs over in 0.47 and 1.02 s, and on lease 43's two-lane node one
     extra step in 0.96 s, SLOW_HAND_OVERS). The model prices
@@ -243,7 +244,7 @@ def test_every_real_gen_is_the_rollout_at_verl_s_next_2_s_poll() -> None:
     gens = [(t, s["step"], float(s["data"]["timing_s/gen"])) for t, s in steps if "timing_s/gen" in s.get("data", {})]
     assert len(gens) >= 60
     late = {(t, n): g % verl.SAMPLE_POLL_S for t, n, g in gens
-            if not 0.05 < g % verl.SAMPLE_POLL_S < (0.7 if n == 1 else 0.3)}
+            if not 0.04 < g % verl.SAMPLE_POLL_S < (0.7 if n == 1 else 0.3)}
     assert set(late) == SLOW_HAND_OVERS and all(r < 1.1 for r in late.values()), late
     gens = [g for _, _, g in gens]
     assert len({round(g // verl.SAMPLE_POLL_S) for g in gens}) >= 5  # from 6 to 18 s: not one value by chance

@@ -22,9 +22,10 @@ P=${PAYLOAD_DIR:-$REPO/.payload}
 # A call carries 64 MiB with the working tree (its tracked files: 15 MiB on 2026-11-26, the committed real trials
 # grow it): a part leaves the tree and 4 MiB (plans and notes not yet committed) beside it. 50 MiB parts fitted
 # until the tree passed 14 MiB; then the device refused the first call.
-# Files of the index not in the tree (lease_tree.sh out) are not carried: du skips them.
-tree_mib() { (cd "$REPO" && git ls-files -z | { xargs -0 du -cb 2>/dev/null || true; } | tail -1 \
-    | awk '{print int($1 / 1048576) + 1}'); }
+# Files of the index not in the tree (lease_tree.sh out) are not carried: du skips them. xargs runs du once per batch
+# of paths (the index passed one batch with lease 62's trials), so every batch's total is summed, not the last one.
+tree_mib() { (cd "$REPO" && git ls-files -z | { xargs -0 du -cb 2>/dev/null || true; } \
+    | awk '$2 == "total" {s += $1} END {print int(s / 1048576) + 1}'); }
 PART_MB=${PART_MB:-$(( 64 - $(tree_mib) - 4 ))}
 STAGES=${STAGES_DIR:-$REPO}  # where the .stageK/ folders go: the repo root, where device calls carry them from
 # A Python 3.12 that runs (a pyenv shim on PATH may exist and fail): PY312, then PATH, then pyenv's own versions.

@@ -175,8 +175,9 @@ class Efficiency:
     # are priced nearer their GEMMs' full rate, and the fit over every trial rose to 5.00 s; with the layer form
     # (layer_bytes_train, 2026-12-01) 4.91 s, the 7B's updates (all with the CPU optimizer) leaving what the others'
     # do (4.0-6.3 s a size, the 7B's 6.0 s, where the share form left it 4.0 s); 4.89 s with the layer form refitted
-    # with attention as the model counts it (layer_bytes_train, 2026-12-02).
-    update_pass_s: float = 4.89
+    # with attention as the model counts it (layer_bytes_train, 2026-12-02). Lease 62's three 0.5B trials on a fast
+    # H100 host (updates 4.0-4.4 s where the same configurations ran 5.1-5.7 s on leases 4-28's) to 4.79 s.
+    update_pass_s: float = 4.79
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -285,8 +286,10 @@ class Efficiency:
     # 1.5B's are compared with, to 48.7 ps. Lease 48's 1.5B at micro-batches of 4 without them on a two-lane H200 node
     # (32 ps against the five fused 1.5B trials beside it, which moved the H200 1.5B's baseline too): 42.0 ps over
     # sixteen. Lease 61's 1.5B at micro-batches of 4/8 without them on one H100 (56 ps against the five fused 1.5B
-    # trials of leases 59-61 on H100s): 48.8 ps over seventeen.
-    unfused_logit_ps: float = 48.8
+    # trials of leases 59-61 on H100s): 48.8 ps over seventeen. Lease 62's three fused 0.5B trials on a fast H100 host
+    # (old_log_prob 1.8-2.2 s, where the same configurations ran 2.6-2.8 s on leases 4-28's), which lowered the fused
+    # 0.5B H100 passes the unfused ones are compared with: 51.9 ps over the same seventeen.
+    unfused_logit_ps: float = 51.9
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
