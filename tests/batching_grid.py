@@ -27,7 +27,9 @@ priced by the layer form (GEMMs, attention, elementwise traffic growing with the
 2026-12-02 (lease 56): a small update micro-batch pays the host's work its GPU work leaves, per layer of a stage;
 only update_actor times moved (32 values, of the grid's small micro-batches). And on 2026-12-06 (lease 61): a
 logit materialised without fused kernels costs 48.8 ps, not 42.0; only the log-prob passes' and updates' times of
-the candidates without fused kernels moved (195 values of 78 candidates).
+the candidates without fused kernels moved (195 values of 78 candidates). And on 2026-12-06 (lease 62): the update's
+pass cost 4.89 -> 4.79 s and an unfused logit 48.8 -> 51.9 ps; only update_actor times and the unfused candidates'
+log-prob passes moved (285 values).
 """
 
 from __future__ import annotations

@@ -325,7 +325,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # Lease 62's H100, the fastest host yet, ran the 0.5B fused table's first launch (dyn32k/96k, its study's cold
     # first trial) at 12,049.6 and its best (dyn32k/32k) at 12,118.7 and 12,026.3 in two studies: on that one host the
     # first launch is at 100% of the best (lease 28's host: 87%, 8,982.4 against 10,307.0); the rows, each the mean of
-    # its runs on every host (the first launch's seven on five hosts, the best's three on two), put it at 84%, a tie
+    # its runs on every host (the first launch's five on five hosts, the best's three on two), put it at 84%, a tie
     # within the noise of its runs (37%).
     assert ("5 of 8 tables: the replayed first launch runs and is within 90% of the best; 3 more where it runs and "
             "is under 90% of the best but within the measured noise of it") in report
@@ -414,7 +414,7 @@ def test_the_first_launch_is_read_from_the_replay(tmp_path):
     assert fl.status == "oom" and not fl.good and fl.rows == 7
     ok = vl.first_launch(src)
     assert ok.status == "ok" and ok.good and ok.tied and abs(ok.share - 9644.4 / 11484.0) < 1e-9
-    assert ok.noise == 0.3694  # the first launch's runs on five hosts: 8,465.4-12,049.6 over their mean
+    assert ok.noise == 0.3694  # the first launch's runs on five hosts: 8,487.1-12,049.6 over their mean
     assert ok.first_key != ok.best_key and not ok.one_host  # the table alone holds no runs: main adds them
 
 

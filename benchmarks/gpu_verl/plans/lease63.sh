@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Calibration campaign, lease 63 (issue 23.5), written 2026-12-06 for the next session, by the workload set up.
+# first_launch.md now says, per replay table, the first launch's share of the best on each lease that ran both
+# (`verl_landscapes.one_host`); two tables never ran the two on one host.
+# With AT_MODEL=qwen2.5-7b (an H200: ask for `nvidia-h200`): the 7B table's replayed first launch (selective
+# [core_attn,mlp] at dyn24k/96k util 0.3, half the optimizer on the CPU, its parameters kept: lease 52's 3,114.2) and
+# its best (full recompute at dyn24k/96k util 0.4, parameters offloaded: lease 50's 3,153.3, run once) on one host,
+# the first launch first (the cold trial), steps 1-3 only. The H200 7B orders at 0.07 over single runs on fifteen
+# hosts; on one host its pairs agree with the model in 13 of 15.
+# With AT_MODEL=qwen2.5-1.5b (an H100): lease 61 ran the 1.5B table's first launch as its study's cold first trial at
+# 84 % of the best beside it (step 3's gen one 2 s poll longer, its update 8.8 against 7.6-7.7 s); this runs the best
+# (dyn12k/32k util 0.5) first, cold, then the first launch warm, then the best once more in a second study: which of
+# the two the cold trial's seconds belong to.
+# Either: AT_MORE_MODELS="", LEASE_S as the budget holds; stage with the committed trials out (lease_tree.sh out), and
+# on the setup call `mkdir -p /root/smoke && touch /root/smoke/importtime.txt` first.
+set -u
+cd /root/smoke
+# shellcheck source=campaign.sh
+. /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
+
+if [ -e /root/work-qwen2.5-7b ]; then
+    at qwen2.5-7b c-7b-h63 2 500 --extra-steps 0 \
+        --enqueue "$(dyn 24576 98304 0.3),$SEL2,$CPU_ADAM05" \
+        --enqueue "$(dyn 24576 98304 0.4),$FULL,$CPU_ADAM05,param_offload=true"
+else
+    at qwen2.5-1.5b c-1.5b-h63 2 380 --extra-steps 0 \
+        --enqueue "$(dyn 12288 32768 0.5)" \
+        --enqueue "$(dyn 12288 98304 0.4)"
+    at qwen2.5-1.5b c-1.5b-h63b 1 250 --extra-steps 0 --enqueue "$(dyn 12288 32768 0.5)"
+fi
+stamp "plan done"
