@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from itertools import combinations
 
 from benchmarks.real_cases import Case, ok_cases, spearman
+
+MODEL_TIE = 0.01  # two predictions this close are a tie the model cannot order
 
 
 def study_of(c: Case) -> str:
@@ -37,6 +40,21 @@ def by_configuration(cs: list[Case]) -> list[tuple[float, float, int]]:
             for _, g in sorted(runs.items())]
 
 
+def one_host_pairs(cs: list[Case]) -> tuple[int, int]:
+    """(pairs the model orders as step 3 measured them, pairs): every two trials of one study (one host, as a user's
+    study runs; a study of two counts), leaving out those the model predicts within MODEL_TIE of each other. The
+    7B's trials ran on fifteen hosts, most studies of two: over single runs the hosts decide its order, on one host
+    the model does."""
+    right = total = 0
+    for st in sorted({study_of(c) for c in cs}):
+        for a, b in combinations([c for c in cs if study_of(c) == st], 2):
+            if abs(a.predicted_step_s / b.predicted_step_s - 1) < MODEL_TIE:
+                continue
+            total += 1
+            right += (a.predicted_step_s < b.predicted_step_s) == (a.measured_step_s < b.measured_step_s)
+    return right, total
+
+
 def ordering(held: list[Case]) -> list[str]:
     """Per size and GPU type: the model's Spearman (held out) beside how well the measurement orders itself (step 3
     against the same trials' other steps), the model's Spearman of the step without gen (the phase a configuration
@@ -59,11 +77,14 @@ def ordering(held: list[Case]) -> list[str]:
              "less its rollout's idle tail (the GPU idle from the rollout's last kernel to vLLM's sleep, by NVML's "
              "utilization: verl's host work after the last token, then the trainer's wait for its next 2 s poll; "
              "autotune/results/rollout_wait.py; `Case.measured_less_the_idle`; only trials whose trace has the "
-             "utilization, lease 61's on, in brackets, beside the model's against step 3 over the same trials).", "",
+             "utilization, lease 61's on, in brackets, beside the model's against step 3 over the same trials); and "
+             "the pairs of trials of one study, a study of two too, that the model orders as step 3 measured them "
+             "(`one_host_pairs`: pairs it predicts within 1 % of each other left out).", "",
              "| size | GPU | ok trials | model | step 3 vs its repeat | model, the step without gen | studies (trials) "
              "| model within one study | model over configurations (configurations) | model, past a recompile "
-             "(trials) | model, the step less its rollout's idle tail (trials; at step 3) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(trials) | model, the step less its rollout's idle tail (trials; at step 3) | pairs of one study "
+             "ordered as measured |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ok = ok_cases(held)
     for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
         cs = [c for c in ok if c.size == size and c.gpu == gpu]
@@ -87,9 +108,10 @@ def ordering(held: list[Case]) -> list[str]:
         waited = [c for c in cs if c.measured_less_the_idle() is not None]
         less = spearman([c.predicted_step_s for c in waited], [c.measured_less_the_idle() for c in waited])
         same = spearman([c.predicted_step_s for c in waited], [c.measured_step_s for c in waited])
+        right, pairs = one_host_pairs(cs)
         lines.append(f"| {size} | {gpu} | {len(cs)} | {_rho(model)} | {_rho(retest)} ({len(both)}) | "
                      f"{_rho(no_gen)} ({len(gens)}) | {len(rhos)} ({sum(n for n, _ in rhos)}) | {_rho(within)} | "
                      f"{_rho(over)} ({len(confs)}) | {_rho(past)} ({moved}) | "
-                     f"{_rho(less)} ({len(waited)}; {_rho(same)}) |")
+                     f"{_rho(less)} ({len(waited)}; {_rho(same)}) | {right} of {pairs} |")
     lines.append("")
     return lines

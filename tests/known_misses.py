@@ -12,7 +12,7 @@ from benchmarks import calibration as cal
 from benchmarks import step_order
 
 STEP_NOISE = 0.11  # the least step-to-step spread of one trial's steps on the real trials (11-18%)
-MODEL_TIE = 0.01  # two predictions this close are a tie the model cannot order
+MODEL_TIE = step_order.MODEL_TIE  # two predictions this close are a tie the model cannot order
 
 
 def trials(lease: str, study: str, numbers: Iterable[int]) -> set[str]:
