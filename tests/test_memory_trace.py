@@ -35,10 +35,11 @@ def test_a_committed_trial_reads_as_its_trace_shows() -> None:
     steps = {int(json.loads(line)["step"]): json.loads(line)["data"]
              for line in (L4 / "trial_0001" / "metrics.jsonl").read_text().splitlines() if line.strip()}
     timings = {"weights_loaded_s": 101.15, "vllm_ready_s": 194.46}
-    got = mt.from_trial(L4 / "trial_0001" / "gpu.csv", steps, {3: 297.09}, 3, timings)
+    samples = mt.read_samples(L4 / "trial_0001" / "gpu.csv")
+    got = mt.from_trial(samples, steps, {3: 297.09}, 3, timings)
     assert got == {"rollout": 52.104, "old_log_prob": 74.45, "update": 74.749, "vllm_start": 46.901}
-    assert mt.from_trial(L4 / "nope.csv", steps, {3: 297.09}, 3, timings) == {}
-    assert mt.from_trial(L4 / "trial_0001" / "gpu.csv", steps, {3: 297.09}, 9, timings) == {}
+    assert mt.read_samples(L4 / "nope.csv") == [] and mt.from_trial([], steps, {3: 297.09}, 3, timings) == {}
+    assert mt.from_trial(samples, steps, {3: 297.09}, 9, timings) == {}
 
 
 def test_nvml_reads_the_update_over_the_log_prob_pass_cache_unless_the_actor_is_offloaded() -> None:

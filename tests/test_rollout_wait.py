@@ -61,15 +61,17 @@ def test_the_idle_tail_runs_from_the_last_busy_sample_to_vllms_sleep(tmp_path: P
 def test_the_runner_stores_each_steps_wait_and_status_shows_the_measured_ones(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = with_utilization(tmp_path, [(130.5, 134.6), (148.1, 152.6)])
-    idle = rollout_wait.from_trial(trace, {s: m for s, m in steps().items() if s in SPANS}, SPANS)
+    idle = rollout_wait.from_trial(memory_trace.read_samples(trace), {s: m for s, m in steps().items() if s in SPANS},
+                                   SPANS)
     assert idle == {"2": 2.5, "3": 2.0}  # step 2: busy to 134.6 s, asleep at 137.1 s (gen 6.1 s from 130.8 s)
-    assert rollout_wait.from_trial(TRIAL / "gpu.csv", steps(), SPANS) == {}  # no utilization column
-    assert rollout_wait.from_trial(tmp_path / "none.csv", steps(), SPANS) == {}
+    assert rollout_wait.from_trial(memory_trace.read_samples(TRIAL / "gpu.csv"), steps(), SPANS) == {}  # no column
+    assert rollout_wait.from_trial(memory_trace.read_samples(tmp_path / "none.csv"), steps(), SPANS) == {}
     # a reading NVML could not give (blank) leaves the other samples' waits readable
     rows = trace.read_text().splitlines()
     trace.write_text("\n".join([rows[0], rows[1].rsplit(",", 1)[0] + ",", *rows[2:]]) + "\n")
     assert memory_trace.read_samples(trace)[0][2] is None
-    assert rollout_wait.from_trial(trace, {s: m for s, m in steps().items() if s in SPANS}, SPANS) == idle
+    assert rollout_wait.from_trial(memory_trace.read_samples(trace),
+                                   {s: m for s, m in steps().items() if s in SPANS}, SPANS) == idle
 
     words = rollout_wait.words({rollout_wait.EXTRA: idle}, 3, 2.0)
     assert words.startswith("rollout: the GPU sat idle 2.0 s at the end of step 3's gen, by NVML's utilization: "
@@ -124,7 +126,8 @@ def test_lease_61s_stored_tails_are_what_their_committed_traces_say() -> None:
         for row in store.trials(study.name):
             trial = L61 / f"{row.study}_trial_{row.number:04d}"
             spans = {int(k): v[1] for k, v in row.extra[timeline.SPANS].items()}
-            assert rollout_wait.from_trial(trial / "gpu.csv", steps(trial), spans) == row.extra[rollout_wait.EXTRA]
+            samples = memory_trace.read_samples(trial / "gpu.csv")
+            assert rollout_wait.from_trial(samples, steps(trial), spans) == row.extra[rollout_wait.EXTRA]
             tails[f"{row.study}#{row.number}"] = row.extra[rollout_wait.EXTRA]
     assert len(tails) == 6 and all(set(t) == {"2", "3"} for t in tails.values())  # step 1's wake-up holds no sleep
     idles = [v for t in tails.values() for v in t.values()]

@@ -106,11 +106,11 @@ def measured_moments(trace: Sequence[tuple[float, float]], step_end_s: float | N
     return {m: round(v, 3) for m, v in out.items() if v is not None}
 
 
-def from_trial(trace_path: Path, steps: Mapping[int, Mapping[str, Any]], step_at: Mapping[int, float],
-               measure_step: int, timings: Mapping[str, Any]) -> dict[str, float]:
-    """What the runner stores for a finished trial: the measured step's moments from its trace (empty when the
-    trace or the step is missing)."""
-    trace = read_trace(trace_path)
+def from_trial(samples: Sequence[tuple[float, float, float | None]], steps: Mapping[int, Mapping[str, Any]],
+               step_at: Mapping[int, float], measure_step: int, timings: Mapping[str, Any]) -> dict[str, float]:
+    """What the runner stores for a finished trial: the measured step's moments from its trace's samples
+    (`read_samples`, read once for this and rollout_wait.from_trial; empty when the trace or the step is missing)."""
+    trace = [(t, used) for t, used, _ in samples]
     if not trace or measure_step not in steps:
         return {}
     return measured_moments(trace, step_at.get(measure_step), steps[measure_step], timings)

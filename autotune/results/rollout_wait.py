@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 from autotune import verl
 from autotune.job import Job
-from autotune.results.memory_trace import MARGIN_S, read_samples, step_windows
+from autotune.results.memory_trace import MARGIN_S, step_windows
 
 EXTRA = "rollout_idle_s"  # the key of a trial's extra: {step: seconds the GPU sat idle at the end of the rollout}
 SLEEP_DROP_GIB = 2.0  # vLLM's sleep frees its KV cache: at least this much (a 0.5B at util 0.3 frees ~15 GiB)
@@ -47,10 +46,10 @@ def idle_before_sleep(samples: Sequence[tuple[float, float, float | None]],
     return round(asleep - max(busy), 2)
 
 
-def from_trial(trace_path: Path, steps: Mapping[int, Mapping[str, Any]],
+def from_trial(samples: Sequence[tuple[float, float, float | None]], steps: Mapping[int, Mapping[str, Any]],
                step_at: Mapping[int, float]) -> dict[str, float]:
-    """What the runner stores for a finished trial: each logged step's idle tail, where the trace tells it."""
-    samples = read_samples(trace_path)
+    """What the runner stores for a finished trial: each logged step's idle tail, where its trace's samples
+    (memory_trace.read_samples) tell it."""
     if all(u is None for _, _, u in samples):  # no utilization in the trace (or no trace)
         return {}
     out: dict[str, float] = {}

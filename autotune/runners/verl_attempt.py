@@ -79,9 +79,10 @@ def trial_result(spec: TrialSpec, att: Attempt, first: int, extra_steps: int, ex
         timeline.SPANS: timeline.step_spans(att.log.step_at, att.log.steps),
     })
     if att.status == TrialStatus.OK and att.trace is not None:
-        extra[memory_trace.EXTRA] = memory_trace.from_trial(att.trace, att.log.steps, att.log.step_at,
+        samples = memory_trace.read_samples(att.trace)
+        extra[memory_trace.EXTRA] = memory_trace.from_trial(samples, att.log.steps, att.log.step_at,
                                                             spec.measure_step, att.timings)
-        if idle := rollout_wait.from_trial(att.trace, att.log.steps, att.log.step_at):
+        if idle := rollout_wait.from_trial(samples, att.log.steps, att.log.step_at):
             extra[rollout_wait.EXTRA] = idle
     if att.caches:
         extra["caches"] = att.caches
