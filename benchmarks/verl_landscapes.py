@@ -157,9 +157,10 @@ def data_prompts(first: Any) -> tuple[float, float, str] | None:
 
 
 def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict[str, Any],
-                trials: list[Measured]) -> Path:
-    """NAME.csv + NAME.meta.yaml. Parameter columns: every knob some row sets apart from the job's own value. A
-    configuration measured more than once is one row, the mean of its runs (`_merged`): a re-run is a noise sample
+                runs: dict[str, list[Measured]]) -> Path:
+    """NAME.csv + NAME.meta.yaml from the table's trials by configuration (`by_configuration`). Parameter columns:
+    every knob some row sets apart from the job's own value. A configuration measured more than once is one row, the
+    mean of its runs (`_merged`): a re-run is a noise sample
     (lease 22's two re-runs on the H200 were planned for an H100, lease 24 re-ran lease 4's three 0.5B configurations
     to time their start-up with the bytecode cache, later leases re-ran rows on other hosts). Its noise_spread is the
     larger of the later trial's own step-to-step spread and the re-runs' spread (max - min over their mean
@@ -168,7 +169,8 @@ def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict
     from autotune.job import Job
 
     base = Job.from_mapping(job).candidate(Candidate())
-    kept = [_merged(runs) for runs in by_configuration(job, trials).values()]
+    kept = [_merged(ran) for ran in runs.values()]
+    trials = sum(len(ran) for ran in runs.values())
     full = [Candidate.from_params(t.params, base).params() for t in kept]
     own = base.params()
     varied = {n for n in Candidate.param_names()
@@ -196,8 +198,8 @@ def write_table(out: Path, name: str, model: str, gpu: str, gpus: int, job: dict
                       "runs' mean throughput and times where a configuration ran more than once); noise_spread: the "
                       "trial's step-to-step spread, or its configuration's re-runs' (max - min over their mean) where "
                       "larger",
-                      f"written by python -m benchmarks.verl_landscapes from {len(trials)} trials "
-                      f"({len(trials) - len(kept)} re-runs of a configuration merged into its row: the runs' mean)"]}
+                      f"written by python -m benchmarks.verl_landscapes from {trials} trials "
+                      f"({trials - len(kept)} re-runs of a configuration merged into its row: the runs' mean)"]}
     (out / f"{name}.meta.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, width=120))
     return csv_path
 
@@ -292,11 +294,13 @@ def first_launch(table_path: Path) -> FirstLaunch:
     runner = ReplayRunner(table)
     label = Labeller(setup.stock)
     ran = [r for r in table.rows if r.status == "ok"]
-    best, best_label = 0.0, "none ran"
+    best, best_label, best_key = 0.0, "none ran", ""
+    base = setup.job.candidate(Candidate())
     if ran:
         top = table.best
         best = top.throughput or 0.0
-        best_label = label(Candidate.from_params(top.params, setup.job.candidate(Candidate())).params())
+        top_candidate = Candidate.from_params(top.params, base)
+        best_label, best_key = label(top_candidate.params()), top_candidate.key()
     row = None
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -314,12 +318,11 @@ def first_launch(table_path: Path) -> FirstLaunch:
         tuner.store.engine.dispose()
     if row is None or not row.launched:
         return FirstLaunch(table_path.name, len(table.rows), "nothing launched", "none", None, best, best_label)
-    replayed = table.keys(setup.job.candidate(Candidate())).get(row.candidate_key)
+    replayed = table.keys(base).get(row.candidate_key)
     spreads = [float(r.extra["noise_spread"]) for r in (replayed, table.best if ran else None)
                if r is not None and r.extra.get("noise_spread")]
     return FirstLaunch(table_path.name, len(table.rows), label(row.params), row.status, row.throughput, best,
-                       best_label, max(spreads) if spreads else None, row.candidate_key,
-                       Candidate.from_params(table.best.params, setup.job.candidate(Candidate())).key() if ran else "")
+                       best_label, max(spreads) if spreads else None, row.candidate_key, best_key)
 
 
 def one_host(runs: dict[str, list[Measured]], first_key: str, best_key: str) -> tuple[tuple[str, float], ...]:
@@ -425,8 +428,9 @@ def main(argv: list[str] | None = None) -> None:
         stem = f"{PREFIX}{model}-{gpu}-g{gpus}-{job.get(verl.ATTENTION_BACKEND) or 'default'}"
         per_name[stem] += 1
         name = stem + (f"-j{per_name[stem]}" if per_name[stem] > 1 else "")
-        path = write_table(args.out, name, model, gpu, gpus, job, trials)
-        tables.append((path, by_configuration(job, trials)))
+        runs = by_configuration(job, trials)
+        path = write_table(args.out, name, model, gpu, gpus, job, runs)
+        tables.append((path, runs))
         firsts[path.name] = real.get(key, [])
     results = [dataclasses.replace(r, one_host=one_host(runs, r.first_key, r.best_key))
                for path, runs in tables for r in [first_launch(path)]]
