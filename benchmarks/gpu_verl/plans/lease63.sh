@@ -11,6 +11,10 @@
 # 84 % of the best beside it (step 3's gen one 2 s poll longer, its update 8.8 against 7.6-7.7 s); this runs the best
 # (dyn12k/32k util 0.5) first, cold, then the first launch warm, then the best once more in a second study: which of
 # the two the cold trial's seconds belong to.
+# With AT_MODEL=qwen2.5-0.5b (an H200 with too little budget left for the 7B's two trials): the H200 0.5B table's
+# first launch (dyn64k/96k util 0.5, 16.7 s a step over two hosts) and its best (dyn32k/96k util 0.5 with
+# max_num_batched_tokens 16384: lease 39's 14.5 s, run once) on one host, the first launch first (cold), then the first
+# launch again warm in a second study: the H200 0.5B's first launch never ran beside its best.
 # Either: AT_MORE_MODELS="", LEASE_S as the budget holds; stage with the committed trials out (lease_tree.sh out), and
 # on the setup call `mkdir -p /root/smoke && touch /root/smoke/importtime.txt` first.
 set -u
@@ -22,6 +26,11 @@ if [ -e /root/work-qwen2.5-7b ]; then
     at qwen2.5-7b c-7b-h63 2 500 --extra-steps 0 \
         --enqueue "$(dyn 24576 98304 0.3),$SEL2,$CPU_ADAM05" \
         --enqueue "$(dyn 24576 98304 0.4),$FULL,$CPU_ADAM05,param_offload=true"
+elif [ -e /root/work-qwen2.5-0.5b ]; then
+    at qwen2.5-0.5b c-0.5b-h63 2 250 --extra-steps 0 \
+        --enqueue "$(dyn 65536 98304 0.5)" \
+        --enqueue "$(dyn 32768 98304 0.5),max_num_batched_tokens=16384"
+    at qwen2.5-0.5b c-0.5b-h63b 1 200 --extra-steps 0 --enqueue "$(dyn 65536 98304 0.5)"
 else
     at qwen2.5-1.5b c-1.5b-h63 2 380 --extra-steps 0 \
         --enqueue "$(dyn 12288 32768 0.5)" \
