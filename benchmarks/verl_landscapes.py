@@ -6,7 +6,8 @@
 Every measured trial of the campaign's study databases (launched, not simulated, ok or out of memory; each once, from
 the newest copy of a resumed study: benchmarks/real_studies.py) becomes a row of a replay table (format:
 benchmarks/README.md), one table per (model size, GPU type and count, job): its configuration, status, verl's
-`perf/throughput` and per-phase `timing_s/*` at the measured step, and the NVML peak. The job is the study's job with
+`perf/throughput` and per-phase `timing_s/*` at the measured step (where that step compiled a graph anew, at its
+other steps: `_past_a_recompile`), and the NVML peak. The job is the study's job with
 the node's defaults the trials ran with (the doctor's attention backend), less the paths that only existed on the lent
 machine; trials of one size that ran different jobs land in different tables.
 
