@@ -425,9 +425,10 @@ def report(results: list[FirstLaunch], firsts: dict[str, list[RealFirst]]) -> st
                             "says of such leaders): " + "; ".join(
                                 f"{r.table} at {r.share:.0%}, the noise {r.noise:.0%}" for r in tied)
                             if tied else "") + ".", "",
-              "A row is the mean of its runs on every host that ran it; the last column compares the two rows where "
-              "one machine ran both (`one_host`: the first launch's mean there over the best's), as one user's "
-              "study meets them."]
+              "A row is the mean of its runs on every host that ran it, a run whose measured step compiled a graph "
+              "anew (a study's cold first trial, mostly) read by its other steps (`_past_a_recompile`); the last "
+              "column compares the two rows where one machine ran both (`one_host`: the first launch's mean there "
+              "over the best's), as one user's study meets them."]
     return "\n".join(lines)
 
 
