@@ -106,10 +106,11 @@ def _past_a_recompile(steps: list[Any], compiled: tuple[int, ...], throughput: f
                       ) -> tuple[float, dict[str, float]]:
     """A trial whose measured step compiled a graph anew (torch.compile's recompile, mostly a study's cold first
     trial: trial_cost.md, "Steps that recompiled") as a long run measures it: the median throughput and phase times
-    of its other steps from 2 on that compiled nothing, as calibration.md judges the model past a recompile. The
-    compile's one-off seconds belong to the trial's place in its study, not to its configuration: lease 63's cold
-    1.5B dyn12k/32k read 5,486.5 tokens/s/GPU at step 3 (update 16.8 s) against 7,480.2 at step 2. Unchanged where
-    no other step ran."""
+    of its other steps from 2 on that compiled nothing. calibration.md judges the model past a recompile by the
+    trial's other steps too (`Case.measured_past_a_recompile`), but keeps a step that compiled as well; a row reads
+    none, so lease 34's c-3b-h10 #0, which compiled in every step from 2 on, keeps its step 3. The compile's one-off
+    seconds belong to the trial's place in its study, not to its configuration: lease 63's cold 1.5B dyn12k/32k read
+    5,486.5 tokens/s/GPU at step 3 (update 16.8 s) against 7,480.2 at step 2. Unchanged where no other step ran."""
     others = [dict(s.metrics) for s in steps if s.step >= 2 and s.step not in compiled]
     values = [float(m[verl.M_THROUGHPUT]) for m in others if m.get(verl.M_THROUGHPUT) is not None]
     if not values:
