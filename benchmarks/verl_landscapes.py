@@ -130,6 +130,7 @@ class RealFirst:
     status: str
     today: str  # today's first launch on the study's space (the uncorrected model, nothing measured)
     today_measured: str  # how today's pick ended where some trial measured it, else "not measured"
+    predicted_fits: bool = True  # the study's own memory verdict when it launched it (a plan may enqueue an OOM)
 
 
 def real_first_launches(dbs: list[Path]) -> dict[tuple[str, str, int, str], list[RealFirst]]:
@@ -164,7 +165,8 @@ def real_first_launches(dbs: list[Path]) -> dict[tuple[str, str, int, str], list
         out[key].append(RealFirst(
             f"{db.parent.name}/{db.name}/{first.study}#{first.number}", label(first.params), first.origin,
             first.status, label(today.candidate.applied_params()) if today else "nothing (no setting fits)",
-            ended[key].get(today.candidate.key(), "not measured") if today else "-"))
+            ended[key].get(today.candidate.key(), "not measured") if today else "-",
+            (first.predicted_memory or {}).get("fits") is not False))
     return out
 
 
@@ -388,17 +390,22 @@ def report(results: list[FirstLaunch], firsts: dict[str, list[RealFirst]]) -> st
     real = [f for fs in firsts.values() for f in fs]
     bad = [f for f in real if f.status != "ok"]
     picked = [f for f in real if f.origin != "user"]  # the model's own first picks, not a plan's --enqueue
+    asked = [f for f in bad if f.origin == "user" and not f.predicted_fits]  # an OOM the plan meant to measure
     lines += ["", f"{len(real) - len(bad)} of {len(real)} real studies' first launches ran "
               f"({sum(f.status == 'ok' for f in picked)} of {len(picked)} the model's own picks; the others a "
               "configuration the plan enqueued)"
-              + (": " + "; ".join(f"{f.source} ({f.label}) ended {f.status}" for f in bad) if bad else "") + ".",
+              + (": " + "; ".join(f"{f.source} ({f.label}) ended {f.status}" for f in bad) if bad else "") + "."
+              + (f" {len(asked)} of them the plan enqueued although the study predicted it out of memory, to "
+                 "measure an out-of-memory trial." if asked else ""),
               ""]
     for f in bad:
-        lines.append(f"- {f.source}: issue 23.5 did not hold for that study. Today's model launches "
-                     + (f"{f.today} first instead, which ended {f.today_measured} in another study of the table."
-                        if f.today_measured in ("ok", "oom") else
-                        f"{f.today} first instead, which no trial measured: whether it runs only a new run can "
-                        "show."))
+        today = (f"{f.today} first instead, which ended {f.today_measured} in another study of the table."
+                 if f.today_measured in ("ok", "oom") else
+                 f"{f.today} first instead, which no trial measured: whether it runs only a new run can show.")
+        lines.append(f"- {f.source}: the plan enqueued it first although the study predicted it out of memory, and "
+                     f"it ended {f.status} as predicted: not a launch the model makes. Today's model launches {today}"
+                     if f in asked else
+                     f"- {f.source}: issue 23.5 did not hold for that study. Today's model launches {today}")
     lines += ["", "## Today's model, replayed on the measured rows", "",
               "Per replay table of real verl 0.9.1 trials (`benchmarks/landscapes/verl/`, every measured trial a "
               "row, out-of-memory ones too), the configuration autotune's study launches first on the replay "

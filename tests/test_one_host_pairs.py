@@ -50,14 +50,18 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     1.5B without fused kernels took unfused_logit_ps from 42 to 48.8 ps, which the two H100 full-recompute trials
     without them pay in their updates: the H100s' median 2.5 s, 1.27x the H200s' 1.95 s. Lease 62's three 0.5B on a
     fast H100 host took update_pass_s from 4.89 to 4.79 s and unfused_logit_ps to 51.9 ps: the H100s' median 2.5 s,
-    1.22x the H200s' 2.0 s."""
+    1.22x the H200s' 2.0 s. Lease 64's 1.5B with full recompute at dyn8k/16k without fused kernels (c-1.5b-h64c #1, an
+    update of 9.7 s where lease 18's host ran the same configuration 14.4 s) left -1.2 s, and unfused_logit_ps went to
+    48.8 ps: the H100s' median 2.1 s, the H200s' 2.0 s, each within 5% of logprob_pass_s. The spread between the GPU
+    types that the model does not price has closed."""
     costs = cal.fit_pass_costs(zeroed)
     assert cal.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
         DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
     residuals = cal.recompute_residuals(zeroed, costs["update_pass_s"])
     per_gpu = {g: [r for c, r in residuals if c.gpu == g and c.source not in HOST_MISSES] for g in ("h100", "h200")}
-    assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (7, 9)
-    assert statistics.median(per_gpu["h100"]) > 1.2 * statistics.median(per_gpu["h200"])
+    assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (8, 9)
+    for residual in per_gpu.values():
+        assert statistics.median(residual) == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.1)
     slow = [r for c, r in residuals  # leases 32's, 33's, 41's and 46's 0.5B on multi-lane nodes
             if c.source in HOST_MISSES and c.size == "qwen2.5-0.5b"]
     assert len(slow) == 4 and statistics.median(slow) > max(per_gpu["h100"]) and min(slow) > 3.0
