@@ -140,8 +140,11 @@ def test_enqueue_launches_a_predicted_oom_first_once(capsys, db):
     forced = "tp=1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=65536"
     argv = ("run", "--model", "qwen2.5-7b", "--storage", db, "--n-trials", "2", "--confirm", "0", "--json",
             "--enqueue", forced)
-    code, _, _ = run(capsys, *argv)
+    code, _, err = run(capsys, *argv)
     assert code == 0
+    # said before it launches (lease 64's plan enqueued two such, and the run's output said nothing of it)
+    assert f"autotune: --enqueue {forced}: the model predicts it does not fit (" in err
+    assert "launching it as asked" in err
     code, out, _ = run(capsys, "status", "--storage", db, "--json")
     first = json.loads(out)["trials"][0]
     assert first["number"] == 0 and first["origin"] == "user" and first["status"] == "oom"  # simulated OOM

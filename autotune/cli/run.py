@@ -56,14 +56,20 @@ def _split_items(text: str) -> list[str]:
     return [i.strip() for i in [*items, cur] if i.strip()]
 
 
-def _requested(setup: Setup, runner: Any, text: str) -> dict[str, Any]:
-    """One --enqueue configuration as full parameters; a static rule or the runner refusing it is a CLIError."""
+def _requested(setup: Setup, runner: Any, text: str) -> tuple[dict[str, Any], str | None]:
+    """One --enqueue configuration as full parameters, and a warning where the model predicts it does not fit (it is
+    launched as asked: measuring a verdict is what --enqueue is for); a static rule or the runner refusing it is a
+    CLIError."""
     cand = setup.job.with_settings(parse_params(_split_items(text), "--enqueue"))
     ev = setup.evaluate(cand)
     why = "; ".join(str(v) for v in ev.violations) or runner.refuse(cand, setup.job)
     if why:
         raise CLIError(f"--enqueue {text}: cannot run: {why}")
-    return cand.params()
+    warning = None
+    if ev.memory is not None and not ev.feasible:
+        warning = (f"--enqueue {text}: the model predicts it does not fit ({ev.prune_reason()}); launching it as "
+                   "asked, its trial records that it was forced")
+    return cand.params(), warning
 
 
 def _run(args: argparse.Namespace, executor: Any, started: float) -> int:
@@ -93,14 +99,15 @@ def _run(args: argparse.Namespace, executor: Any, started: float) -> int:
     else:
         say.print(f"autotune: backend {runner.describe()} on {setup.cluster.describe()}")
     executor.check(setup.cluster.nodes, setup.cluster.gpus_per_node)  # before the study: a cluster too small says so
-    requested = [_requested(setup, runner, e) for e in args.enqueue]
+    checked = [_requested(setup, runner, e) for e in args.enqueue]
+    requested = [params for params, _ in checked]
     tuner = Tuner(setup, runner, args.storage, args.study, seed=args.seed, n_model_seeds=args.model_seeds,
                   space_text=space_text, workdir=Path(args.workdir), prune_slower_than=args.prune_slower_than,
                   prune_after=args.prune_after, measure_from=_window(args)[0], executor=executor,
                   requested=requested,
 
                   warm_start=False if args.no_warm_start else (args.warm_start or True))
-    for note in tuner.notes:
+    for note in [*tuner.notes, *(warning for _, warning in checked if warning)]:
         say.print(f"autotune: {note}", markup=False)
     if executor.name != "local":
         say.print(f"autotune: executor {executor.describe()}")
