@@ -59,8 +59,8 @@ def test_an_enqueued_configuration_runs_as_verl_would(tmp_path):
     from autotune.runners.simulate import SimulateRunner
     from tests.conftest import make_setup
 
-    params = _requested(make_setup(), SimulateRunner(), "tp=4,use_dynamic_bsz=true")
-    assert params["tp"] == 4 and params["sequence_parallel"] is True
+    params, warning = _requested(make_setup(), SimulateRunner(), "tp=4,use_dynamic_bsz=true")
+    assert params["tp"] == 4 and params["sequence_parallel"] is True and warning is None  # it fits: nothing to say
 
 
 def test_a_configuration_that_breaks_a_rule_gets_no_memory_verdict(capsys):
