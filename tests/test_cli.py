@@ -149,6 +149,10 @@ def test_enqueue_launches_a_predicted_oom_first_once(capsys, db):
     first = json.loads(out)["trials"][0]
     assert first["number"] == 0 and first["origin"] == "user" and first["status"] == "oom"  # simulated OOM
     assert first["params"]["tp"] == 1 and first["params"]["ppo_max_token_len_per_gpu"] == 65536
+    code, out, _ = run(capsys, "status", "--storage", db, "--trial", "0")  # the trial says it was forced
+    assert code == 0 and "launched on request (--enqueue) although predicted OOM" in out
+    code, out, _ = run(capsys, "status", "--storage", db, "--trial", "1", "--json")
+    assert code == 0 and json.loads(out)["forced"] is None  # the model's own pick was not
     code, _, _ = run(capsys, *argv[:6], "4", *argv[7:])  # the same study, a larger budget
     assert code == 0
     code, out, _ = run(capsys, "status", "--storage", db, "--json")

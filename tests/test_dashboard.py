@@ -552,3 +552,26 @@ def test_a_trial_predicted_at_guessed_lengths_says_so_on_its_page(tmp_path):
     assert first.status_code == later.status_code == 200
     assert 'id="trial-lengths-guessed"' in first.text and "the model now predicts #0" in first.text
     assert 'id="trial-lengths-guessed"' not in later.text
+
+
+def test_a_trial_launched_on_request_although_predicted_to_fail_says_so(tmp_path, capsys):
+    """Lease 64's plan enqueued the offload pair's off side, which the study predicted out of memory: its page and
+    `status --trial` say it was forced and why; a trial of the model's own verdict says nothing of the kind."""
+    import shutil
+
+    from autotune.cli import main
+
+    lease = Path(__file__).parent / "data" / "real_verl_gpu" / "h100_2026-12-06_l64"
+    for name in ("c-1.5b-h64d", "c-1.5b-h64"):
+        shutil.copy(lease / f"{name}.db", tmp_path / f"{name}.db")
+    forced = TestClient(create_app(f"sqlite:///{tmp_path / 'c-1.5b-h64d.db'}"),
+                        base_url="http://127.0.0.1:8080").get("/study/c-1.5b-h64d/trial/0")
+    fits = TestClient(create_app(f"sqlite:///{tmp_path / 'c-1.5b-h64.db'}"),
+                      base_url="http://127.0.0.1:8080").get("/study/c-1.5b-h64/trial/0")
+    assert forced.status_code == fits.status_code == 200
+    assert 'id="trial-forced"' in forced.text
+    assert "launched on request (--enqueue) although predicted OOM" in forced.text
+    assert 'id="trial-forced"' not in fits.text
+    assert main(["status", "--storage", f"sqlite:///{tmp_path / 'c-1.5b-h64d.db'}", "--trial", "0"]) == 0
+    assert "launched on request (--enqueue) although predicted OOM: old_log_prob: predicted 90.9 GiB" in \
+        capsys.readouterr().out

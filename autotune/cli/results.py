@@ -30,7 +30,7 @@ from autotune.results.timeline import Timeline
 from autotune.search.learning import saved_correction
 from autotune.search.setup import setup_from_row
 from autotune.store.access import open_storage
-from autotune.store.schema import TrialRow
+from autotune.store.schema import FORCED, TrialRow
 from autotune.store.store import Store, safe_url
 from autotune.store.tuners import unrecorded
 from autotune.verl.launch_script import read_script
@@ -163,7 +163,7 @@ def _trial_status(store: Store, name: str, number: int, as_json: bool) -> int:
         print(json.dumps({"study": name, "trial": row.number, "status": row.status, "reason": row.reason,
                           "throughput": row.throughput, "simulated": row.simulated, "label": label,
                           "noise": (row.extra or {}).get("noise"), "noise_words": noise_words(row),
-                          "timeline": tl.as_dict() if tl else None,
+                          "timeline": tl.as_dict() if tl else None, "forced": (row.extra or {}).get(FORCED),
                           "memory_moments": [dataclasses.asdict(m) for m in memory_trace.per_moment(row)],
                           "rollout_idle_s": (row.extra or {}).get(rollout_wait.EXTRA)},
                          indent=2, default=str))
@@ -171,6 +171,8 @@ def _trial_status(store: Store, name: str, number: int, as_json: bool) -> int:
     say = lambda text: out.print(text, markup=False)  # noqa: E731
     say(f"study {name}: trial {row.number}, {row.status}, {_speed(row)} ({label})")
     say(f"reason: {row.reason or '-'}")
+    if forced := (row.extra or {}).get(FORCED):
+        say(forced)
     say(f"noise: {noise_words(row)}")
     per_step = (Noise.from_extra(row.extra) or Noise(None, (0, 0), {})).per_step
     if per_step:

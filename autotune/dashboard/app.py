@@ -35,7 +35,7 @@ from autotune.results.guessed import guessed_predictions
 from autotune.results.labels import provenance
 from autotune.results.noise import noise_words
 from autotune.results.timeline import Timeline
-from autotune.store.schema import StudyRow, TrialRow
+from autotune.store.schema import FORCED, StudyRow, TrialRow
 from autotune.store.store import Store, StoreError
 
 HERE = Path(__file__).resolve().parent
@@ -274,7 +274,7 @@ def create_app(storage_url: str, store: Store | None = None, hosts: Iterable[str
                     lengths_guessed=guessed_words if guessed else "",
                     profile=profiles.trial_profile(store, name, number),
                     timeline=Timeline.from_extra(row.extra), noise=noise_words(row),
-                    moments=memory_trace.per_moment(row),
+                    forced=(row.extra or {}).get(FORCED), moments=memory_trace.per_moment(row),
                     rollout_wait=rollout_wait.words(row.extra, st.measure_step, rollout_wait.study_poll_s(st)),
                     layout=data.layout(row.params, data.reference(store, st)),
                     cls=data.failure_class(row.status, row.reason or ""), steps=steps,

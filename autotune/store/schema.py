@@ -21,6 +21,7 @@ def utcnow() -> dt.datetime:
 
 
 REQUESTED = "user"  # origin of a configuration the user asked to launch (`run --enqueue`)
+FORCED = "requested"  # extra key: why a requested configuration launched although the model predicted it fails
 
 
 class Base(DeclarativeBase):

@@ -37,7 +37,7 @@ from autotune.search.samplers import ModelSampler
 from autotune.search.setup import Setup, StudyMismatchError
 from autotune.search.split import InfeasibleSpaceError
 from autotune.store.access import check_writable, open_storage
-from autotune.store.schema import REQUESTED, TrialRow, utcnow
+from autotune.store.schema import FORCED, REQUESTED, TrialRow, utcnow
 from autotune.store.store import Store, StoreError, TrialTaken, safe_url, worker_id
 from autotune.store.tuners import OWNER, Registry
 from autotune.study.inflight import Heartbeat, Inflight, placement_note
@@ -469,7 +469,7 @@ class Tuner:
             return row, None
         row.extra = {"executor": self.executor.name}
         if forced:
-            row.extra["requested"] = f"launched on request (--enqueue) although {ev.prune_reason()}"
+            row.extra[FORCED] = f"launched on request (--enqueue) although {ev.prune_reason()}"
         refused = self._claim_launch(row)  # this tuner's running trials are launched rows too: no duplicate
         faults.point("claimed")
         if refused is not None:
