@@ -65,10 +65,8 @@ def _requested(setup: Setup, runner: Any, text: str) -> tuple[dict[str, Any], st
     why = "; ".join(str(v) for v in ev.violations) or runner.refuse(cand, setup.job)
     if why:
         raise CLIError(f"--enqueue {text}: cannot run: {why}")
-    warning = None
-    if ev.memory is not None and not ev.feasible:
-        warning = (f"--enqueue {text}: the model predicts it does not fit ({ev.prune_reason()}); launching it as "
-                   "asked, its trial records that it was forced")
+    warning = (f"--enqueue {text}: the model predicts it does not fit ({ev.prune_reason()}); launching it as asked, "
+               "its trial records that it was forced") if ev.predicted_oom else None
     return cand.params(), warning
 
 

@@ -51,6 +51,11 @@ class Evaluation:
         return not self.violations and self.memory is not None and self.memory.fits
 
     @property
+    def predicted_oom(self) -> bool:
+        """The rules allow it and the memory model says it does not fit: pruned, launched only on request."""
+        return not self.violations and self.memory is not None and not self.memory.fits
+
+    @property
     def worst_memory(self) -> MemoryEstimate | None:
         return self.worst if self.worst is not None else self.memory
 

@@ -459,7 +459,7 @@ class Tuner:
         refusal = self.runner.refuse(cand, s.job)
         faults.point("evaluated")
         requested = origin == REQUESTED or bool(attrs.get("requested"))
-        forced = requested and not ev.violations and ev.memory is not None and not ev.feasible
+        forced = requested and ev.predicted_oom
         if refusal or not (ev.feasible or forced):
             reason = refusal or ev.prune_reason()
             row.status, row.reason, row.finished_at, row.duration_s = TrialStatus.PRUNED.value, reason, utcnow(), 0.0

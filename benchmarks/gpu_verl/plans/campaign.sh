@@ -145,6 +145,25 @@ rc_sel_by_cpu_adam() {
         --enqueue "$(dyn 8192 98304 0.4),$SEL2"
 }
 
+# pair_7b STUDY: the H200 7B table's replayed first launch (selective [core_attn,mlp] at dyn24k/96k util 0.3, half the
+# optimizer on the CPU) and its best (full recompute at dyn24k/96k util 0.4, parameters offloaded) on one host, the
+# first launch first (the cold trial), steps 1-3 only: about 1,100 s of lease (plans from lease 63 on).
+pair_7b() {
+    at qwen2.5-7b "$1" 2 500 --extra-steps 0 \
+        --enqueue "$(dyn 24576 98304 0.3),$SEL2,$CPU_ADAM05" \
+        --enqueue "$(dyn 24576 98304 0.4),$FULL,$CPU_ADAM05,param_offload=true"
+}
+
+# pair_h200_05b STUDY STUDY_B: the H200 0.5B table's first launch (dyn64k/96k util 0.5) and its best (dyn32k/96k util
+# 0.5, max_num_batched_tokens 16384) on one host, the first launch first (cold), then the first launch again warm in a
+# second study (plans from lease 63 on).
+pair_h200_05b() {
+    at qwen2.5-0.5b "$1" 2 250 --extra-steps 0 \
+        --enqueue "$(dyn 65536 98304 0.5)" \
+        --enqueue "$(dyn 32768 98304 0.5),max_num_batched_tokens=16384"
+    at qwen2.5-0.5b "$2" 1 200 --extra-steps 0 --enqueue "$(dyn 65536 98304 0.5)"
+}
+
 # spread_h100 STUDY_1_5B STUDY_3B: the H100's 1.5B and 3B spreads, one lane each (lease 41's H100 branch).
 spread_h100() {
     lane 0 at qwen2.5-1.5b "$1" 5 240 --extra-steps 1 \

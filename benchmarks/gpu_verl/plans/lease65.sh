@@ -21,14 +21,9 @@ cd /root/smoke
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 
 if [ -e /root/work-qwen2.5-7b ]; then
-    at qwen2.5-7b c-7b-h65 2 500 --extra-steps 0 \
-        --enqueue "$(dyn 24576 98304 0.3),$SEL2,$CPU_ADAM05" \
-        --enqueue "$(dyn 24576 98304 0.4),$FULL,$CPU_ADAM05,param_offload=true"
+    pair_7b c-7b-h65
 elif [ -e /root/work-qwen2.5-0.5b ]; then
-    at qwen2.5-0.5b c-0.5b-h65 2 250 --extra-steps 0 \
-        --enqueue "$(dyn 65536 98304 0.5)" \
-        --enqueue "$(dyn 32768 98304 0.5),max_num_batched_tokens=16384"
-    at qwen2.5-0.5b c-0.5b-h65b 1 200 --extra-steps 0 --enqueue "$(dyn 65536 98304 0.5)"
+    pair_h200_05b c-0.5b-h65 c-0.5b-h65b
 else
     at qwen2.5-1.5b c-1.5b-h65 4 380 --extra-steps 0 \
         --enqueue "$FULL_RC_05,use_fused_kernels=true" --enqueue "$FULL_RC_05" \
