@@ -161,7 +161,7 @@ def fit_cpu_adam_rate(zeroed: list[Case]) -> float | None:
 def logit_costs(zeroed: list[Case]) -> list[tuple[Case, float]]:
     """Each ok trial without fused kernels, with what its old_log_prob left above the median of the trials with them
     of its size, GPU type and attention backend (the unfused attention is priced apart), per logit (ps); a trial
-    without such trials beside it: none."""
+    without such trials beside it: none. Across hosts, so a host's speed is in it: reported, not fitted on."""
     ok = [c for c in ok_cases(zeroed) if c.measured_phases.get("old_log_prob")]
     fused: dict[tuple[str, str, str], list[float]] = {}
     for c in ok:
@@ -172,9 +172,29 @@ def logit_costs(zeroed: list[Case]) -> list[tuple[Case, float]]:
             for c in ok if c.unfused_logits and (c.size, c.gpu, c.model) in fused]
 
 
+def logit_pairs(zeroed: list[Case]) -> list[tuple[Case, list[Case], float]]:
+    """Each ok trial without fused kernels that has twins with them on its lease (one host: its model size and every
+    other parameter the same), with what its old_log_prob (step 3) left above the median of theirs, per logit (ps)."""
+    def key(c: Case) -> tuple:
+        rest = tuple(sorted((k, str(v)) for k, v in c.params.items() if k != "use_fused_kernels"))
+        return c.lease, c.size, rest
+
+    ok = [c for c in ok_cases(zeroed) if c.measured_phases.get("old_log_prob")]
+    twins: dict[tuple, list[Case]] = {}
+    for c in ok:
+        if not c.unfused_logits:
+            twins.setdefault(key(c), []).append(c)
+    return [(c, twins[key(c)], (_left(c, "old_log_prob", 0.0)
+                                - statistics.median(_left(t, "old_log_prob", 0.0) for t in twins[key(c)]))
+             / c.unfused_logits["old_log_prob"] * 1e12)
+            for c in ok if c.unfused_logits and key(c) in twins]
+
+
 def fit_logit_cost(zeroed: list[Case]) -> float | None:
-    """LOGIT_COST: the median of `logit_costs` (None: no such trial)."""
-    return _median(logit_costs(zeroed))
+    """LOGIT_COST: the median of `logit_pairs`, at least zero (the model has no price for the fused kernels' own
+    work); None: no such pair. One host's pairs, not `logit_costs`: hosts ran one configuration up to 41% apart."""
+    pairs = logit_pairs(zeroed)
+    return max(0.0, statistics.median(r for _, _, r in pairs)) if pairs else None
 
 
 def _update_priced_apart(c: Case) -> bool:

@@ -52,16 +52,20 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     fast H100 host took update_pass_s from 4.89 to 4.79 s and unfused_logit_ps to 51.9 ps: the H100s' median 2.5 s,
     1.22x the H200s' 2.0 s. Lease 64's 1.5B with full recompute at dyn8k/16k without fused kernels (c-1.5b-h64c #1, an
     update of 9.7 s where lease 18's host ran the same configuration 14.4 s) left -1.2 s, and unfused_logit_ps went to
-    48.8 ps: the H100s' median 2.1 s, the H200s' 2.0 s, each within 5% of logprob_pass_s. The spread between the GPU
-    types that the model does not price has closed."""
+    48.8 ps: the H100s' median 2.1 s, the H200s' 2.0 s, each within 5% of logprob_pass_s. Lease 65's three 1.5B with
+    full recompute at dyn8k/16k on one H100 (with fused kernels 3.2 s, without 1.2 and 2.8 s) and its refit of
+    unfused_logit_ps to 0 (the updates without fused kernels no longer pay ~1.1 s of logits, which had closed the gap):
+    the H100s' median 2.8 s over eleven, the H200s' 1.8 s over nine (1.5x), logprob_pass_s 2.08 s between them."""
     costs = cal.fit_pass_costs(zeroed)
     assert cal.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
         DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
     residuals = cal.recompute_residuals(zeroed, costs["update_pass_s"])
     per_gpu = {g: [r for c, r in residuals if c.gpu == g and c.source not in HOST_MISSES] for g in ("h100", "h200")}
-    assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (8, 9)
-    for residual in per_gpu.values():
-        assert statistics.median(residual) == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.1)
+    assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (11, 9)
+    h100, h200 = (statistics.median(per_gpu[g]) for g in ("h100", "h200"))
+    assert h200 < DEFAULT_EFFICIENCY.logprob_pass_s < h100 and 1.3 < h100 / h200 < 1.7
+    for median in (h100, h200):
+        assert median == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.35)
     slow = [r for c, r in residuals  # leases 32's, 33's, 41's and 46's 0.5B on multi-lane nodes
             if c.source in HOST_MISSES and c.size == "qwen2.5-0.5b"]
     assert len(slow) == 4 and statistics.median(slow) > max(per_gpu["h100"]) and min(slow) > 3.0
@@ -109,8 +113,8 @@ def test_the_cpu_optimizer_does_not_hide_full_recompute_on_one_host() -> None:
 def test_the_7bs_full_recompute_on_one_host_costs_less_than_priced_and_orders_as_priced() -> None:
     """Lease 50 (a one-GPU H200) ran the 7B job's pick (selective [core_attn,mlp] at dyn24k/96k) and full recompute at
     dyn16k/96k and dyn24k/96k on one host, all with the parameters offloaded and half the optimizer on the CPU. Over
-    steps 2-4 full recompute cost the update 1.9 and 1.2 s over the pick; the model says 3.7 and 3.3 s. Its second
-    forward's fixed cost (a log-prob pass, 2.3 s) is what the 1.5B pays on one host (lease 49), and about half of it
+    steps 2-4 full recompute cost the update 1.9 and 1.2 s over the pick; the model says 3.0 and 3.0 s (3.7 and 3.3 s
+    with logprob_pass_s at 2.3 s). Its second forward's fixed cost (a log-prob pass, 2.1 s) is what the 1.5B pays on one host (lease 49), and about half of it
     is what the 7B pays: a 7B layer's GPU work may hide what the host spends on it (as with its small micro-batches,
     priced since lease 56 as the host's work their GPU work leaves). Three trials of one size, one host: known, not
     priced; the order holds."""
@@ -121,7 +125,7 @@ def test_the_7bs_full_recompute_on_one_host_costs_less_than_priced_and_orders_as
     update = {n: (c.measured_phases["update_actor"], c.predicted_phases["update_actor"]) for n, c in cs.items()}
     for full in "12":
         measured, predicted = (update[full][i] - update["0"][i] for i in (0, 1))
-        assert 1.0 < measured < 2.0 and 3.0 < predicted < 4.0
+        assert 1.0 < measured < 2.0 and 2.9 < predicted < 4.0
         assert predicted - measured < 0.07 * update[full][0]  # over by under 7 % of the update
     steps = {n: (c.measured_step_s, c.predicted_step_s) for n, c in cs.items()}
     assert min(steps, key=lambda n: steps[n][0]) == min(steps, key=lambda n: steps[n][1]) == "0"

@@ -266,20 +266,25 @@ def test_without_fused_kernels_each_log_prob_pass_and_update_pays_its_logits():
     """use_fused_kernels=false costs unfused_logit_ps per logit a GPU materialises (tokens x vocabulary / TP, of its
     DP share) in old_log_prob, ref and the update, nothing in gen or the weight sync; the attention backend is another
     knob (unfused_attn_tflops), which neither adds nor takes away from it; the training-only objective (a Megatron-core
-    probe, not verl's log-prob path) does not pay it."""
+    probe, not verl's log-prob path) does not pay it. The fit on one host's pairs (lease 65) prices a logit at zero,
+    so by default the kernels change no phase's time (their memory: test_memory); the form is checked at a price."""
     from autotune.estimate import evaluate
 
     job = Job.from_mapping({"actor_rollout_ref.actor.use_kl_loss": True})
-    eff = DEFAULT_EFFICIENCY
-    assert eff.unfused_logit_ps > 0
+    assert DEFAULT_EFFICIENCY.unfused_logit_ps == 0.0
+    s = make_setup(model="qwen2.5-0.5b", job=job)
+    on, off = (Candidate.from_params({**BASE, "tp": 1, "use_fused_kernels": f}) for f in (True, False))
+    assert (estimate_throughput(s.model, s.cluster, s.job, on).phases
+            == estimate_throughput(s.model, s.cluster, s.job, off).phases)
+    eff = dataclasses.replace(DEFAULT_EFFICIENCY, unfused_logit_ps=50.0)
     for name, tp in (("qwen2.5-0.5b", 1), ("qwen2.5-7b", 4)):
         s = make_setup(model=name, job=job)
         for backend in ("fused", "unfused"):
             j = s.job.with_node_defaults({verl.ATTENTION_BACKEND: backend})
             assert j.attention_backend == backend
             on, off = (Candidate.from_params({**BASE, "tp": tp, "use_fused_kernels": f}) for f in (True, False))
-            a = estimate_throughput(s.model, s.cluster, j, on)
-            b = estimate_throughput(s.model, s.cluster, j, off)
+            a = estimate_throughput(s.model, s.cluster, j, on, eff=eff)
+            b = estimate_throughput(s.model, s.cluster, j, off, eff=eff)
             logits = a.tokens_per_step * s.model.vocab_size / s.cluster.world_size
             assert unfused_logits(s.model, s.cluster, off, a.tokens_per_step) == pytest.approx(logits)
             assert unfused_logits(s.model, s.cluster, on, a.tokens_per_step) == 0.0

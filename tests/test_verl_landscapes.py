@@ -206,7 +206,14 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
               "h100_2026-12-06_l64/c-1.5b-h64.db/c-1.5b-h64#0": "h100_2026-12-06_l64/c-1.5b-h64b.db/c-1.5b-h64b#0",
               "h100_2026-12-06_l63/c-1.5b-h63.db/c-1.5b-h63#0": "h100_2026-12-06_l64/c-1.5b-h64.db/c-1.5b-h64#1",
               "h100_2026-12-06_l61/c-1.5b-h61.db/c-1.5b-h61#1": "h100_2026-12-06_l64/c-1.5b-h64c.db/c-1.5b-h64c#0",
-              "h100_2026-11-26_l18/c-1.5b-s.db/c-1.5b-s#0": "h100_2026-12-06_l64/c-1.5b-h64c.db/c-1.5b-h64c#1"}
+              "h100_2026-11-26_l18/c-1.5b-s.db/c-1.5b-s#0": "h100_2026-12-06_l64/c-1.5b-h64c.db/c-1.5b-h64c#1",
+              # lease 65's: full recompute at dyn8k/16k and micro-batches of 4/8 with fused kernels (new rows) and
+              # without, on one host; full recompute without once more (c-1.5b-h65b), micro-batches of 4/8 with them
+              # once more (c-1.5b-h65c)
+              "h100_2026-12-06_l64/c-1.5b-h64c.db/c-1.5b-h64c#1": "h100_2026-12-06_l65/c-1.5b-h65.db/c-1.5b-h65#1",
+              "h100_2026-12-06_l65/c-1.5b-h65.db/c-1.5b-h65#1": "h100_2026-12-06_l65/c-1.5b-h65b.db/c-1.5b-h65b#0",
+              "h100_2026-12-06_l64/c-1.5b-h64c.db/c-1.5b-h64c#0": "h100_2026-12-06_l65/c-1.5b-h65.db/c-1.5b-h65#2",
+              "h100_2026-12-06_l65/c-1.5b-h65.db/c-1.5b-h65#3": "h100_2026-12-06_l65/c-1.5b-h65c.db/c-1.5b-h65c#0"}
     while any(new in reruns for new in reruns.values()):  # a rerun re-run again: the row is the latest's
         reruns = {old: reruns.get(new, new) for old, new in reruns.items()}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
@@ -235,8 +242,9 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     assert fused.setup().model.name == "qwen2.5-0.5b"
     report = (generated / "fl.md").read_text()
     # lease 26's four 1.5B trials on an H100 join the six before, and lease 35's five (two of them re-runs); lease
-    # 64's offload pair at dyn16k/32k util 0.5, out of memory on both sides, two more
-    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 15 |" in report
+    # 64's offload pair at dyn16k/32k util 0.5, out of memory on both sides, two more; lease 65's full recompute at
+    # dyn8k/16k and micro-batches of 4/8 with fused kernels, two more
+    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 17 |" in report
     # lease 25's three 3B trials join lease 10's five, #2 read from its log (cut in its extra step, after step 3);
     # lease 58's five on one H100 host re-ran four of them and added micro-batches of 2/8 with the optimizer offloaded
     assert "| verl-qwen2.5-3b-h100-g1-fused.csv | 9 |" in report
@@ -284,8 +292,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # lease 56's one, lease 58's one, lease 59's one, lease 60's three, lease 61's two, lease 62's two, lease 63's
     # one and lease 64's three; its fourth (c-1.5b-h64d) launched the offload pair's off side, which the study
     # predicted out of memory (99.4 GiB of 79.6) and the plan enqueued to measure an OOM: it ran out of memory, and the
-    # report names it so, apart from the misses
-    assert "77 of 81 real studies' first launches ran (15 of 18 the model's own picks;" in report
+    # report names it so, apart from the misses; lease 65's three studies launched enqueued ones: ok
+    assert "80 of 84 real studies' first launches ran (15 of 18 the model's own picks;" in report
     assert "ended oom. 1 of them the plan enqueued although the study predicted it out of memory" in report
     assert ("- h100_2026-12-06_l64/c-1.5b-h64d.db/c-1.5b-h64d#0: the plan enqueued it first although the study "
             "predicted it out of memory, and it ended oom as predicted") in report
@@ -385,7 +393,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     assert rerun.throughput == pytest.approx(sum(runs) / 10, abs=0.1)
     assert one_five.best.extra["trial"] == "h100_2026-12-06_l64/c-1.5b-h64.db/c-1.5b-h64#1"
     assert one_five.best.throughput == pytest.approx((6109.1 + 8728.3 + 8755.6 + 7480.2 + 9024.9) / 5, abs=0.1)
-    assert ("| verl-qwen2.5-1.5b-h100-g1-fused.csv | 15 | tp1 rtp1 dyn12k/96k util0.4 | ok | 7665.1 | 96% | "
+    assert ("| verl-qwen2.5-1.5b-h100-g1-fused.csv | 17 | tp1 rtp1 dyn12k/96k util0.4 | ok | 7665.1 | 96% | "
             "tp1 rtp1 dyn12k/32k util0.5 (8019.6) | yes | 109% (h100_2026-11-27_l35), 84% (h100_2026-12-06_l61), "
             "112% (h100_2026-12-06_l63), 91% (h100_2026-12-06_l64) |") in report
     assert ("| verl-qwen2.5-0.5b-h200-g1-fused.csv | 18 | tp1 rtp1 dyn64k/96k util0.5 | ok | 9224.7 | 88% | tp1 rtp1 "

@@ -140,15 +140,17 @@ class Efficiency:
     # the layer form (layer_bytes_forward, 2026-12-01), every size leaves one figure above it, the 7B too (2.1-2.8 s,
     # the 7B's 2.4 s where the share form left it 1.0 s): 2.50 s over the 197 measured trials; 2.13 s over 199 with
     # each micro-batch priced apart (logprob_micro_batch_s, below: the trials' two to five micro-batches a pass were in
-    # it) and the layer form refitted with attention as the model counts it (layer_bytes_forward, 2026-12-02).
-    logprob_pass_s: float = 2.13
+    # it) and the layer form refitted with attention as the model counts it (layer_bytes_forward, 2026-12-02); 2.08 s
+    # once the passes without fused kernels no longer pay their logits apart (unfused_logit_ps 0, lease 65).
+    logprob_pass_s: float = 2.08
     # ... and each of its micro-batches (the forward's kernels launched again, its logits' log-softmax and entropy, the
     # engine's packing and unpacking of one micro-batch): the passes of many small micro-batches left more above the
     # model than the dynamic budgets' two to five did, at every size (2026-12-02, lease 55's 7B at log-prob
     # micro-batches of 4: 3.2 s above the same host's pick): fixed micro-batches of 4 sequences (32 a step) 2.2 s,
     # of 8 (16) 0.5 s, an 8k budget (19) 1.8 s, against -0.2 s at two. Fitted with logprob_pass_s
-    # (benchmarks/calibration.py fit_logprob_micro_batch_cost: least squares of what a pass leaves on its count).
-    logprob_micro_batch_s: float = 0.069
+    # (benchmarks/calibration.py fit_logprob_micro_batch_cost: least squares of what a pass leaves on its count);
+    # 0.076 s since lease 65 (unfused_logit_ps 0: the passes of micro-batches of 4/8 without fused kernels left more).
+    logprob_micro_batch_s: float = 0.076
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
     # reductions): 3.3-6.9 s above the FLOP time over the twenty trials without the CPU optimizer, full recompute
     # (whose second forward is priced on its own: estimate_throughput), micro-batches of one sequence (priced on
@@ -176,8 +178,9 @@ class Efficiency:
     # (layer_bytes_train, 2026-12-01) 4.91 s, the 7B's updates (all with the CPU optimizer) leaving what the others'
     # do (4.0-6.3 s a size, the 7B's 6.0 s, where the share form left it 4.0 s); 4.89 s with the layer form refitted
     # with attention as the model counts it (layer_bytes_train, 2026-12-02). Lease 62's three 0.5B trials on a fast
-    # H100 host (updates 4.0-4.4 s where the same configurations ran 5.1-5.7 s on leases 4-28's) to 4.79 s.
-    update_pass_s: float = 4.79
+    # H100 host (updates 4.0-4.4 s where the same configurations ran 5.1-5.7 s on leases 4-28's) to 4.79 s. Lease 65's
+    # one-host pairs took unfused_logit_ps to 0: the updates without fused kernels no longer pay ~1.1 s apart, 5.02 s.
+    update_pass_s: float = 5.02
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -291,7 +294,13 @@ class Efficiency:
     # 0.5B H100 passes the unfused ones are compared with: 51.9 ps over the same seventeen. Lease 64's two 1.5B without
     # them on a fast H100 host (micro-batches of 4/8 31 ps, full recompute at dyn8k/16k -1 ps, against the H100 1.5B's
     # fused passes of every host): 48.8 ps over nineteen.
-    unfused_logit_ps: float = 48.8
+    # Those compare a pass with other hosts' passes, and hosts ran one configuration up to 41% apart. Lease 65 ran the
+    # 1.5B with and without fused kernels on one H100 host (full recompute at dyn8k/16k, micro-batches of 4/8): the
+    # passes without them took +0.07 s, -0.00 s and -0.90 s (3, 0 and -39 ps), their updates 0.3-2.0 s less. Fitted
+    # on such one-host pairs (fit_logit_cost: the median, at least zero), a logit costs nothing measurable: verl
+    # 0.9.1's fused kernels save memory (memory.py prices the logits they do not hold), not time. The cross-host
+    # figures stay in calibration.md (`logit_costs`).
+    unfused_logit_ps: float = 0.0
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
