@@ -114,10 +114,10 @@ def test_the_7bs_full_recompute_on_one_host_costs_less_than_priced_and_orders_as
     """Lease 50 (a one-GPU H200) ran the 7B job's pick (selective [core_attn,mlp] at dyn24k/96k) and full recompute at
     dyn16k/96k and dyn24k/96k on one host, all with the parameters offloaded and half the optimizer on the CPU. Over
     steps 2-4 full recompute cost the update 1.9 and 1.2 s over the pick; the model says 3.0 and 3.0 s (3.7 and 3.3 s
-    with logprob_pass_s at 2.3 s). Its second forward's fixed cost (a log-prob pass, 2.1 s) is what the 1.5B pays on one host (lease 49), and about half of it
-    is what the 7B pays: a 7B layer's GPU work may hide what the host spends on it (as with its small micro-batches,
-    priced since lease 56 as the host's work their GPU work leaves). Three trials of one size, one host: known, not
-    priced; the order holds."""
+    with logprob_pass_s at 2.3 s). Its second forward's fixed cost (a log-prob pass, 2.1 s) is what the 1.5B pays on one
+    host (lease 49), and about half of it is what the 7B pays: a 7B layer's GPU work may hide what the host spends on it
+    (as with its small micro-batches, priced since lease 56 as the host's work their GPU work leaves). Three trials of
+    one size, one host: known, not priced; the order holds."""
     cs = {c.source.rsplit("#", 1)[1]: cal.steady(c)
           for c in cal.cases([DATA / "h200_2026-11-29_l50" / "c-7b-h45.db"])}
     assert [cs[n].label for n in "012"] == [f"tp1 rtp1 {rc} util0.4 offload:params cpu-adam0.5" for rc in (

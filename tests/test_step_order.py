@@ -99,16 +99,16 @@ def test_the_ordering_table_orders_configurations_by_their_runs_median() -> None
 
 
 def test_a_step_3_that_compiled_anew_is_measured_by_its_repeat_in_the_last_column(zeroed: list[cal.Case]) -> None:
-    """Eleven real trials' step 3 compiled a graph anew (their consoles' worker warning; lease 63's cold first trial
-    the eleventh), six of them the trials named by hand as misordered beyond a step's noise over thirty sessions
+    """Eleven real trials' step 3 compiled a graph anew (their consoles' worker warning; lease 63's cold first trial the
+    eleventh), six of them the trials named by hand as misordered beyond a step's noise over thirty sessions
     (tests/known_misses.py KNOWN_OUTLIERS): measured by their repeat, the model's Spearman rises where they are (H200
     0.5B 0.60 -> 0.71 since lease 64's refit of unfused_logit_ps, 0.59 -> 0.70 before, 0.60 -> 0.71 before lease 61's
-    refit; H100 1.5B 0.60 -> 0.68 since lease 65's refit of unfused_logit_ps to 0, 0.60 -> 0.67 with lease 64's five, 0.63 -> 0.72 with lease 63's two, 0.64 -> 0.72 with lease
-    61's six, 0.66 -> 0.73 with lease 60's five, 0.61 ->
-    0.69 before; H200 1.5B 0.69 -> 0.75 since lease 65's refit (0.73 -> 0.79 since lease 62's refit of update_pass_s,
-    0.72 -> 0.78 before: lease 65 no longer charges its five trials without fused kernels their logits); H200 3B 0.84 ->
-    0.88) and no size falls. The H100 0.5B is at 0.87 (0.91 before lease 62's three on one host, which the model puts
-    1% apart and which ran within 0.8%: a tie in either, but a step's order all the same)."""
+    refit; H100 1.5B 0.60 -> 0.68 since lease 65's refit of unfused_logit_ps to 0, 0.60 -> 0.67 with lease 64's five,
+    0.63 -> 0.72 with lease 63's two, 0.64 -> 0.72 with lease 61's six, 0.66 -> 0.73 with lease 60's five, 0.61 -> 0.69
+    before; H200 1.5B 0.69 -> 0.75 since lease 65's refit (0.73 -> 0.79 since lease 62's refit of update_pass_s, 0.72 ->
+    0.78 before: lease 65 no longer charges its five trials without fused kernels their logits); H200 3B 0.84 -> 0.88)
+    and no size falls. The H100 0.5B is at 0.87 (0.91 before lease 62's three on one host, which the model puts 1% apart
+    and which ran within 0.8%: a tie in either, but a step's order all the same)."""
     held = cal.held_out(zeroed)[0]
     ok = cal.ok_cases(held)
     moved = {c.source for c in ok if c.measured_past_a_recompile() != c.measured_step_s}
@@ -130,15 +130,16 @@ def test_a_step_3_that_compiled_anew_is_measured_by_its_repeat_in_the_last_colum
 def test_the_step_less_its_idle_tail_is_ordered_where_the_trace_measured_it(tmp_path: Path) -> None:
     """A trial whose trace has NVML's utilization (the runner's since 2026-12-06) carries its measured step's rollout
     idle tail (`extra.rollout_idle_s`): its case reads it, and the ordering table's last column sets the model against
-    step 3 less that tail, beside the model against step 3 over the same trials. Lease 61's six H100 1.5B trials are
-    the first to carry it (tails of 1.0-4.0 s at step 3), lease 62's three H100 0.5B trials the next (3.0-3.5 s: a
-    tie of three, 12.6-12.7 s a step, ordered at random by any measure), lease 63's two H100 1.5B (1.0 and 1.5 s),
-    lease 64's five (1.5-2.5 s), lease 65's six (1.5-3.0 s); every other row says n/a (0). Over lease 61's six the
-    model was at 0.66 against step 3 and 0.43 against step 3 less the tail (with lease 63's two, 0.45 and 0.33; with
-    lease 64's five, 0.41 and 0.40; with lease 65's six and its refit, 0.43 and 0.45): what it misorders is the update (8.8 s for the study's cold first launch, which it puts first, against
-    7.6-7.7 s at the same 12k budget) and offload's reload (priced 1.0 s, measured 2.2 s in the update), not the
-    poll, and taking selective recompute's 4.0 s tail off puts it ahead of the first launch. Lease 60's c-1.5b-h60
-    (three configurations on one host), with tails written in, orders by what is left of their steps."""
+    step 3 less that tail, beside the model against step 3 over the same trials. Lease 61's six H100 1.5B trials are the
+    first to carry it (tails of 1.0-4.0 s at step 3), lease 62's three H100 0.5B trials the next (3.0-3.5 s: a tie of
+    three, 12.6-12.7 s a step, ordered at random by any measure), lease 63's two H100 1.5B (1.0 and 1.5 s), lease 64's
+    five (1.5-2.5 s), lease 65's six (1.5-3.0 s); every other row says n/a (0). Over lease 61's six the model was at
+    0.66 against step 3 and 0.43 against step 3 less the tail (with lease 63's two, 0.45 and 0.33; with lease 64's five,
+    0.41 and 0.40; with lease 65's six and its refit, 0.43 and 0.45): what it misorders is the update (8.8 s for the
+    study's cold first launch, which it puts first, against 7.6-7.7 s at the same 12k budget) and offload's reload
+    (priced 1.0 s, measured 2.2 s in the update), not the poll, and taking selective recompute's 4.0 s tail off puts it
+    ahead of the first launch. Lease 60's c-1.5b-h60 (three configurations on one host), with tails written in, orders
+    by what is left of their steps."""
     import json
     import shutil
     import sqlite3
