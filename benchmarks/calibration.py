@@ -344,7 +344,7 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
     one = micro_batch_costs(zeroed, update_pass_s)
     per_micro_batch = logprob_micro_batch_residuals(zeroed)
     small = small_micro_batch_costs(zeroed, update_pass_s)
-    logit = logit_costs(zeroed)
+    logit, logit_pair = logit_costs(zeroed), logit_pairs(zeroed)
     pairs = checkpoint_pairs(zeroed)
     sizes = sorted({c.size for c in ok_cases(all_cases)})
     lines = ["## Summary: per model size, leave one size out", "",
@@ -375,9 +375,13 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
                           for c, r in small) or "no such trial")
              + "; " + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in host_per_layer(small).items()) + "), "
              f"{LOGIT_COST} (`fit_logit_cost`: what a logit materialised without verl's fused kernels costs in "
-             "each log-prob pass and update, the median over the trials without them of what their old_log_prob "
-             "left above the median of those with them of the same size, GPU type and attention backend, per "
-             "logit: " + (", ".join(f"{c.source} {r:.0f} ps" for c, r in logit) or "no such trial") + "; the "
+             "each log-prob pass and update, the median, at least zero, over the trials without them that have "
+             "twins with them on their lease (one host) of what their old_log_prob (step 3) left above their "
+             "twins', per logit: "
+             + (", ".join(f"{c.source} {r:.0f} ps" for c, _, r in logit_pair) or "no such pair")
+             + "; against every host's trials with them of the same size, GPU type and attention backend instead "
+             "(`logit_costs`, not fitted on: a host's speed is in it): "
+             + (", ".join(f"{c.source} {r:.0f} ps" for c, r in logit) or "no such trial") + "; the "
              f"pass costs are fitted on what is left once it is priced), {CHECKPOINT_COST} (`fit_checkpoint_cost`: "
              "what selective recompute's checkpoint costs a layer and update micro-batch beyond its recomputed "
              "FLOPs, the median over the pairs of trials of one lease and size that differ only in it of what the "
