@@ -125,6 +125,17 @@ def test_a_plan_runs_its_branch_for_the_machine_lent(tmp_path: Path, gpus: int, 
     assert out == ran
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_fused_pairs_runs_each_configuration_with_and_without_fused_kernels_on_one_host(tmp_path: Path) -> None:
+    """`fused_pairs` (leases 65-66): A with verl's fused kernels first (the cold trial), A and B without, B with, in one
+    study; then AGAIN alone in a second: every pair on one host, the form unfused_logit_ps is fitted on."""
+    out = _campaign(tmp_path, "at() { echo \"$*\"; }; fused_pairs m s sb 300 200 a=1 b=2 a=1,c=3")
+    assert out.splitlines() == [
+        "m s 4 300 --extra-steps 0 --enqueue a=1,use_fused_kernels=true --enqueue a=1 --enqueue b=2 "
+        "--enqueue b=2,use_fused_kernels=true",
+        "m sb 1 200 --extra-steps 0 --enqueue a=1,c=3"]
+
+
 LATE = "reached --deadline: a trial here took up to 497 s and 366 s were left"
 
 

@@ -164,6 +164,16 @@ pair_h200_05b() {
     at qwen2.5-0.5b "$2" 1 200 --extra-steps 0 --enqueue "$(dyn 65536 98304 0.5)"
 }
 
+# fused_pairs MODEL STUDY STUDY_B NEED NEED_B A B AGAIN: configurations A and B each with and without verl's fused
+# kernels on one host (A with them first, the cold trial; then A without, B without, B with), steps 1-3 only, then
+# AGAIN once more in a second study (plans from lease 65 on: unfused_logit_ps is fitted on such pairs).
+fused_pairs() {
+    local m=$1 study=$2 study_b=$3 need=$4 need_b=$5 a=$6 b=$7 again=$8
+    at "$m" "$study" 4 "$need" --extra-steps 0 \
+        --enqueue "$a,use_fused_kernels=true" --enqueue "$a" --enqueue "$b" --enqueue "$b,use_fused_kernels=true"
+    at "$m" "$study_b" 1 "$need_b" --extra-steps 0 --enqueue "$again"
+}
+
 # spread_h100 STUDY_1_5B STUDY_3B: the H100's 1.5B and 3B spreads, one lane each (lease 41's H100 branch).
 spread_h100() {
     lane 0 at qwen2.5-1.5b "$1" 5 240 --extra-steps 1 \

@@ -25,9 +25,6 @@ if [ -e /root/work-qwen2.5-7b ]; then
 elif [ -e /root/work-qwen2.5-0.5b ]; then
     pair_h200_05b c-0.5b-h65 c-0.5b-h65b
 else
-    at qwen2.5-1.5b c-1.5b-h65 4 380 --extra-steps 0 \
-        --enqueue "$FULL_RC_05,use_fused_kernels=true" --enqueue "$FULL_RC_05" \
-        --enqueue "$MICRO_05" --enqueue "$MICRO_05,use_fused_kernels=true"
-    at qwen2.5-1.5b c-1.5b-h65b 1 250 --extra-steps 0 --enqueue "$FULL_RC_05"
+    fused_pairs qwen2.5-1.5b c-1.5b-h65 c-1.5b-h65b 380 250 "$FULL_RC_05" "$MICRO_05" "$FULL_RC_05"
 fi
 stamp "plan done"

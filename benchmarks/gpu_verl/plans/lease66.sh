@@ -22,9 +22,7 @@ if [ -e /root/work-qwen2.5-7b ]; then
 elif [ "$GPU_TYPE" = h200 ]; then
     pair_h200_05b c-0.5b-h66 c-0.5b-h66b
 else
-    at qwen2.5-0.5b c-0.5b-h66 4 250 --extra-steps 0 \
-        --enqueue "$OFFLOAD_OFF,use_fused_kernels=true" --enqueue "$OFFLOAD_OFF" \
-        --enqueue "$MICRO_05" --enqueue "$MICRO_05,use_fused_kernels=true"
-    at qwen2.5-0.5b c-0.5b-h66b 1 220 --extra-steps 0 --enqueue "$OFFLOAD_OFF,use_fused_kernels=true"
+    fused_pairs qwen2.5-0.5b c-0.5b-h66 c-0.5b-h66b 250 220 "$OFFLOAD_OFF" "$MICRO_05" \
+        "$OFFLOAD_OFF,use_fused_kernels=true"
 fi
 stamp "plan done"
