@@ -106,15 +106,16 @@ def _left(c: Case, phase: str, logit_ps: float, checkpoint_s: float = 0.0, micro
             - (c.log_prob_micro_batches * micro_batch_s if phase == "old_log_prob" else 0.0))
 
 
+def _twin_key(c: Case, keys: frozenset[str]) -> tuple:
+    """What trials of one lease (one host) and model size whose parameters differ only in `keys` share."""
+    return c.lease, c.size, tuple(sorted((k, str(v)) for k, v in c.params.items() if k not in keys))
+
+
 def _pairs(zeroed: list[Case], keys: frozenset[str], base: Callable[[Case], bool], other: Callable[[Case], bool]
            ) -> list[tuple[Case, Case]]:
     """(other, base): pairs of ok trials of one lease and model size whose parameters differ only in `keys`."""
-    def key(c: Case) -> tuple:
-        rest = tuple(sorted((k, str(v)) for k, v in c.params.items() if k not in keys))
-        return c.lease, c.size, rest
-
-    bases = {key(c): c for c in ok_cases(zeroed) if base(c)}
-    return [(c, bases[key(c)]) for c in ok_cases(zeroed) if other(c) and key(c) in bases]
+    bases = {_twin_key(c, keys): c for c in ok_cases(zeroed) if base(c)}
+    return [(c, bases[_twin_key(c, keys)]) for c in ok_cases(zeroed) if other(c) and _twin_key(c, keys) in bases]
 
 
 def checkpoint_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
@@ -175,19 +176,19 @@ def logit_costs(zeroed: list[Case]) -> list[tuple[Case, float]]:
 def logit_pairs(zeroed: list[Case]) -> list[tuple[Case, list[Case], float]]:
     """Each ok trial without fused kernels that has twins with them on its lease (one host: its model size and every
     other parameter the same), with what its old_log_prob (step 3) left above the median of theirs, per logit (ps)."""
-    def key(c: Case) -> tuple:
-        rest = tuple(sorted((k, str(v)) for k, v in c.params.items() if k != "use_fused_kernels"))
-        return c.lease, c.size, rest
-
+    keys = frozenset({"use_fused_kernels"})
     ok = [c for c in ok_cases(zeroed) if c.measured_phases.get("old_log_prob")]
     twins: dict[tuple, list[Case]] = {}
     for c in ok:
         if not c.unfused_logits:
-            twins.setdefault(key(c), []).append(c)
-    return [(c, twins[key(c)], (_left(c, "old_log_prob", 0.0)
-                                - statistics.median(_left(t, "old_log_prob", 0.0) for t in twins[key(c)]))
-             / c.unfused_logits["old_log_prob"] * 1e12)
-            for c in ok if c.unfused_logits and key(c) in twins]
+            twins.setdefault(_twin_key(c, keys), []).append(c)
+    out = []
+    for c in ok:
+        fused = twins.get(_twin_key(c, keys)) if c.unfused_logits else None
+        if fused:
+            left = _left(c, "old_log_prob", 0.0) - statistics.median(_left(t, "old_log_prob", 0.0) for t in fused)
+            out.append((c, fused, left / c.unfused_logits["old_log_prob"] * 1e12))
+    return out
 
 
 def fit_logit_cost(zeroed: list[Case]) -> float | None:
