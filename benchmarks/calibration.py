@@ -111,11 +111,22 @@ def _twin_key(c: Case, keys: frozenset[str]) -> tuple:
     return c.lease, c.size, tuple(sorted((k, str(v)) for k, v in c.params.items() if k not in keys))
 
 
+def _twins(zeroed: list[Case], keys: frozenset[str], base: Callable[[Case], bool], other: Callable[[Case], bool]
+           ) -> list[tuple[Case, list[Case]]]:
+    """(other, bases): each ok trial `other` picks, with the ok trials `base` picks of its lease and model size whose
+    parameters differ from its only in `keys` (none: left out)."""
+    bases: dict[tuple, list[Case]] = {}
+    for c in ok_cases(zeroed):
+        if base(c):
+            bases.setdefault(_twin_key(c, keys), []).append(c)
+    return [(c, bases[k]) for c in ok_cases(zeroed) if other(c) and (k := _twin_key(c, keys)) in bases]
+
+
 def _pairs(zeroed: list[Case], keys: frozenset[str], base: Callable[[Case], bool], other: Callable[[Case], bool]
            ) -> list[tuple[Case, Case]]:
-    """(other, base): pairs of ok trials of one lease and model size whose parameters differ only in `keys`."""
-    bases = {_twin_key(c, keys): c for c in ok_cases(zeroed) if base(c)}
-    return [(c, bases[_twin_key(c, keys)]) for c in ok_cases(zeroed) if other(c) and _twin_key(c, keys) in bases]
+    """(other, base): pairs of ok trials of one lease and model size whose parameters differ only in `keys` (of
+    several such bases, the last)."""
+    return [(c, bases[-1]) for c, bases in _twins(zeroed, keys, base, other)]
 
 
 def checkpoint_pairs(zeroed: list[Case]) -> list[tuple[Case, Case, float]]:
@@ -176,19 +187,14 @@ def logit_costs(zeroed: list[Case]) -> list[tuple[Case, float]]:
 def logit_pairs(zeroed: list[Case]) -> list[tuple[Case, list[Case], float]]:
     """Each ok trial without fused kernels that has twins with them on its lease (one host: its model size and every
     other parameter the same), with what its old_log_prob (step 3) left above the median of theirs, per logit (ps)."""
-    keys = frozenset({"use_fused_kernels"})
-    ok = [c for c in ok_cases(zeroed) if c.measured_phases.get("old_log_prob")]
-    twins: dict[tuple, list[Case]] = {}
-    for c in ok:
-        if not c.unfused_logits:
-            twins.setdefault(_twin_key(c, keys), []).append(c)
-    out = []
-    for c in ok:
-        fused = twins.get(_twin_key(c, keys)) if c.unfused_logits else None
-        if fused:
-            left = _left(c, "old_log_prob", 0.0) - statistics.median(_left(t, "old_log_prob", 0.0) for t in fused)
-            out.append((c, fused, left / c.unfused_logits["old_log_prob"] * 1e12))
-    return out
+    def measured(c: Case) -> bool:
+        return bool(c.measured_phases.get("old_log_prob"))
+
+    twins = _twins(zeroed, frozenset({"use_fused_kernels"}), lambda c: measured(c) and not c.unfused_logits,
+                   lambda c: measured(c) and bool(c.unfused_logits))
+    return [(c, fused, (_left(c, "old_log_prob", 0.0)
+                        - statistics.median(_left(t, "old_log_prob", 0.0) for t in fused))
+             / c.unfused_logits["old_log_prob"] * 1e12) for c, fused in twins]
 
 
 def fit_logit_cost(zeroed: list[Case]) -> float | None:
