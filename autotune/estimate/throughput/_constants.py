@@ -299,8 +299,12 @@ class Efficiency:
     # passes without them took +0.07 s, -0.00 s and -0.90 s (3, 0 and -39 ps), their updates 0.3-2.0 s less. Fitted
     # on such one-host pairs (fit_logit_cost: the median, at least zero), a logit costs nothing measurable: verl
     # 0.9.1's fused kernels save memory (memory.py prices the logits they do not hold), not time. The cross-host
-    # figures stay in calibration.md (`logit_costs`).
-    unfused_logit_ps: float = 0.0
+    # figures stay in calibration.md (`logit_costs`). Lease 66 ran the 0.5B at dyn16k/32k with and without them on one
+    # H100 host: the pass without them took +1.0-1.1 s at steps 2-3 (49 ps), its update none. The median of the four
+    # pairs: 1.4 ps. Per logit cannot be both sizes' form (the same vocabulary, tokens and logits a pass); what differs
+    # is the pass's memory (the 0.5B's at 78 GiB of the H100's 80, the 1.5B's at 70) and its micro-batches (five of
+    # 32k tokens against ten of 16k): one pair a size does not tell which.
+    unfused_logit_ps: float = 1.4
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
