@@ -136,6 +136,26 @@ def test_fused_pairs_runs_each_configuration_with_and_without_fused_kernels_on_o
         "m sb 1 200 --extra-steps 0 --enqueue a=1,c=3"]
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(("name", "ran"), [
+    ("NVIDIA H200", "h200-05b c-0.5b-h9 c-0.5b-h9b"), ("NVIDIA H100 80GB HBM3", "own fused_pairs x")])
+def test_a_one_gpu_plan_runs_its_branch_for_the_card_lent(tmp_path: Path, name: str, ran: str) -> None:
+    """`by_card TAG COMMAND` (leases 66 on): the H200 0.5B pair on an H200 without the 7B workload, the plan's own
+    COMMAND on an H100, as the card's nvidia-smi says (the studies replaced by echoes here; the 7B pair, where the 7B
+    workload is set up under /root, is left to the lease)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho \"{name}\"\n")
+    smi.chmod(0o755)
+    if Path("/root/work-qwen2.5-7b").exists():
+        pytest.skip("this machine has the 7B workload set up")
+    out = _campaign(tmp_path, f"PATH={bin_dir}:$PATH; . {PLANS / 'campaign.sh'}; "
+                              "pair_7b() { echo 7b \"$@\"; }; pair_h200_05b() { echo h200-05b \"$@\"; }; "
+                              "by_card h9 echo own fused_pairs x")
+    assert out == ran
+
+
 LATE = "reached --deadline: a trial here took up to 497 s and 366 s were left"
 
 

@@ -174,6 +174,21 @@ fused_pairs() {
     at "$m" "$study_b" 1 "$need_b" --extra-steps 0 --enqueue "$again"
 }
 
+# by_card TAG H100_COMMAND...: the one-GPU plans' branch by the card and the workload set up (leases 66 on): with the
+# 7B workload (an H200) the 7B pair (c-7b-TAG); on an H200 with another the H200 0.5B pair (c-0.5b-TAG, c-0.5b-TAGb);
+# on an H100 the plan's own COMMAND.
+by_card() {
+    local tag=$1
+    shift
+    if [ -e /root/work-qwen2.5-7b ]; then
+        pair_7b "c-7b-$tag"
+    elif [ "$GPU_TYPE" = h200 ]; then
+        pair_h200_05b "c-0.5b-$tag" "c-0.5b-${tag}b"
+    else
+        "$@"
+    fi
+}
+
 # spread_h100 STUDY_1_5B STUDY_3B: the H100's 1.5B and 3B spreads, one lane each (lease 41's H100 branch).
 spread_h100() {
     lane 0 at qwen2.5-1.5b "$1" 5 240 --extra-steps 1 \

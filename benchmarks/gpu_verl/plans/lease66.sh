@@ -17,12 +17,6 @@ cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 
-if [ -e /root/work-qwen2.5-7b ]; then
-    pair_7b c-7b-h66
-elif [ "$GPU_TYPE" = h200 ]; then
-    pair_h200_05b c-0.5b-h66 c-0.5b-h66b
-else
-    fused_pairs qwen2.5-0.5b c-0.5b-h66 c-0.5b-h66b 250 220 "$OFFLOAD_OFF" "$MICRO_05" \
+by_card h66 fused_pairs qwen2.5-0.5b c-0.5b-h66 c-0.5b-h66b 250 220 "$OFFLOAD_OFF" "$MICRO_05" \
         "$OFFLOAD_OFF,use_fused_kernels=true"
-fi
 stamp "plan done"

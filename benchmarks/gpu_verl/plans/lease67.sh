@@ -19,12 +19,6 @@ cd /root/smoke
 
 DYN8_05=$R1,use_dynamic_bsz=true,ppo_max_token_len_per_gpu=8192,log_prob_max_token_len_per_gpu=16384
 DYN8_05=$DYN8_05,gpu_memory_utilization=0.5
-if [ -e /root/work-qwen2.5-7b ]; then
-    pair_7b c-7b-h67
-elif [ "$GPU_TYPE" = h200 ]; then
-    pair_h200_05b c-0.5b-h67 c-0.5b-h67b
-else
-    fused_pairs qwen2.5-0.5b c-0.5b-h67 c-0.5b-h67b 250 220 "$DYN8_05" "$OFFLOAD_OFF" \
+by_card h67 fused_pairs qwen2.5-0.5b c-0.5b-h67 c-0.5b-h67b 250 220 "$DYN8_05" "$OFFLOAD_OFF" \
         "$DYN8_05,use_fused_kernels=true"
-fi
 stamp "plan done"
