@@ -107,10 +107,10 @@ def test_a_step_3_that_compiled_anew_is_measured_by_its_repeat_in_the_last_colum
     0.60 -> 0.68 after lease 65's refit of unfused_logit_ps to 0, 0.60 -> 0.67 with lease 64's five,
     0.63 -> 0.72 with lease 63's two, 0.64 -> 0.72 with lease 61's six, 0.66 -> 0.73 with lease 60's five, 0.61 -> 0.69
     before; H200 1.5B 0.73 -> 0.79 since lease 66's pair, 0.69 -> 0.75 after lease 65's refit (0.73 -> 0.79 since lease
-    62's refit of update_pass_s, 0.72 ->
-    0.78 before: lease 65 no longer charges its five trials without fused kernels their logits); H200 3B 0.84 -> 0.88)
-    and no size falls. The H100 0.5B is at 0.82 (0.87 before lease 66's two, 0.91 before lease 62's three on one host,
-    which the model puts 1% apart and which ran within 0.8%: a tie in either, but a step's order all the same)."""
+    62's refit of update_pass_s, 0.72 -> 0.78 before: lease 65 no longer charges its five trials without fused kernels
+    their logits); H200 3B 0.84 -> 0.88) and no size falls. The H100 0.5B is at 0.82 (0.87 before lease 66's two,
+    0.91 before lease 62's three on one host, which the model puts 1% apart and which ran within 0.8%: a tie in
+    either, but a step's order all the same)."""
     held = cal.held_out(zeroed)[0]
     ok = cal.ok_cases(held)
     moved = {c.source for c in ok if c.measured_past_a_recompile() != c.measured_step_s}
@@ -139,10 +139,10 @@ def test_the_step_less_its_idle_tail_is_ordered_where_the_trace_measured_it(tmp_
     (0). Over lease 61's six the model was at 0.66 against step 3 and 0.43 against step 3 less the tail (with lease
     63's two, 0.45 and 0.33; with lease 64's five, 0.41 and 0.40; with lease 65's six and its refit, 0.43 and 0.45;
     held out with lease 66's pair, 0.42 and 0.47): what it misorders is the update (8.8 s for the study's cold first
-    launch, which it puts first, against 7.6-7.7 s at the same 12k budget) and offload's reload
-    (priced 1.0 s, measured 2.2 s in the update), not the poll, and taking selective recompute's 4.0 s tail off puts it
-    ahead of the first launch. Lease 60's c-1.5b-h60 (three configurations on one host), with tails written in, orders
-    by what is left of their steps."""
+    launch, which it puts first, against 7.6-7.7 s at the same 12k budget) and offload's reload (priced 1.0 s,
+    measured 2.2 s in the update), not the poll, and taking selective recompute's 4.0 s tail off puts it ahead of the
+    first launch. Lease 60's c-1.5b-h60 (three configurations on one host), with tails written in, orders by what is
+    left of their steps."""
     import json
     import shutil
     import sqlite3

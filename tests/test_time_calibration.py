@@ -43,8 +43,8 @@ def test_a_logit_without_fused_kernels_costs_what_one_hosts_pairs_fit(zeroed: li
     assert sorted(c.source for c, _, _ in pairs) == sorted(
         trials("h100_2026-12-06_l65", "c-1.5b-h65", (1, 2)) | trials("h100_2026-12-06_l65", "c-1.5b-h65b", (0,))
         | trials("h100_2026-12-07_l66", "c-0.5b-h66", (1,)))
-    by_size = {c.size: r for c, _, r in pairs if c.lease == "h100_2026-12-07_l66"}
-    assert list(by_size) == ["qwen2.5-0.5b"] and 40.0 < by_size["qwen2.5-0.5b"] < 60.0
+    (half_b,) = [r for c, _, r in pairs if c.lease == "h100_2026-12-07_l66"]  # the 0.5B's one pair
+    assert 40.0 < half_b < 60.0
     assert statistics.median(r for _, _, r in pairs) < 5.0
     for c, twins, _ in pairs:
         assert all("no-fused" not in t.label and t.lease == c.lease for t in twins)
