@@ -163,9 +163,15 @@ class Correction:
 
     @property
     def memory_factor_used(self) -> float:
-        """The factor verdicts use: one posterior sd above the mean, so that a few low peaks do not talk the study
-        into launching what the model predicted to run out of memory."""
-        return math.exp(self.memory_log + self.memory_sd) if (self.memory_n or self.warm) else 1.0
+        """The factor verdicts use. Measurements that raise the memory raise it to the posterior mean; those that
+        lower it lower it only as far as one sd above the mean still does, so that a few low peaks do not talk the
+        study into launching what the model predicted to run out of memory. A doubt alone raises nothing: the
+        uncorrected model's verdicts stand with the prior's whole sd, and one sd above the mean after a trial whose
+        binding moment held none of the uncertain terms (x1.28) pruned 17 configurations of the real studies that
+        then ran (benchmarks/results/memory_verdicts.md)."""
+        if not (self.memory_n or self.warm):
+            return 1.0
+        return math.exp(max(self.memory_log, min(0.0, self.memory_log + self.memory_sd)))
 
     def log_sd(self, phase: str, cand: Candidate, job: Job) -> float:
         """Posterior sd of log(true / corrected) for a phase's time of this candidate (the model's doubt)."""
