@@ -167,7 +167,7 @@ class Correction:
         lower it lower it only as far as one sd above the mean still does, so that a few low peaks do not talk the
         study into launching what the model predicted to run out of memory. A doubt alone raises nothing: the
         uncorrected model's verdicts stand with the prior's whole sd, and one sd above the mean after a trial whose
-        binding moment held none of the uncertain terms (x1.28) pruned 17 configurations of the real studies that
+        binding moment held none of the uncertain terms (x1.28) pruned 15 configurations of the real studies that
         then ran (benchmarks/results/memory_verdicts.md)."""
         if not (self.memory_n or self.warm):
             return 1.0
