@@ -7,22 +7,24 @@ trial did (ran, or ran out of memory).
 
 A *false prune* is a configuration the corrected verdict would not launch that then ran; a *false fit* is one it
 would launch that ran out of memory (issue 23.3: none). Each trial is rebuilt as the tuner's learning sees it
-(autotune/search/learning.py `observation`, at the lengths the study measured); each study once (real_studies).
-Rules: the one shipped now, the one before it (one posterior sd above the mean, whatever the data said) and none
-(the uncorrected model).
+(autotune/search/learning.py `observation`, at the lengths the study measured); the trials with a verdict, each
+once (real_cases.measured_trials). Rules: the one shipped now, the one before it (one posterior sd above the mean,
+whatever the data said) and none (the uncorrected model).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.estimate.correction import NO_CORRECTION, Correction, Observation, fit
+from autotune.estimate.correction import Correction, Observation, fit
 from autotune.search.learning import measured_lengths, observation
 from benchmarks import real_studies
+from benchmarks.real_cases import measured_trials
 
 HERE = Path(__file__).resolve().parent
 RESULT = HERE / "results" / "memory_verdicts.md"
@@ -57,19 +59,16 @@ def _fits(o: Observation, f: float) -> bool:
 
 def verdicts(dbs: Iterable[Path]) -> list[Verdict]:
     out = []
-    for _db, store, study in real_studies.studies(dbs):
-        base = real_studies.setup(study)
-        s = dataclasses.replace(base, measured_lengths=measured_lengths(store, study.name, base.measure_step),
-                                correction=NO_CORRECTION)
-        rows = sorted((r for r in store.trials(study.name) if r.launched and not r.simulated
-                       and r.status in ("ok", "oom") and not real_studies.killed_for_the_node(s, r)),
-                      key=lambda r: r.number)
-        seen = [(r, o) for r in rows for o in [observation(r, s, store.steps(r.id))] if o is not None and o.moments]
+    for (_db, name), group in itertools.groupby(measured_trials(dbs), key=lambda t: (t[0], t[3].study)):
+        rows = list(group)
+        store, base = rows[0][1], rows[0][2]
+        s = dataclasses.replace(base, measured_lengths=measured_lengths(store, name, base.measure_step))
+        seen = [(r, o) for *_, r in rows for o in [observation(r, s, store.steps(r.id))] if o is not None and o.moments]
         for k in range(1, len(seen)):
             corr = fit([o for _, o in seen[:k]], s.job)
             for r, o in seen[k:]:
-                factors = {name: rule(corr) for name, rule in RULES.items()}
-                out.append(Verdict(study.name, k, r.number, r.status == "oom",
+                factors = {rule: used(corr) for rule, used in RULES.items()}
+                out.append(Verdict(name, k, r.number, r.status == "oom",
                                    {n: _fits(o, f) for n, f in factors.items()}, factors))
     return out
 

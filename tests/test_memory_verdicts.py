@@ -4,16 +4,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
 
 from autotune.candidate import Candidate
 from autotune.cluster import GIB
-from autotune.estimate.correction import NO_CORRECTION, Observation, fit
-from autotune.search.learning import measured_lengths, observation
-from autotune.search.setup import setup_from_row
+from autotune.estimate.correction import Observation, fit
+from autotune.search.learning import observation, study_setup
 from autotune.store.store import Store
 from benchmarks.memory_verdicts import RULES, counts, verdicts
 from benchmarks.real_studies import DATA
@@ -46,9 +44,7 @@ def test_lease_66s_fused_trial_does_not_talk_the_study_out_of_its_unfused_twin()
     GiB by 1.28 and predicted 88.8 GiB on a 79.6 GiB H100; #1 ran at 78.1."""
     db = DATA / "h100_2026-12-07_l66" / "c-0.5b-h66.db"
     store = Store(f"sqlite:///{db}")
-    setup = setup_from_row(store.get_study("c-0.5b-h66"))
-    setup = dataclasses.replace(setup, measured_lengths=measured_lengths(store, "c-0.5b-h66", setup.measure_step),
-                                correction=NO_CORRECTION)
+    setup = study_setup(store, store.get_study("c-0.5b-h66"))
     first, unfused = (observation(r, setup, store.steps(r.id)) for r in store.measured_trials("c-0.5b-h66"))
     corr = fit([first], setup.job)
     peak = max(p + (corr.memory_factor_used - 1) * u for p, u, _ in unfused.moments)
