@@ -83,15 +83,19 @@ def test_every_ok_trial_with_a_trace_is_judged_and_no_moment_is_far_under(cases:
     assert sum(abs(c.error) <= mm.TARGET for c in judged) >= 455
     under = {c.source for c in judged if c.error < -mm.TARGET and c.attention != "unfused"}
     assert under <= set(ALLOCATOR_CACHE), under
-    assert all(c.error > -0.09 for c in judged if c.source in under)
+    assert all(c.error > -0.11 for c in judged if c.source in under)
 
 
 # Moments NVML read over PyTorch's allocator cache rather than tensors, with fused attention: lease 46's 0.5B at
 # micro-batches of 4/8 without fused kernels (its logits materialised) measured 35.0 GiB in its log-prob pass and
 # update against 32.2 predicted (-8.0% and -8.2%), where verl's own counters say the actor reserved 30.5 GiB for 25.1
 # allocated, and the model holds 25.0 GiB of tensors. The allocator frees its cache and retries before it runs out of
-# memory: the verdict needs none of it (estimate/memory.py as_nvml_sees). Trial folder by source.
-ALLOCATOR_CACHE = {"h200_2026-11-28_l46/c-0.5b-h35#4": "h200_2026-11-28_l46/c-0.5b-h35_trial_0004"}
+# memory: the verdict needs none of it (estimate/memory.py as_nvml_sees). Lease 67's 0.5B at dyn8k/16k without fused
+# kernels on an H100 (micro-batches of 16k tokens, a pass's logits 4.6 GiB in bf16) measured 48.1 and 48.2 GiB in its
+# log-prob pass and update against 43.2 predicted (-10%), where verl's counters say the actor reserved 43.7 GiB for 34.8
+# allocated. Trial folder by source.
+ALLOCATOR_CACHE = {"h200_2026-11-28_l46/c-0.5b-h35#4": "h200_2026-11-28_l46/c-0.5b-h35_trial_0004",
+                   "h100_2026-12-07_l67/c-0.5b-h67#1": "h100_2026-12-07_l67/c-0.5b-h67_trial_0001"}
 
 
 def test_the_moments_under_by_the_allocators_cache_are_what_verls_counters_say() -> None:

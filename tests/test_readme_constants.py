@@ -29,7 +29,7 @@ STATED = {
     "micro_batch_of_one_s": f"{E.micro_batch_of_one_s:.3f} s per update micro-batch of one sequence",
     "small_micro_batch_layer_s": f"({E.small_micro_batch_layer_s * 1e3:.1f} ms a layer of a pipeline stage",
     "small_budget_micro_batch_layer_s": f"{E.small_budget_micro_batch_layer_s * 1e3:.1f} ms under a dynamic budget",
-    "unfused_logit_ps": f"{E.unfused_logit_ps:.1f} ps a logit without fused kernels",
+    "unfused_logit_ps": f"{E.unfused_logit_ps:.1f} ps a logit in a log-prob pass without fused kernels",
     "selective_checkpoint_s": f"{E.selective_checkpoint_s * 1e3:.1f} ms a layer and micro-batch",
     "decode_step_overhead": (f"({E.decode_step_overhead('h100', False) * 1e3:.1f} ms on the H100s, "
                              f"{E.decode_step_overhead('h200', False) * 1e3:.1f} ms on the H200s"),

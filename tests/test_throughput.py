@@ -262,22 +262,22 @@ def test_a_larger_layer_pays_less_for_a_small_micro_batchs_gemms():
     assert layer_gemm_params(m, Candidate(tp=4)) * 4 == layer_gemm_params(m, Candidate()) == 233_050_624
 
 
-def test_without_fused_kernels_each_log_prob_pass_and_update_pays_its_logits():
+def test_without_fused_kernels_each_log_prob_pass_pays_its_logits():
     """use_fused_kernels=false costs unfused_logit_ps per logit a GPU materialises (tokens x vocabulary / TP, of its
-    DP share) in old_log_prob, ref and the update, nothing in gen or the weight sync; the attention backend is another
-    knob (unfused_attn_tflops), which neither adds nor takes away from it; the training-only objective (a Megatron-core
-    probe, not verl's log-prob path) does not pay it. The fit on one host's pairs (leases 65 and 66) prices a logit at
-    1.4 ps, so by default the kernels change a pass by a fraction of a second (0.37 s at the default job's 0.5B step of
-    2.7e11 logits; their memory: test_memory); the form is checked at a price."""
+    DP share) in old_log_prob and ref, nothing in the update (each of leases 65-67's one-host pairs ran its update
+    faster without them), gen or the weight sync; the attention backend is another knob (unfused_attn_tflops), which
+    neither adds nor takes away from it; the training-only objective (a Megatron-core probe, not verl's log-prob path)
+    does not pay it. The fit on one host's pairs (leases 65-67) prices a logit at 8.45 ps: 2.3 s a log-prob pass at
+    the default job's 0.5B step of 2.7e11 logits (their memory: test_memory); the form is checked at a price."""
     from autotune.estimate import evaluate
 
     job = Job.from_mapping({"actor_rollout_ref.actor.use_kl_loss": True})
-    assert DEFAULT_EFFICIENCY.unfused_logit_ps == 1.4
+    assert DEFAULT_EFFICIENCY.unfused_logit_ps == 8.45
     s = make_setup(model="qwen2.5-0.5b", job=job)
     on, off = (Candidate.from_params({**BASE, "tp": 1, "use_fused_kernels": f}) for f in (True, False))
     pa, pb = (dict(estimate_throughput(s.model, s.cluster, s.job, c).phases) for c in (on, off))
-    assert all(0.3 < pb[phase] - pa[phase] < 0.45 for phase in ("old_log_prob", "update_actor"))
-    assert pa["gen"] == pb["gen"]
+    assert 2.0 < pb["old_log_prob"] - pa["old_log_prob"] < 2.6
+    assert pa["gen"] == pb["gen"] and pa["update_actor"] == pb["update_actor"]
     eff = dataclasses.replace(DEFAULT_EFFICIENCY, unfused_logit_ps=50.0)
     for name, tp in (("qwen2.5-0.5b", 1), ("qwen2.5-7b", 4)):
         s = make_setup(model=name, job=job)
@@ -292,9 +292,10 @@ def test_without_fused_kernels_each_log_prob_pass_and_update_pays_its_logits():
             assert unfused_logits(s.model, s.cluster, on, a.tokens_per_step) == 0.0
             cost = logits * eff.unfused_logit_ps * 1e-12
             pa, pb = dict(a.phases), dict(b.phases)
-            for phase in ("old_log_prob", "ref", "update_actor"):
+            for phase in ("old_log_prob", "ref"):
                 assert pb[phase] - pa[phase] == pytest.approx(cost), (name, backend, phase)
             assert pa["gen"] == pb["gen"] and pa["update_weights"] == pb["update_weights"]
+            assert pa["update_actor"] == pb["update_actor"]
             assert b.throughput < a.throughput
         # the attention backend's cost is the same with fused kernels or without
         fused_attn, unfused_attn = (s.job.with_node_defaults({verl.ATTENTION_BACKEND: b}) for b in ("fused", "unfused"))

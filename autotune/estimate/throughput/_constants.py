@@ -180,7 +180,9 @@ class Efficiency:
     # with attention as the model counts it (layer_bytes_train, 2026-12-02). Lease 62's three 0.5B trials on a fast
     # H100 host (updates 4.0-4.4 s where the same configurations ran 5.1-5.7 s on leases 4-28's) to 4.79 s. Lease 65's
     # one-host pairs took unfused_logit_ps to 0: the updates without fused kernels no longer pay ~1.1 s apart, 5.02 s.
-    update_pass_s: float = 5.02
+    # Lease 67's five 0.5B trials on a slow H100 host (updates 6.9-8.5 s, the same configuration 4.9 s on lease 66's),
+    # the updates without fused kernels paying no logits (unfused_logits_by_phase): 5.04 s.
+    update_pass_s: float = 5.04
     # Without dynamic batching at ppo_micro_batch_size_per_gpu=1 every update micro-batch is one sequence, and each
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
@@ -304,7 +306,13 @@ class Efficiency:
     # pairs: 1.4 ps. Per logit cannot be both sizes' form (the same vocabulary, tokens and logits a pass); what differs
     # is the pass's memory (the 0.5B's at 78 GiB of the H100's 80, the 1.5B's at 70) and its micro-batches (five of
     # 32k tokens against ten of 16k): one pair a size does not tell which.
-    unfused_logit_ps: float = 1.4
+    # Lease 67 ran the 0.5B on one (slow) H100 host at both: at dyn8k/16k (ten micro-batches of 16k, 54.5 GiB) the pass
+    # without them took +0.32 s (14 ps; +0.46 s over steps 2-3), at dyn16k/32k (five of 32k, 78.0 GiB) +0.75 s (32
+    # ps). At ten of 16k the 0.5B pays about what lease 65's 1.5B paid over its steps 2-3 (+0.38 and +0.65 s), at five
+    # of 32k twice to three times that: the price grows with the micro-batch's logits (or the memory they fill), not
+    # with the model size. The median of the six pairs: 8.45 ps, a pass's alone. In every pair the update without
+    # them ran 0.2-2.0 s faster than its twin (the kernels' backward recomputes the logits): the update pays none.
+    unfused_logit_ps: float = 8.45
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer

@@ -248,11 +248,13 @@ def unfused_logits(m: ModelArch, cl: Cluster, c: Candidate, tokens: float) -> fl
 
 def unfused_logits_by_phase(m: ModelArch, cl: Cluster, job: Job, c: Candidate, tokens: float) -> dict[str, float]:
     """The phases that pay Efficiency.unfused_logit_ps, with their logits: each log-prob pass (old_log_prob, and ref
-    where the job has a reference model) once, the update once per epoch; none with fused kernels."""
+    where the job has a reference model); none with fused kernels. Not the update: in each of the six one-host pairs
+    of leases 65-67 the update without them ran 0.2-2.0 s faster than its twin with them (the kernels' backward
+    recomputes the logits), a cost of the fused update the model leaves in update_pass_s."""
     n = unfused_logits(m, cl, c, tokens)
     if not n:
         return {}
-    return {"old_log_prob": n, **({"ref": n} if job.has_ref_model else {}), "update_actor": job.ppo_epochs * n}
+    return {"old_log_prob": n, **({"ref": n} if job.has_ref_model else {})}
 
 
 def reshard_seconds(m: ModelArch, c: Candidate, params_gpu: float, eff: Efficiency) -> float:
@@ -376,7 +378,6 @@ def estimate_throughput(
     fwd += eff.logprob_pass_s + plan.log_prob_micro_batches * eff.logprob_micro_batch_s
     logits = unfused_logits_by_phase(m, cl, job, c, tokens)
     fwd += logits.get("old_log_prob", 0.0) * eff.unfused_logit_ps * 1e-12  # ref's pass is the same
-    update += logits.get("update_actor", 0.0) * eff.unfused_logit_ps * 1e-12
 
     # Offload: what verl moves in and out around each phase, and Megatron's CPU optimizer step (estimate/offload.py).
     hc = HostCopy(eff.host_link_share, eff.gpus_per_uplink, eff.cpu_adam_params_per_s)
