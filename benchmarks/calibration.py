@@ -382,9 +382,9 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
                           for c, r in small) or "no such trial")
              + "; " + ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in host_per_layer(small).items()) + "), "
              f"{LOGIT_COST} (`fit_logit_cost`: what a logit materialised without verl's fused kernels costs in "
-             "each log-prob pass and update, the median, at least zero, over the trials without them that have "
-             "twins with them on their lease (one host) of what their old_log_prob (step 3) left above their "
-             "twins', per logit: "
+             "each log-prob pass (the update pays none), the median, at least zero, over the trials without them "
+             "that have twins with them on their lease (one host) of what their old_log_prob (step 3) left above "
+             "their twins', per logit: "
              + (", ".join(f"{c.source} {r:.0f} ps" for c, _, r in logit_pair) or "no such pair")
              + "; against every host's trials with them of the same size, GPU type and attention backend instead "
              "(`logit_costs`, not fitted on: a host's speed is in it): "

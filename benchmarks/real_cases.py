@@ -57,8 +57,8 @@ LOGPROB_MICRO_BATCH_COST = "logprob_micro_batch_s"
 # ... and the host's overhead a decode step with CUDA graphs, per GPU type (gen: seconds per decode step, hidden
 # under a longer GPU replay: decode_step_seconds)
 ZERO_OVERHEAD = {"decode_step_overhead_graph_s": 0.0, "decode_step_overhead_graph_by_gpu": ()}
-# ... what a logit costs that a pass without verl's fused kernels materialises (old_log_prob and update_actor: ps per
-# logit, Case.unfused_logits) ...
+# ... what a logit costs that a log-prob pass without verl's fused kernels materialises (old_log_prob: ps per logit,
+# Case.unfused_logits; the update pays none) ...
 LOGIT_COST = "unfused_logit_ps"
 # ... and what selective recompute's checkpoint costs a layer and micro-batch (update_actor, Case.checkpointed_layers)
 CHECKPOINT_COST = "selective_checkpoint_s"

@@ -188,9 +188,8 @@ def test_a_studys_first_trial_recompiles_in_its_steps_and_every_long_update_is_a
     70 studies' first trials (their compile caches cold; lease 62's first at step 2, lease 63's at step 3, lease 64's,
     65's and 67's at step 2) a step from 2 on held one, step 3 in 8; in 7 of 164 later trials (lease 60's two
     studies begun on the caches of its first among them, lease 61's to 67's later trials or studies none), step 3 in 3.
-    Every update
-    of 1.5x or more the trial's fastest (24 cold, 6 warm) is at a recompiled step:
-    the short trials' largest step-to-step swings are compiles a long run pays once (issue 24.3)."""
+    Every update of 1.5x or more the trial's fastest (24 cold, 6 warm) is at a recompiled step: the short trials'
+    largest step-to-step swings are compiles a long run pays once (issue 24.3)."""
     cs = trial_cost.costs(list(trial_cost.DATA.glob("*/*.db")))
     text = "\n".join(trial_cost.recompile_report(cs))
     assert "| a study's first (caches cold) | 70 | 39 (56%) | 8 | 24 | 24 | 1.58 |" in text
