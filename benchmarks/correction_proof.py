@@ -250,6 +250,41 @@ def prove(groups: list[Group], fitter: Callable[[list[Observation], Job], Correc
     return out
 
 
+@dataclass(frozen=True)
+class Ceiling:
+    """What a level correction could reach at best on one phase within one study: each trial's prediction moved by
+    a factor learned from its own study, the study's mean log error (`oracle`: over all its trials, the predicted one
+    among them, which no correction can know) or the others' mean (`others`: a free level fitted on every other
+    trial of the study)."""
+
+    phase: str
+    cases: int
+    oracle_better: float  # share of trials the oracle's factor moves closer to their measurement
+    others_better: float
+
+
+def ceiling(groups: list[Group]) -> list[Ceiling]:
+    """Per phase over `groups` (cut into studies, `study_groups`): issue 23.4's 80 % strictly better is out of
+    reach of any level correction where even the oracle's level is better in fewer cases."""
+    out = []
+    for ph in PHASES:
+        oracle, others = [], []
+        for g in groups:
+            raw = [dict(p.estimate.phases) | {"step": p.estimate.step_time} for p in g.points]
+            errs = [math.log(r[ph] / p.measured[ph]) for p, r in zip(g.points, raw, strict=True)
+                    if p.measured.get(ph) and r.get(ph)]
+            if len(errs) < 2:
+                continue
+            mean = statistics.fmean(errs)
+            for i, e in enumerate(errs):
+                rest = statistics.fmean(errs[:i] + errs[i + 1:])
+                oracle.append(abs(e - mean) < abs(e))
+                others.append(abs(e - rest) < abs(e))
+        if oracle:
+            out.append(Ceiling(ph, len(oracle), sum(oracle) / len(oracle), sum(others) / len(others)))
+    return out
+
+
 BEFORE = "daa06a3"  # the last commit before issue 23's correction
 
 
@@ -330,6 +365,16 @@ def report(groups: list[Group], rules: dict[str, Callable]) -> str:
              "",
              "Groups: " + "; ".join(f"{g.source}: {g.name} ({len(g.points)} trials)" for g in groups), ""]
     one_study = study_groups(groups)
+    lines += ["## The ceiling of a level correction within one study", "",
+              "Each trial of a real study (one host, 3 trials or more) predicted by the uncorrected model times a "
+              "factor from its own study's log errors: the study's mean over all its trials (an oracle: it knows "
+              "the trial it predicts) or over its other trials (a free level fitted on all of them). Where even the "
+              f"oracle is strictly better in under {BETTER_SHARE:.0%} of the trials, no level correction fitted on "
+              "k = 1-3 of them can be: what is left is each trial's own noise, not an error the study shares.", "",
+              "| phase | trials | the oracle's level better | the others' level better |", "|---|---|---|---|"]
+    lines += [f"| {c.phase} | {c.cases} | {c.oracle_better:.0%} | {c.others_better:.0%} |"
+              for c in ceiling(one_study)]
+    lines.append("")
     for rule, fitter in rules.items():
         cases = prove(groups, fitter)
         lines += [f"## Rule `{rule}`", "", "### The step time, by data source", "",

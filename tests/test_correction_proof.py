@@ -12,7 +12,8 @@ import pytest
 from autotune import units
 from autotune.candidate import Candidate
 from autotune.estimate.correction import Observation, PhaseFit, Priors, fit
-from benchmarks.correction_proof import BETTER_SHARE, WORSE_LIMIT, prove, real_groups, shipped
+from autotune.estimate.throughput import ThroughputEstimate
+from benchmarks.correction_proof import BETTER_SHARE, WORSE_LIMIT, Group, Point, ceiling, prove, real_groups, shipped
 from tests.conftest import make_setup
 
 
@@ -167,3 +168,38 @@ def test_within_one_study_the_trials_noise_is_what_a_free_level_would_chase(real
         free = [c for c in free_all if c.k == k and c.phase == "step"]
         assert max(c.worse_by for c in held) <= WORSE_LIMIT
         assert sum(c.better for c in free) / len(free) < BETTER_SHARE and max(c.worse_by for c in free) > WORSE_LIMIT
+
+
+def _point(label: str, predicted: float, measured: float) -> Point:
+    est = ThroughputEstimate(phases=(("update_actor", predicted),), tokens_per_step=1.0, world_size=1, concurrency=1.0)
+    return Point(label, Observation(Candidate(), {"update_actor": predicted}, {"update_actor": measured}), est,
+                 {"update_actor": measured, "step": measured})
+
+
+def test_the_ceiling_is_reached_where_a_study_shares_its_error_and_not_where_each_trial_has_its_own():
+    """A study whose trials all ran 1.5x the model: the oracle's level and the others' both move every trial closer.
+    Trials whose errors scatter around the model with nothing shared: neither level helps most of them."""
+    job = make_setup().job
+    shared = Group("real verl, one study", "s", job, tuple(_point(f"s#{i}", 10.0, 15.0 * (1 + 0.02 * i))
+                                                            for i in range(4)))
+    scattered = Group("real verl, one study", "t", job, tuple(_point(f"t#{i}", 10.0, m)
+                                                               for i, m in enumerate((8.0, 12.5, 9.0, 11.0))))
+    [step_shared] = [c for c in ceiling([shared]) if c.phase == "step"]
+    assert step_shared.cases == 4 and step_shared.oracle_better == step_shared.others_better == 1.0
+    [step_scattered] = [c for c in ceiling([scattered]) if c.phase == "step"]
+    assert step_scattered.oracle_better < BETTER_SHARE and step_scattered.others_better <= 0.5
+
+
+def test_on_the_real_studies_no_level_correction_can_be_better_in_80_percent(real_proof: tuple[list, list]):
+    """Issue 23.4's 80 % strictly better, against what the real trials allow: within each study (one host), even a
+    level that knew the study's mean error, the predicted trial's own among it, moves only 60-66 % of the trials
+    closer in every phase (the others' mean 47-53 %): the rest of each trial's error is its own, so the shipped rule's
+    ~50 % strictly better and ~95 % ties is the most a level can honestly show (correction_accuracy.md, the ceiling)."""
+    from benchmarks.correction_proof import study_groups
+
+    rows = {c.phase: c for c in ceiling(study_groups(real_proof[0]))}
+    assert set(rows) == {"gen", "old_log_prob", "update_actor", "update_weights", "step"}
+    for c in rows.values():
+        assert c.cases >= 150
+        assert 0.5 < c.oracle_better < BETTER_SHARE  # the oracle knows something, not enough
+        assert c.others_better < c.oracle_better
