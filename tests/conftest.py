@@ -34,7 +34,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 @pytest.fixture(scope="session")
 def zeroed() -> list:
     """The committed real verl trials as calibration cases, predicted with the fitted engine costs zeroed (what the
-    fits read: benchmarks/calibration.py)."""
+    fits read: benchmarks/cost_fits.py)."""
     from benchmarks import calibration as cal
     from benchmarks.real_cases import DATA
 

@@ -1,5 +1,5 @@
 """Selective recompute's checkpoint, priced per layer and update micro-batch (Efficiency.selective_checkpoint_s), as
-the real verl 0.9.1 trials measured it: the pairs of one host that differ only in it (benchmarks/calibration.py
+the real verl 0.9.1 trials measured it: the pairs of one host that differ only in it (benchmarks/cost_fits.py
 fit_checkpoint_cost)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import pytest
 
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY
 from benchmarks import calibration as cal
+from benchmarks import cost_fits as fits
 
 # The pairs that tell selective recompute's checkpoint from its FLOPs: one lease (one host), one size, the same
 # configuration with and without it (steps 2 on). Lease 44 ran the 3B's core_attn by the CPU optimizer two by two;
@@ -38,9 +39,9 @@ def test_selective_recompute_s_checkpoint_costs_what_the_pairs_fit(zeroed: list[
     core_attn's alone cost the 3B's 8k-budget update 1.8 s without the CPU optimizer and 1.1 s with it, where its FLOPs
     say 0.2 s: the checkpoint, not the CPU optimizer, is what the update paid. It is charged per layer and update
     micro-batch under selective recompute only, whatever the modules."""
-    pairs = cal.checkpoint_pairs(zeroed)
+    pairs = fits.checkpoint_pairs(zeroed)
     assert {(a.source, b.source) for a, b, _ in pairs} == CHECKPOINT_PAIRS
-    assert DEFAULT_EFFICIENCY.selective_checkpoint_s == pytest.approx(cal.fit_checkpoint_cost(zeroed), abs=2e-4)
+    assert DEFAULT_EFFICIENCY.selective_checkpoint_s == pytest.approx(fits.fit_checkpoint_cost(zeroed), abs=2e-4)
     lease44 = {a.source: r for a, _, r in pairs if "_l44/" in a.source}
     assert all(r > 0.001 for r in lease44.values())  # both above the FLOPs, with and without the CPU optimizer
     for c in cal.ok_cases(zeroed):

@@ -1,6 +1,6 @@
 """Pairs of real trials on one host that differ in one knob (recompute, Megatron's CPU optimizer), and what they say
 of the base model's prices: full recompute's second forward, the CPU optimizer's rate, and where a size pays less
-than priced (benchmarks/calibration.py)."""
+than priced (benchmarks/cost_fits.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY
 from benchmarks import calibration as cal
+from benchmarks import cost_fits as fits
 from benchmarks.real_cases import DATA
 from tests.conftest import REPO as ROOT
 from tests.known_misses import HOST_MISSES
@@ -56,10 +57,10 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     full recompute at dyn8k/16k on one H100 (with fused kernels 3.2 s, without 1.2 and 2.8 s) and its refit of
     unfused_logit_ps to 0 (the updates without fused kernels no longer pay ~1.1 s of logits, which had closed the gap):
     the H100s' median 2.8 s over eleven, the H200s' 1.8 s over nine (1.5x), logprob_pass_s 2.08 s between them."""
-    costs = cal.fit_pass_costs(zeroed)
-    assert cal.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
+    costs = fits.fit_pass_costs(zeroed)
+    assert fits.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
         DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
-    residuals = cal.recompute_residuals(zeroed, costs["update_pass_s"])
+    residuals = fits.recompute_residuals(zeroed, costs["update_pass_s"])
     per_gpu = {g: [r for c, r in residuals if c.gpu == g and c.source not in HOST_MISSES] for g in ("h100", "h200")}
     assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (11, 9)
     h100, h200 = (statistics.median(per_gpu[g]) for g in ("h100", "h200"))
@@ -147,7 +148,7 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     of the log-prob pass the model charges for it (logprob_pass_s, 2.13 s since its micro-batches are priced apart: the
     second forward is charged that fixed part only), and 0.3 s for the 7B (lease 50's one pair)."""
     left = {key: {k: statistics.median(v) for k, v in kinds.items() if v}
-            for key, kinds in cal.pass_leftovers(zeroed).items()}
+            for key, kinds in fits.pass_leftovers(zeroed).items()}
     small = [v["old_log_prob"] for (size, _), v in left.items() if size != "qwen2.5-7b"]
     seven = left["qwen2.5-7b", "h200"]
     assert len(small) == 6 and 1.8 < min(small) < seven["old_log_prob"] < max(small) < 2.7
@@ -156,7 +157,7 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     assert 3.6 < min(updates) < seven["update"] < 1.05 * max(updates) and max(updates) < 6.5
     for size in ("qwen2.5-1.5b", "qwen2.5-3b"):
         assert left[size, "h200"]["full_less_others"] == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.4)
-    assert Counter((c.size, c.gpu) for c, _, _ in cal.recompute_pairs(zeroed)) == {
+    assert Counter((c.size, c.gpu) for c, _, _ in fits.recompute_pairs(zeroed)) == {
         ("qwen2.5-1.5b", "h200"): 7, ("qwen2.5-3b", "h200"): 3, ("qwen2.5-7b", "h200"): 1}
     assert seven["full_less_others"] < DEFAULT_EFFICIENCY.logprob_pass_s / 1.5
     assert sum(f"| {size} | {gpu} |" in line for line in cal.fixed_costs(zeroed) for size, gpu in left) == len(left)
@@ -167,15 +168,15 @@ def test_the_cpu_optimizers_rate_is_what_the_pairs_on_one_host_fit(zeroed: list[
     it on one host say: lease 44's and lease 51's 3B and lease 49's 1.5B, 4.3e8-6.2e8 parameters a second (the model
     had 6.5e8, the slower host's microbenchmark, and put every such pair's difference 0.2-1.3 s under). Held out, each
     size takes the other sizes' pairs."""
-    pairs = cal.cpu_adam_pairs(zeroed)
+    pairs = fits.cpu_adam_pairs(zeroed)
     assert sorted(a.source.split("/")[1] for a, _, _ in pairs) == ["c-1.5b-h46.db"] * 3 + ["c-3b-h30.db"] * 2 + [
         "c-3b-h49.db"] * 2
     rates = [r for _, _, r in pairs]
     assert 4.0e8 < min(rates) and max(rates) < 6.5e8
-    assert DEFAULT_EFFICIENCY.cpu_adam_params_per_s == pytest.approx(cal.fit_cpu_adam_rate(zeroed), rel=0.02)
-    _, fits = cal.held_out(zeroed)
+    assert DEFAULT_EFFICIENCY.cpu_adam_params_per_s == pytest.approx(fits.fit_cpu_adam_rate(zeroed), rel=0.02)
+    _, refits = fits.held_out(zeroed)
     three = [c for c in zeroed if c.size != "qwen2.5-3b"]
-    assert fits["qwen2.5-3b"]["cpu_adam_params_per_s"] == pytest.approx(cal.fit_cpu_adam_rate(three))
+    assert refits["qwen2.5-3b"]["cpu_adam_params_per_s"] == pytest.approx(fits.fit_cpu_adam_rate(three))
 
 
 def test_the_cpu_optimizers_pairs_are_listed_beside_their_hosts_microbenchmark(zeroed: list[cal.Case]) -> None:
@@ -185,11 +186,11 @@ def test_the_cpu_optimizers_pairs_are_listed_beside_their_hosts_microbenchmark(z
     optimizer's step 1.4-1.8x fast (Megatron's step is more than AdamW's arithmetic), so the model keeps the pairs'
     median; the three hosts measured so far (7.1e8, 7.8e8 and the GEMM run's 6.2e8) differ by 26 %."""
     by_lease = {c.lease: c for c in zeroed}
-    assert cal.host_cpu_adam_rate(by_lease["h200_2026-11-27_l36"]) == pytest.approx(7.12e8, rel=0.01)
-    assert cal.host_cpu_adam_rate(by_lease["h200_2026-11-29_l50"]) is None
+    assert fits.host_cpu_adam_rate(by_lease["h200_2026-11-27_l36"]) == pytest.approx(7.12e8, rel=0.01)
+    assert fits.host_cpu_adam_rate(by_lease["h200_2026-11-29_l50"]) is None
     rows = [line for line in cal.cpu_adam_table(zeroed) if line.startswith("| h")]
-    assert len(rows) == len(cal.cpu_adam_pairs(zeroed)) == 7
-    measured = [(rate, cal.host_cpu_adam_rate(c)) for c, _, rate in cal.cpu_adam_pairs(zeroed)]
+    assert len(rows) == len(fits.cpu_adam_pairs(zeroed)) == 7
+    measured = [(rate, fits.host_cpu_adam_rate(c)) for c, _, rate in fits.cpu_adam_pairs(zeroed)]
     assert [row.endswith("| - | - | - |") for row in rows] == [host is None for _, host in measured] == [
         True] * 5 + [False] * 2
     assert all(0.5 < rate / host < 0.75 and row.endswith(f"| {rate / host:.2f} | - |")
@@ -214,11 +215,11 @@ def test_a_leases_hybrid_optimizer_rate_is_read_where_its_probe_measured_it(zero
     case = next(c for c in zeroed if c.lease == "h200_2026-11-29_l51")
     (tmp_path / case.lease).mkdir()
     probe = tmp_path / case.lease / "cpu_adam_rate.json"
-    monkeypatch.setattr(cal, "DATA", tmp_path)
+    monkeypatch.setattr(fits, "DATA", tmp_path)
     probe.write_text(json.dumps({"params_per_s": 8.0e8}))  # a probe before --hybrid
-    assert (cal.host_cpu_adam_rate(case), cal.host_cpu_adam_rate(case, hybrid=True)) == (8.0e8, None)
+    assert (fits.host_cpu_adam_rate(case), fits.host_cpu_adam_rate(case, hybrid=True)) == (8.0e8, None)
     probe.write_text(json.dumps({"params_per_s": 8.0e8, "hybrid": {"error": "ModuleNotFoundError: megatron"}}))
-    assert cal.host_cpu_adam_rate(case, hybrid=True) is None
+    assert fits.host_cpu_adam_rate(case, hybrid=True) is None
     probe.write_text(json.dumps({"params_per_s": 8.0e8, "hybrid": {"params_per_s": 5.0e8}}))
-    assert cal.host_cpu_adam_rate(case, hybrid=True) == 5.0e8
+    assert fits.host_cpu_adam_rate(case, hybrid=True) == 5.0e8
     assert any(row.endswith("| 5.00e+08 |") for row in cal.cpu_adam_table(zeroed) if case.source in row)

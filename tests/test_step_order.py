@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import calibration as cal
+from benchmarks import cost_fits as fits
 from benchmarks import step_order
 from benchmarks.real_cases import DATA
 from tests.known_misses import KNOWN_OUTLIERS
@@ -112,7 +113,7 @@ def test_a_step_3_that_compiled_anew_is_measured_by_its_repeat_in_the_last_colum
     trials without fused kernels their logits); H200 3B 0.84 -> 0.88) and no size falls. The H100 0.5B is at 0.84
     with lease 67's five (0.82 before, 0.87 before lease 66's two, 0.91 before lease 62's three on one host, which
     the model puts 1% apart and which ran within 0.8%: a tie in either, but a step's order all the same)."""
-    held = cal.held_out(zeroed)[0]
+    held = fits.held_out(zeroed)[0]
     ok = cal.ok_cases(held)
     moved = {c.source for c in ok if c.measured_past_a_recompile() != c.measured_step_s}
     assert len(moved) == 11 and all(c.compiled_at_step_3 for c in ok if c.source in moved)
@@ -149,7 +150,7 @@ def test_the_step_less_its_idle_tail_is_ordered_where_the_trace_measured_it(tmp_
     import shutil
     import sqlite3
 
-    held = cal.held_out(cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED))[0]
+    held = fits.held_out(cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED))[0]
     rows = {line.split("|")[1].strip() + " " + line.split("|")[2].strip(): line
             for line in step_order.ordering(held) if line.startswith("| qwen")}
     idle = {k: line.strip().strip("|").split("|")[10].strip() for k, line in rows.items()}

@@ -140,7 +140,7 @@ def test_rope_fusion_in_the_job_speeds_the_training_passes_not_the_rollout():
 
 def test_each_pass_of_verl_engine_pays_its_fixed_cost_once_whatever_the_model():
     # verl 0.9.1's Megatron engine: a fixed cost per log-prob pass (old_log_prob and ref) and per update, on top of
-    # their FLOPs, the same at every model size (benchmarks/calibration.py fits it, held out per size).
+    # their FLOPs, the same at every model size (benchmarks/cost_fits.py fits it, held out per size).
     job = Job.from_mapping({"actor_rollout_ref.actor.use_kl_loss": True})
     zero = dataclasses.replace(DEFAULT_EFFICIENCY, logprob_pass_s=0.0, update_pass_s=0.0)
     c = Candidate.from_params(BASE)

@@ -1,6 +1,6 @@
-"""The base time model against the committed real verl 0.9.1 trials (benchmarks/calibration.py), leave one model size
-out: what the engine's fixed pass costs, the CPU optimizer priced per optimizer step and the local weight sync
-achieved (issue 23), so it cannot silently regress."""
+"""The base time model against the committed real verl 0.9.1 trials (fitted by benchmarks/cost_fits.py, reported by
+benchmarks/calibration.py), leave one model size out: what the engine's fixed pass costs, the CPU optimizer priced
+per optimizer step and the local weight sync achieved (issue 23), so it cannot silently regress."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from autotune.estimate.throughput import DEFAULT_EFFICIENCY
 from benchmarks import calibration as cal
+from benchmarks import cost_fits as fits
 from benchmarks.real_cases import DATA
 from tests import real_counts
 from tests.known_misses import HOST_MISSES, KNOWN_OUTLIERS, MODEL_TIE, STEP_NOISE, host, split_by_the_poll, trials
@@ -19,12 +20,12 @@ SIZES = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
 
 @pytest.fixture(scope="module")
 def held(zeroed: list[cal.Case]) -> list[cal.Case]:
-    return cal.held_out(zeroed)[0]
+    return fits.held_out(zeroed)[0]
 
 
 def test_the_pass_costs_are_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
     """One place per fact: the Efficiency constants are the fit on these trials (rounded), not a number beside it."""
-    for name, value in cal.fit_pass_costs(zeroed).items():
+    for name, value in fits.fit_pass_costs(zeroed).items():
         assert getattr(DEFAULT_EFFICIENCY, name) == pytest.approx(value, abs=0.1)
 
 
@@ -38,8 +39,8 @@ def test_a_logit_without_fused_kernels_costs_what_one_hosts_pairs_fit(zeroed: li
     (unfused_logits_by_phase). Against every host's fused trials of their size (`logit_costs`, what the constant was
     fitted on until lease 64: 48.8 ps over nineteen) the trials without them leave ~40 ps: what a host's speed puts
     between trials. Every other trial pays nothing."""
-    pairs = cal.logit_pairs(zeroed)
-    assert DEFAULT_EFFICIENCY.unfused_logit_ps == pytest.approx(cal.fit_logit_cost(zeroed), abs=0.05)
+    pairs = fits.logit_pairs(zeroed)
+    assert DEFAULT_EFFICIENCY.unfused_logit_ps == pytest.approx(fits.fit_logit_cost(zeroed), abs=0.05)
     assert DEFAULT_EFFICIENCY.unfused_logit_ps == 8.45
     assert sorted(c.source for c, _, _ in pairs) == sorted(
         trials("h100_2026-12-06_l65", "c-1.5b-h65", (1, 2)) | trials("h100_2026-12-06_l65", "c-1.5b-h65b", (0,))
@@ -57,7 +58,7 @@ def test_a_logit_without_fused_kernels_costs_what_one_hosts_pairs_fit(zeroed: li
 def test_the_decode_step_overheads_are_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
     """Per GPU type, the decode step's overhead with CUDA graphs is the trials' fit (to 0.1 ms), and a GPU type the
     trials never ran takes the H100's."""
-    fit = cal.fit_decode_overhead(zeroed)
+    fit = fits.fit_decode_overhead(zeroed)
     assert set(fit) == {"h100", "h200"}
     for gpu, value in fit.items():
         assert DEFAULT_EFFICIENCY.decode_step_overhead(gpu, eager=False) == pytest.approx(value, abs=1e-4)
@@ -75,7 +76,7 @@ def test_a_decode_step_takes_the_hosts_overhead_where_the_gpus_replay_is_shorter
     gen is its rollout rounded up to verl's 2 s poll: the 1.5B's nine measured 6.1 s three times, 10.1 s twice), and
     every size's gen on either GPU type within the phase target (the H200's one-GPU and four-lane nodes differ by a
     poll interval: 6.1 against 8.1 s)."""
-    steps = cal.decode_step_times(zeroed)
+    steps = fits.decode_step_times(zeroed)
     assert len(steps) == len(cal.ok_cases(zeroed)) == real_counts.MEASURED
     assert all(step > c.decode_gpu_step_s > 0 for c, step in steps)
     for size in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"):
@@ -155,10 +156,10 @@ def test_a_micro_batch_of_one_sequence_costs_what_the_six_trials_fit(zeroed: lis
     3B's -5%). Nothing else is priced by it but lease 55's 7B at micro-batches of 1/4, the fit held out where it was
     never fitted: its update within the phase target and its step within the step target, and beside the pick on its
     host (c-7b-h55 #0) its update's excess over the pick's within 20 % of what it measured (17.5 s against 19.1 s)."""
-    update_pass_s = cal.fit_pass_costs(zeroed)["update_pass_s"]
+    update_pass_s = fits.fit_pass_costs(zeroed)["update_pass_s"]
     assert DEFAULT_EFFICIENCY.micro_batch_of_one_s == pytest.approx(
-        cal.fit_micro_batch_cost(zeroed, update_pass_s), abs=0.005)
-    assert sorted(c.source for c, _ in cal.micro_batch_costs(zeroed, update_pass_s)) == sorted(MICRO_BATCHES_OF_ONE)
+        fits.fit_micro_batch_cost(zeroed, update_pass_s), abs=0.005)
+    assert sorted(c.source for c, _ in fits.micro_batch_costs(zeroed, update_pass_s)) == sorted(MICRO_BATCHES_OF_ONE)
     assert {c.source for c in zeroed if c.micro_batches_of_one} == {*MICRO_BATCHES_OF_ONE, SEVEN_OF_ONE}
     one = {c.source: c for c in cal.ok_cases(held) if c.source in (*MICRO_BATCHES_OF_ONE, SEVEN_OF_ONE)}
     assert len(one) == 7
@@ -229,12 +230,12 @@ def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) ->
     pays them: every other trial's micro-batches are single sequences or of 4.5k tokens or more. The 7B, out of the
     fit (its optimizer on the CPU, whose rate is the host's), pays nothing as priced: its micro-batches' GPU work is
     longer than the host's work the fit says they take, and its 4k budget (lease 56) left nothing a micro-batch."""
-    update_pass_s = cal.fit_pass_costs(zeroed)["update_pass_s"]
-    fit = cal.fit_small_micro_batch_costs(zeroed, update_pass_s)
+    update_pass_s = fits.fit_pass_costs(zeroed)["update_pass_s"]
+    fit = fits.fit_small_micro_batch_costs(zeroed, update_pass_s)
     assert set(fit) == set(cal.SMALL_COSTS.values())
     for name, value in fit.items():
         assert getattr(DEFAULT_EFFICIENCY, name) == pytest.approx(value, abs=0.0002)
-    costs = cal.small_micro_batch_costs(zeroed, update_pass_s)
+    costs = fits.small_micro_batch_costs(zeroed, update_pass_s)
     # and the 7B's at micro-batches of 2 (leases 48 and 53), its optimizer on the CPU as no update in the fit has (with
     # the GEMMs' latency priced by layer size they leave 0.07 and 0.09 s a micro-batch, within the others' spread)
     cpu_adam = {"h200_2026-11-28_l48/c-7b-h43.db/c-7b-h43#1", "h200_2026-11-29_l53/c-7b-h51.db/c-7b-h51#1",
@@ -415,9 +416,9 @@ def test_a_log_prob_pass_pays_for_each_micro_batch(zeroed: list[cal.Case], held:
     61's 1.5B passes took the refit without the 3B's logprob_pass_s 0.03 s lower, 25.9% since lease 64's fast 1.5B
     passes without fused kernels), and each of them is predicted
     slower than its size's passes of two micro-batches, as it measured."""
-    fitted = cal.fit_logprob_micro_batch_cost(zeroed)
+    fitted = fits.fit_logprob_micro_batch_cost(zeroed)
     assert DEFAULT_EFFICIENCY.logprob_micro_batch_s == pytest.approx(fitted, abs=0.005)
-    by = cal._by_count(cal.logprob_micro_batch_residuals(zeroed))
+    by = fits.by_count(fits.logprob_micro_batch_residuals(zeroed))
     assert len(by[32]) >= 7 and len(by[2]) >= 80
     assert statistics.median(by[32]) > statistics.median(by[2]) + 1.5
     many = [c for c in cal.ok_cases(held) if c.log_prob_micro_batches == 32]

@@ -35,7 +35,7 @@ class HostCopy:
     # used before it priced each move.
     gpus_per_uplink: int = 2
     # Megatron's CPU optimizer step as verl runs it, parameters a second: the median of the real trials' pairs with it
-    # and without it on one host (benchmarks/calibration.py fit_cpu_adam_rate: lease 44's and lease 51's 3B two each,
+    # and without it on one host (benchmarks/cost_fits.py fit_cpu_adam_rate: lease 44's and lease 51's 3B two each,
     # lease 49's 1.5B three, 4.3e8-6.2e8). Alone, torch.optim.AdamW(fused=True) on fp32 CPU tensors, one thread (Ray
     # starts workers with OMP_NUM_THREADS=1), did 6.2e8-7.8e8 on the lent H200s' hosts and 7.6e8 on an H100's (`python
     # -m benchmarks.cpu_adam_rate`); the build host (AMD EPYC) 1.35e9-1.75e9. Lease 51 ran both on one host: its pairs

@@ -83,7 +83,7 @@ class Efficiency:
     # which vLLM 0.24 runs for the next step while the GPU replays this one (async scheduling: on by default where
     # the executor supports it, as the `mp` executor of verl 0.9.1's vLLM server does): a step takes the longer of
     # the two. Fitted on the real verl 0.9.1 GRPO steps (128 sequences decoded together, 1,024
-    # decode steps; benchmarks/calibration.py fit_decode_overhead: per GPU type, the median decode step of the trials
+    # decode steps; benchmarks/cost_fits.py fit_decode_overhead: per GPU type, the median decode step of the trials
     # whose step outlasted their GPU's work, verl's 2 s poll priced): 6.9 ms over the forty on the lent H100 nodes,
     # 6.7 ms over the fifty-two on the lent H200 nodes, every one of them host-bound (Qwen2.5-0.5B to 7B). Their gen is
     # the rollout rounded up to the poll (6.1, 8.1, 10.1 s ...; one interval is 2 ms a decode step): the H100's
@@ -115,7 +115,7 @@ class Efficiency:
     # An actor whole on each GPU (nothing to gather) hands its weights to the colocated vLLM by CUDA IPC: verl 0.9.1's
     # update_weights took 0.43-0.77 s on one H100 for 1-6 GB of bf16 weights (Qwen2.5-0.5B to 3B; calibration.md):
     # a fixed cost (vLLM's wake-up of the weights, the bucketed per-tensor hand-over, empty_cache), the median
-    # residual (benchmarks/calibration.py fit_pass_costs: 0.42 s over the forty-seven steps of leases 3 to 25, 0.43 s
+    # residual (benchmarks/cost_fits.py fit_pass_costs: 0.42 s over the forty-seven steps of leases 3 to 25, 0.43 s
     # over the forty-four before lease 25, 0.44 s over the forty before lease 24, 0.45 s before lease 22; held out per
     # size 0.40-0.45 s: within the 0.1 s the constants keep to their fit), plus the bytes at a rate
     # read off the rise from 0.5B to 3B (in sample: 3B's 6 GB took ~0.2 s more than 0.5B's 1 GB).
@@ -129,7 +129,7 @@ class Efficiency:
     # is not measured here; the 2-layer run of 32 short sequences (real_verl_throughput.md, 4 s a step) shows part
     # of it does. Per pass is the form that leaves large jobs where the verl 0.4-era tables put them (a cost per
     # token or per sequence at this size would add minutes to their steps). The median residual
-    # (benchmarks/calibration.py fit_pass_costs) over the forty-seven measured steps of leases 3 to 25 (twenty-three
+    # (benchmarks/cost_fits.py fit_pass_costs) over the forty-seven measured steps of leases 3 to 25 (twenty-three
     # on H200s: the 7B's three, twenty of the 1.5B and 3B): 2.40 s, 2.41 s on the forty-four before lease 25 (its
     # three 3B trials on an H100 left 1.9-2.1 s, and 5.3 s where its log-prob pass ran micro-batches of 4
     # sequences without dynamic batching), 2.40 s on the forty before lease 24 and the
@@ -148,7 +148,7 @@ class Efficiency:
     # model than the dynamic budgets' two to five did, at every size (2026-12-02, lease 55's 7B at log-prob
     # micro-batches of 4: 3.2 s above the same host's pick): fixed micro-batches of 4 sequences (32 a step) 2.2 s,
     # of 8 (16) 0.5 s, an 8k budget (19) 1.8 s, against -0.2 s at two. Fitted with logprob_pass_s
-    # (benchmarks/calibration.py fit_logprob_micro_batch_cost: least squares of what a pass leaves on its count);
+    # (benchmarks/cost_fits.py fit_logprob_micro_batch_cost: least squares of what a pass leaves on its count);
     # 0.076 s since lease 65 (unfused_logit_ps 0: the passes of micro-batches of 4/8 without fused kernels left more).
     logprob_micro_batch_s: float = 0.076
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
@@ -187,7 +187,7 @@ class Efficiency:
     # costs this much beyond its FLOPs and update_pass_s, whatever the model size: lease 22's 1.5B on an H200
     # (c-1.5b-h2 #2) and lease 24's 0.5B on an H100 (c-0.5b-bc #4), both micro-batches of 1 (log-prob 4) over
     # 128 sequences of ~1.2k tokens a step (128 micro-batches), ran their updates in 28.4 and 27.0 s where the model
-    # said 9.8 and 6.5 s: 0.145 and 0.161 s a micro-batch (benchmarks/calibration.py fit_micro_batch_cost; the
+    # said 9.8 and 6.5 s: 0.145 and 0.161 s a micro-batch (benchmarks/cost_fits.py fit_micro_batch_cost; the
     # median). Either size's figure predicts the other's update within 7% (calibration.md, held out). Lease 25 tested
     # it at a third size, the 3B on an H100 with its optimizer offloaded (c-3b-h3 #1): predicted with the constant
     # before it ran, its update took 37.6 s against 38.1 (38.5 held out, the two others' fit 0.153 s); alone it says
@@ -205,7 +205,7 @@ class Efficiency:
     # Update micro-batches under SMALL_MICRO_BATCH_TOKENS that are not single sequences cost this much each beyond
     # their FLOPs and update_pass_s, fixed micro-batches of a few sequences (small_micro_batch_s) and those of a
     # dynamic token budget (small_budget_micro_batch_s) apart, as they measured apart: the median per micro-batch of
-    # what each such update leaves above update_pass_s (benchmarks/calibration.py fit_small_micro_batch_costs, kept out
+    # what each such update leaves above update_pass_s (benchmarks/cost_fits.py fit_small_micro_batch_costs, kept out
     # of update_pass_s's fit as micro-batches of one are). Micro-batches of 2 sequences (~2.4k tokens, 64 a step):
     # 0.112 s on the 0.5B (lease 29, H100), 0.063 s on the 1.5B (lease 26, H100), 0.101 and 0.071 s on the 3B (leases
     # 32 and 33, two four-lane H200 nodes): 0.086 s (over update_pass_s at 4.73 s). A 4k budget (38 a step): 0.142,
@@ -245,7 +245,7 @@ class Efficiency:
     # (Python, autograd, TE's per-layer launches) that its GPU work does not hide: so it is priced since as each
     # kind's host seconds a layer of the pipeline stage, less the micro-batch's GPU work, never below zero
     # (small_micro_batch_seconds), still only under SMALL_MICRO_BATCH_TOKENS (the floor above, paid by every
-    # micro-batch, charged larger ones where nothing was measured). Fitted (calibration.py
+    # micro-batch, charged larger ones where nothing was measured). Fitted (cost_fits.py
     # fit_small_micro_batch_costs: per kind the median over the trials without the CPU optimizer of what a
     # micro-batch left plus its GPU work, per layer): 6.7 and 9.5 ms a layer, the 0.5B-3B's 0.11-0.29 s a
     # micro-batch, the 7B's 0 at both kinds. Over the 22 trials with small micro-batches the update's median |error|
@@ -257,7 +257,7 @@ class Efficiency:
     # in every update micro-batch, and that costs this much a layer and micro-batch beyond the recomputed FLOPs (3% of
     # the update's with core_attn, +20% with mlp): Megatron's checkpoint saves and restores the RNG states and runs
     # the layer's forward again through autograd. Fitted on the paired trials, one host each, the same configuration
-    # with and without it (benchmarks/calibration.py fit_checkpoint_cost: the median over the pairs of what the pair's
+    # with and without it (benchmarks/cost_fits.py fit_checkpoint_cost: the median over the pairs of what the pair's
     # update differs by beyond the model's difference, per checkpointed layer; steps 2 on). Lease 44 ran the 3B at an
     # 8k budget (36 layers, 20 micro-batches a step) with and without core_attn's, with and without the CPU optimizer,
     # on one H200 host: +1.8 and +1.1 s, where the FLOPs say +0.2 s; leases 10 and 34 (H100s) +1.1 and +5.3 s with the
@@ -280,7 +280,7 @@ class Efficiency:
     # per logit a GPU holds (picoseconds; tokens x vocabulary / TP, of its DP and CP share, on the last PP stage), in
     # each log-prob pass and once in each update epoch (its forward and backward over the logits cost about what the
     # log-prob pass's do beyond the fused kernel's own backward). Fitted on the real verl 0.9.1 trials
-    # (benchmarks/calibration.py fit_logit_cost): the median over the eleven without fused kernels (0.5B and 1.5B, one
+    # (benchmarks/cost_fits.py fit_logit_cost): the median over the eleven without fused kernels (0.5B and 1.5B, one
     # H100) of what each old_log_prob left above the median of the trials with them of its size, GPU and attention
     # backend, per logit; at ~2.3e10 logits a step (150k tokens, 152k vocabulary) 1.0-1.1 s a pass on the 0.5B, 0.7 s
     # on the 1.5B. The updates of the 0.5B's seven such trials ran a median 1.1-1.2 s over those with fused kernels

@@ -391,7 +391,7 @@ def estimate_throughput(
     # costs what a forward pass costs beyond them (logprob_pass_s: its kernels launched one by one, Megatron's
     # checkpointing around every layer). On the real verl 0.9.1 trials the seven full-recompute updates without the
     # CPU optimizer ran 2.6 s (median; 2.9 s over the six before lease 22) above update_pass_s, the log-prob pass's own
-    # fit being 2.41 s (benchmarks/calibration.py recompute_residual): 3.3-4.7 s on the H100 nodes, 1.0-2.6 s on the
+    # fit being 2.41 s (benchmarks/cost_fits.py recompute_residual): 3.3-4.7 s on the H100 nodes, 1.0-2.6 s on the
     # H200s (lease 22's 3B with its optimizer offloaded 1.7 s), whose host is faster (as their decode overhead says),
     # a spread not priced here. Lease 20's
     # two-by-two on the 1.5B (H200) says it is the recompute and not the 8k token budget every earlier full-recompute
