@@ -312,6 +312,10 @@ class Efficiency:
     # of 32k twice to three times that: the price grows with the micro-batch's logits (or the memory they fill), not
     # with the model size. The median of the six pairs: 8.45 ps, a pass's alone. In every pair the update without
     # them ran 0.2-2.0 s faster than its twin (the kernels' backward recomputes the logits): the update pays none.
+    # The head alone on an H100 (benchmarks/unfused_logits.py, results/unfused_logits_h100/) prices a logit alike at
+    # 16k and 32k tokens a micro-batch with the allocator's cache warm (21 ps with verl's entropy, 9 without), and
+    # 1.2-2.9x that with the GPU otherwise full and the cache emptied before each micro-batch: the memory the logits
+    # fill raises the price, not the micro-batch's size. One price stays until pairs on one host fit that form.
     unfused_logit_ps: float = 8.45
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
