@@ -11,6 +11,8 @@
 # 73.7 GiB, the same micro-batches with ~6 GiB less held) with them (the cold trial), then without; then without
 # offload without and with them (lease 66's and 67's pair on a third host). Both pairs are offload on/off pairs on one
 # host too. A second study runs the offloaded one with fused kernels again, warm. ~0.5B trials take 190-225 s.
+# The head alone (benchmarks/unfused_logits.py, forty-fourth session) says the memory: a logit cost 21 ps at 16k and
+# 32k with memory to spare, 1.2-2.9x that with the GPU otherwise full; so the offloaded pair should pay less than 32 ps.
 # Either: AT_MORE_MODELS="", LEASE_S as the budget holds; stage with the committed trials out (lease_tree.sh out), and
 # on the setup call `mkdir -p /root/smoke && touch /root/smoke/importtime.txt` first.
 set -u
