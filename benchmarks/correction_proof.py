@@ -215,9 +215,13 @@ class Case:
         return math.exp(self.corrected - self.uncorrected) - 1
 
 
-def predicted(corr: Correction, p: Point, job: Job) -> dict[str, float]:
-    t = corr.correct_throughput(p.estimate, p.obs.candidate, job)
+def by_phase(t: ThroughputEstimate) -> dict[str, float]:
+    """Seconds per phase and "step", as `Point.measured` holds them."""
     return dict(t.phases) | {"step": t.step_time}
+
+
+def predicted(corr: Correction, p: Point, job: Job) -> dict[str, float]:
+    return by_phase(corr.correct_throughput(p.estimate, p.obs.candidate, job))
 
 
 def subsets(n: int, k: int) -> Iterable[tuple[int, ...]]:
@@ -231,7 +235,7 @@ def subsets(n: int, k: int) -> Iterable[tuple[int, ...]]:
 def prove(groups: list[Group], fitter: Callable[[list[Observation], Job], Correction]) -> list[Case]:
     out = []
     for g in groups:
-        raw = [dict(p.estimate.phases) | {"step": p.estimate.step_time} for p in g.points]
+        raw = [by_phase(p.estimate) for p in g.points]
         for k in KS:
             if len(g.points) <= k:
                 continue
@@ -266,11 +270,11 @@ class Ceiling:
 def ceiling(groups: list[Group]) -> list[Ceiling]:
     """Per phase over `groups` (cut into studies, `study_groups`): issue 23.4's 80 % strictly better is out of
     reach of any level correction where even the oracle's level is better in fewer cases."""
-    out = []
-    for ph in PHASES:
-        oracle, others = [], []
-        for g in groups:
-            raw = [dict(p.estimate.phases) | {"step": p.estimate.step_time} for p in g.points]
+    oracle: dict[str, list[bool]] = defaultdict(list)
+    others: dict[str, list[bool]] = defaultdict(list)
+    for g in groups:
+        raw = [by_phase(p.estimate) for p in g.points]
+        for ph in PHASES:
             errs = [math.log(r[ph] / p.measured[ph]) for p, r in zip(g.points, raw, strict=True)
                     if p.measured.get(ph) and r.get(ph)]
             if len(errs) < 2:
@@ -278,11 +282,10 @@ def ceiling(groups: list[Group]) -> list[Ceiling]:
             mean = statistics.fmean(errs)
             for i, e in enumerate(errs):
                 rest = statistics.fmean(errs[:i] + errs[i + 1:])
-                oracle.append(abs(e - mean) < abs(e))
-                others.append(abs(e - rest) < abs(e))
-        if oracle:
-            out.append(Ceiling(ph, len(oracle), sum(oracle) / len(oracle), sum(others) / len(others)))
-    return out
+                oracle[ph].append(abs(e - mean) < abs(e))
+                others[ph].append(abs(e - rest) < abs(e))
+    return [Ceiling(ph, len(oracle[ph]), sum(oracle[ph]) / len(oracle[ph]), sum(others[ph]) / len(others[ph]))
+            for ph in PHASES if oracle[ph]]
 
 
 BEFORE = "daa06a3"  # the last commit before issue 23's correction
