@@ -50,8 +50,10 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[real_cases.Case, real_cases.Ca
     """(off, on, measured tokens/s/GPU off, on) of every pair of ok real trials, each trial once, of one model, GPU,
     job and attention backend whose settings differ only in the offload keys (off: the one offloading less). A trial
     whose study holds its partner pairs within its study (one machine, one hour: lease 28 re-ran lease 24's pair
-    with the same job); across studies only where neither has a partner in its own, and then once, with the partner
-    of the nearest lease (lease 19's offloaded 1.5B pairs with lease 20's, not also with lease 38's rerun of it)."""
+    with the same job); across studies only where neither has a partner in its own nor its lease a pair within a
+    study (lease 68's warm repeat of its offloaded 0.5B, whose host had measured the pair, is not set against lease
+    67's slower host), and then once, with the partner of the nearest lease (lease 19's offloaded 1.5B pairs with
+    lease 20's, not also with lease 38's rerun of it)."""
     dbs = list(dbs)
     groups: dict[tuple, list[tuple[str, int, float]]] = defaultdict(list)
     for db, _, setup, row in real_cases.measured_trials(dbs):
@@ -72,6 +74,7 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[real_cases.Case, real_cases.Ca
     out = []
     for members in groups.values():
         paired = {m[0] for m in members if any(study(o) == study(m) and o[1] != m[1] for o in members)}
+        measured_here = {_lease(m) for m in paired}
         across = []
         for off in members:
             for on in members:
@@ -82,7 +85,7 @@ def real_pairs(dbs: Iterable[Path]) -> list[tuple[real_cases.Case, real_cases.Ca
                 else:
                     across.append((abs(_lease(off[0]) - _lease(on[0])), off, on))
         for _, off, on in sorted(across, key=lambda a: (a[0], a[1][0], a[2][0])):
-            if not {off[0], on[0]} & paired:
+            if not {off[0], on[0]} & paired and not {_lease(off[0]), _lease(on[0])} & measured_here:
                 paired |= {off[0], on[0]}
                 out.append((cases[off[0]], cases[on[0]], off[2], on[2]))
     return sorted(out, key=lambda p: (p[0].size, p[0].source, p[1].source))

@@ -75,7 +75,11 @@ def trials(lease: str, study: str, numbers: Iterable[int]) -> set[str]:
 # (offload's reload, 1.4 s): its three are host misses. Lease 62's one-GPU H100 was the fastest host yet: the 0.5B's
 # dyn32k/96k at util 0.4 in 12.7 s at step 3 (gen 6.0, update 4.0 s), where leases 4, 24, 27 and 28's H100s ran it in
 # 15.4-16.9 s (gen 8.1, update 5.1-5.7 s), and dyn32k/32k in 12.6 and 12.7 s (lease 28's 14.8 s): 14-25% faster, its
-# three beside one another within 0.8% (the model puts them 1% apart): its three are host misses.
+# three beside one another within 0.8% (the model puts them 1% apart): its three are host misses. Lease 68's one-GPU
+# H100 was fast too: every one of its nine 0.5B trials rolled out in 6.1 s at step 3 (8.1 s on the H100s of leases 4-28,
+# 66 and 67: one 2 s poll of verl's replay buffer fewer), its dyn8k/16k in 15.3 s a step where lease 67's host ran the
+# same in 18.7-20.2 s, and its updates of micro-batches under 4,500 tokens (dyn4k/8k, micro-batches of 2) left 0.00
+# and 0.04 s a micro-batch above the model's pass where other hosts' left 0.07-0.22 s: its nine are host misses.
 HOST_MISSES = set().union(*(trials(lease, study, numbers) for lease, study, numbers in (
     ("h100_2026-11-26_l10", "c-3b", (0, 3, 4)),
     ("h200_2026-11-27_l32", "c-0.5b-t", range(5)), ("h200_2026-11-27_l32", "c-1.5b-h7", range(4)),
@@ -93,7 +97,9 @@ HOST_MISSES = set().union(*(trials(lease, study, numbers) for lease, study, numb
     ("h200_2026-11-28_l47", "c-7b-h39", range(2)), ("h200_2026-11-28_l47", "c-0.5b-h40", range(6)),
     ("h200_2026-11-28_l48", "c-7b-h43", range(2)), ("h200_2026-11-28_l48", "c-1.5b-h44", range(6)),
     ("h200_2026-11-29_l50", "c-7b-h45", range(3)), ("h200_2026-11-29_l52", "c-7b-h50", range(3)),
-    ("h100_2026-12-06_l62", "c-0.5b-h62", range(2)), ("h100_2026-12-06_l62", "c-0.5b-h62b", (0,)))))
+    ("h100_2026-12-06_l62", "c-0.5b-h62", range(2)), ("h100_2026-12-06_l62", "c-0.5b-h62b", (0,)),
+    ("h100_2026-12-07_l68", "c-0.5b-h68", range(4)), ("h100_2026-12-07_l68", "c-0.5b-h68b", (0,)),
+    ("h100_2026-12-07_l68", "c-0.5b-h68s", range(4)))))
 
 
 # Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at

@@ -194,16 +194,19 @@ def test_every_real_trial_that_ran_is_predicted_within_8_percent():
     """Predicted peak against NVML's (every process on the GPU) for every real trial that ran, and the update's
     torch-managed memory against verl's own max_memory_allocated_gb. Since lease 40 the model holds verl's balanced
     partitions at a step's lengths and a log-prob pass's forward peak: the budgets well above their partitions (c-0.5b
-    #0 and its re-runs, c-1.5b-h15 #0, +17-20 % before) are within 8 %. The exceptions are the three offloaded 0.5B
-    trials without fused kernels (c-0.5b #2, c-0.5b-bc #2, c-0.5b-kw #1):
+    #0 and its re-runs, c-1.5b-h15 #0, +17-20 % before) are within 8 %. The exceptions are the four offloaded 0.5B
+    trials without fused kernels (c-0.5b #2, c-0.5b-bc #2, c-0.5b-kw #1, c-0.5b-h68 #1):
     NVML's peak is step 1's allocator cache (verl's max_memory_reserved_gb 69.7 against 53.8 allocated), which the
-    allocator frees before it runs out of memory; what tensors held is predicted within 3 %."""
+    allocator frees before it runs out of memory; what tensors held is predicted within 3 %. Step 1 alone: verl 0.9.1
+    turns the allocator's expandable segments on at the end of each weight sync (engine_workers.py, after
+    update_weights), the first of which ends step 1, so step 1's log-prob pass fragments the logits' blocks (lease 68's
+    c-0.5b-h68 #1: 73.7 GiB at step 1, 58.9 and 60.0 at steps 2-3; without offload #2 78.1 against 74.9 and 74.7)."""
     ran = [(src, ev, at) for src, status, ev, at in _real_trials() if status == "ok"]
     assert len(ran) == real_counts.MEASURED
     # lease 48's cut trial has no NVML peak: the lease's deadline stopped the tuner before the runner's buffered trace
     # reached its file (written line by line since); it is judged on its verdict alone
     assert [src for src, _, at in ran if at["nvml"] is None] == ["h200_2026-11-28_l48/c-1.5b-h44#5"]
-    cached = ("c-0.5b#2", "c-0.5b-bc#2", "c-0.5b-kw#1")
+    cached = ("c-0.5b#2", "c-0.5b-bc#2", "c-0.5b-kw#1", "c-0.5b-h68#1")
     for src, ev, at in ran:
         assert ev.memory.fits, src
         if at["nvml"] is None:

@@ -56,7 +56,8 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     48.8 ps: the H100s' median 2.1 s, the H200s' 2.0 s, each within 5% of logprob_pass_s. Lease 65's three 1.5B with
     full recompute at dyn8k/16k on one H100 (with fused kernels 3.2 s, without 1.2 and 2.8 s) and its refit of
     unfused_logit_ps to 0 (the updates without fused kernels no longer pay ~1.1 s of logits, which had closed the gap):
-    the H100s' median 2.8 s over eleven, the H200s' 1.8 s over nine (1.5x), logprob_pass_s 2.08 s between them."""
+    the H100s' median 2.8 s over eleven, the H200s' 1.8 s over nine (1.5x), logprob_pass_s 2.08 s between them.
+    Lease 68's 0.5B with full recompute on a fast H100 host (HOST_MISSES) left -1.1 s: out of both medians."""
     costs = fits.fit_pass_costs(zeroed)
     assert fits.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
         DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
@@ -67,8 +68,8 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     assert h200 < DEFAULT_EFFICIENCY.logprob_pass_s < h100 and 1.3 < h100 / h200 < 1.7
     for median in (h100, h200):
         assert median == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.35)
-    slow = [r for c, r in residuals  # leases 32's, 33's, 41's and 46's 0.5B on multi-lane nodes
-            if c.source in HOST_MISSES and c.size == "qwen2.5-0.5b"]
+    slow = [r for c, r in residuals  # leases 32's, 33's, 41's and 46's 0.5B on multi-lane H200 nodes
+            if c.source in HOST_MISSES and c.size == "qwen2.5-0.5b" and c.gpu == "h200"]
     assert len(slow) == 4 and statistics.median(slow) > max(per_gpu["h100"]) and min(slow) > 3.0
     two_by_two = {c.source.rsplit("#", 1)[1]: cal.steady(c)
                   for c in cal.cases([DATA / "h200_2026-11-26_l20" / "c-1.5b-rc.db"])}
@@ -146,7 +147,8 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     7B's own: full recompute's second forward, on one host over the pairs of trials that differ only in it
     (`recompute_pairs`), leaves 1.7 s for the 1.5B (seven pairs) and 2.9 s for the 3B (three) on the H200s, within 40 %
     of the log-prob pass the model charges for it (logprob_pass_s, 2.13 s since its micro-batches are priced apart: the
-    second forward is charged that fixed part only), and 0.3 s for the 7B (lease 50's one pair)."""
+    second forward is charged that fixed part only), and 0.3 s for the 7B (lease 50's one pair); 0.25 s for the 0.5B
+    on lease 68's fast H100 host (one pair, a host miss)."""
     left = {key: {k: statistics.median(v) for k, v in kinds.items() if v}
             for key, kinds in fits.pass_leftovers(zeroed).items()}
     small = [v["old_log_prob"] for (size, _), v in left.items() if size != "qwen2.5-7b"]
@@ -158,7 +160,7 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     for size in ("qwen2.5-1.5b", "qwen2.5-3b"):
         assert left[size, "h200"]["full_less_others"] == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.4)
     assert Counter((c.size, c.gpu) for c, _, _ in fits.recompute_pairs(zeroed)) == {
-        ("qwen2.5-1.5b", "h200"): 7, ("qwen2.5-3b", "h200"): 3, ("qwen2.5-7b", "h200"): 1}
+        ("qwen2.5-1.5b", "h200"): 7, ("qwen2.5-3b", "h200"): 3, ("qwen2.5-7b", "h200"): 1, ("qwen2.5-0.5b", "h100"): 1}
     assert seven["full_less_others"] < DEFAULT_EFFICIENCY.logprob_pass_s / 1.5
     assert sum(f"| {size} | {gpu} |" in line for line in cal.fixed_costs(zeroed) for size, gpu in left) == len(left)
 

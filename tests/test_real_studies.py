@@ -88,6 +88,10 @@ def test_each_real_trial_counts_once_in_every_reader() -> None:
     # 28 re-ran lease 24's with the same job: a pair of its own, not crossed with lease 24's (each pairs in its study)
     assert pairs == [("c-0.5b#1", "c-0.5b#2", 7047.2, 7004.5), ("c-0.5b-bc#1", "c-0.5b-bc#2", 7718.4, 6562.2),
                      ("c-0.5b-kw#0", "c-0.5b-kw#1", 9494.1, 8493.8),
+                     # lease 68's, without and with fused kernels on one fast H100 host; its warm repeat of the
+                     # offloaded one (c-0.5b-h68b #0) is paired with none: its host measured the pair
+                     ("c-0.5b-h68#2", "c-0.5b-h68#1", 10755.7, 11287.2),
+                     ("c-0.5b-h68#3", "c-0.5b-h68#0", 11007.2, 11135.1),
                      # lease 46's, its lane's cold first trial (#0) beside the other lane's: its update 2x at step 3
                      ("c-0.5b-h35#0", "c-0.5b-h35#1", 6098.3, 9757.9),
                      ("c-1.5b-h11#3", "c-1.5b-h11#2", 6109.1, 5664.6),

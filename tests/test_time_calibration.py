@@ -33,22 +33,25 @@ def test_a_logit_without_fused_kernels_costs_what_one_hosts_pairs_fit(zeroed: li
     """unfused_logit_ps is the fit (to 1 ps) over the trials without fused kernels that have twins with them on their
     host: lease 65's three 1.5B on one H100 (full recompute at dyn8k/16k twice, micro-batches of 4/8), whose log-prob
     passes left 3, -0 and -39 ps a logit above their twins', lease 66's 0.5B at dyn16k/32k on another (49 ps) and
-    lease 67's 0.5B at dyn8k/16k (14 ps) and dyn16k/32k (32 ps) on a third: the median, 8.45 ps. At micro-batches of
-    32k tokens the 0.5B pays more than at 16k on one host, twice (32 against 14 ps, lease 67). In every pair the
-    update without them ran faster than its twin (0.2-2.0 s at step 3): the update pays none
-    (unfused_logits_by_phase). Against every host's fused trials of their size (`logit_costs`, what the constant was
-    fitted on until lease 64: 48.8 ps over nineteen) the trials without them leave ~40 ps: what a host's speed puts
-    between trials. Every other trial pays nothing."""
+    lease 67's 0.5B at dyn8k/16k (14 ps) and dyn16k/32k (32 ps) on a third, lease 68's 0.5B at dyn16k/32k with the
+    actor offloaded (32 ps) and without (36 ps) on a fourth: the median, 22.74 ps. At micro-batches of 32k tokens the
+    0.5B pays more than at 16k on one host (32 against 14 ps, lease 67); the offload's freed memory moved the price
+    less than a step's noise (lease 68). In every pair the update without them ran faster than its twin (0.2-2.0 s at
+    step 3): the update pays none (unfused_logits_by_phase). Against every host's fused trials of their size
+    (`logit_costs`, what the constant was fitted on until lease 64: 48.8 ps over nineteen) the trials without them
+    leave ~40 ps: what a host's speed puts between trials. Every other trial pays nothing."""
     pairs = fits.logit_pairs(zeroed)
     assert DEFAULT_EFFICIENCY.unfused_logit_ps == pytest.approx(fits.fit_logit_cost(zeroed), abs=0.05)
-    assert DEFAULT_EFFICIENCY.unfused_logit_ps == 8.45
+    assert DEFAULT_EFFICIENCY.unfused_logit_ps == 22.74
     assert sorted(c.source for c, _, _ in pairs) == sorted(
         trials("h100_2026-12-06_l65", "c-1.5b-h65", (1, 2)) | trials("h100_2026-12-06_l65", "c-1.5b-h65b", (0,))
-        | trials("h100_2026-12-07_l66", "c-0.5b-h66", (1,)) | trials("h100_2026-12-07_l67", "c-0.5b-h67", (1, 2)))
+        | trials("h100_2026-12-07_l66", "c-0.5b-h66", (1,)) | trials("h100_2026-12-07_l67", "c-0.5b-h67", (1, 2))
+        | trials("h100_2026-12-07_l68", "c-0.5b-h68", (1, 2)))
     by = {c.source.rsplit("/", 1)[1]: r for c, _, r in pairs}
     assert 40.0 < by["c-0.5b-h66#1"] < 60.0
     assert by["c-0.5b-h67#2"] > 2 * by["c-0.5b-h67#1"] > 20.0  # 32k micro-batches against 16k, one host
-    assert 5.0 < statistics.median(by.values()) < 10.0
+    assert 0.8 * by["c-0.5b-h68#2"] < by["c-0.5b-h68#1"] < by["c-0.5b-h68#2"]  # offloaded: a little less, one host
+    assert 20.0 < statistics.median(by.values()) < 25.0
     for c, twins, _ in pairs:
         assert all("no-fused" not in t.label and t.lease == c.lease for t in twins)
         assert set(c.unfused_logits) == {"old_log_prob"}
@@ -193,7 +196,8 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
                        "h200_2026-11-28_l43/c-3b-h27.db/c-3b-h27#1", "h200_2026-11-28_l47/c-0.5b-h40.db/c-0.5b-h40#4",
                        *trials("h200_2026-11-28_l48", "c-1.5b-h44", (1, 2)),
                        "h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#1",
-                       *trials("h100_2026-12-06_l59", "c-1.5b-h59", (1, 3))}
+                       *trials("h100_2026-12-06_l59", "c-1.5b-h59", (1, 3)),
+                       *trials("h100_2026-12-07_l68", "c-0.5b-h68s", (0, 2))}
 # Priced, one misses a target held out, named with what it misses and a bound over its error (predicted / measured
 # - 1): lease 3b's 0.5B with a 4k budget ran unfused attention, whose long GPU work per micro-batch (0.32 s, the
 # model's) hid the cost (0.002 s a micro-batch): its update is priced 33% over, its step 15%. Lease 26's 1.5B at
@@ -216,8 +220,12 @@ SMALL_MICRO_BATCHES = {"h100_2026-11-24_l3/smoke_l3b.db/smoke-h100-b#1", "h100_2
 # lease 48's 1.5B at a 4k budget is 18 % under, within the target. Since a small micro-batch pays only the host's work
 # its GPU work does not hide (lease 56's 7B at a 4k budget left nothing), lease 3b's unfused 0.5B, whose 0.33 s of GPU
 # work a micro-batch hid it, is priced within 2% (update and step), and lease 26's 1.5B at micro-batches of 2 misses
-# only its step (25 % over; its update 20 %).
-SMALL_MISSES = {"h100_2026-11-27_l26/c-1.5b-h4.db/c-1.5b-h4#2": {"step": 0.29}}
+# only its step (25 % over; its update 20 %); 19 % since lease 68's refit (within the target). Lease 68's fast H100
+# host (HOST_MISSES) ran the 0.5B's micro-batches of 2 and its 4k budget at 0.04 and 0.00 s a micro-batch above the
+# model's pass (other hosts' 0.07-0.22 s): held out their updates are priced 62 % and 106 % over, their steps 52 % and
+# 69 %.
+SMALL_MISSES = {"h100_2026-12-07_l68/c-0.5b-h68s.db/c-0.5b-h68s#0": {"update_actor": 1.1, "step": 0.75},
+                "h100_2026-12-07_l68/c-0.5b-h68s.db/c-0.5b-h68s#2": {"update_actor": 0.65, "step": 0.55}}
 
 
 def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) -> None:
@@ -225,8 +233,9 @@ def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) ->
     over its trials of what each update leaves above update_pass_s per micro-batch plus the micro-batch's GPU work
     (what hid the rest of the host's), per layer of a pipeline stage (fixed micro-batches of 2 on the 0.5B-3B: 0.08-0.17
     s left a micro-batch; a 4k budget: 0.13-0.22 s, and nothing on the unfused 0.5B, whose 0.33 s of GPU work a
-    micro-batch hid it). The two kinds measured apart: on each of the eight nodes' pairs, the fused 4k budget's
-    micro-batch cost more than the micro-batch of 2 beside it, and the median by 0.03 s at least. Nothing else
+    micro-batch hid it). The two kinds measured apart: on each of the eight nodes' pairs before lease 68, the fused 4k
+    budget's micro-batch cost more than the micro-batch of 2 beside it, and the median by 0.03 s at least (lease 68's
+    fast host left 0.00 and 0.04 s: both under every other node's). Nothing else
     pays them: every other trial's micro-batches are single sequences or of 4.5k tokens or more. The 7B, out of the
     fit (its optimizer on the CPU, whose rate is the host's), pays nothing as priced: its micro-batches' GPU work is
     longer than the host's work the fit says they take, and its 4k budget (lease 56) left nothing a micro-batch."""
@@ -252,14 +261,16 @@ def test_small_micro_batches_cost_what_the_trials_fit(zeroed: list[cal.Case]) ->
         assert (c.small_kind, c.small_micro_batches) == (("fixed", 64) if "mbs2/" in c.label else ("dynamic", 38))
     fixed = [r for c, r in costs if c.small_kind == "fixed"]
     fused_budget = [r for c, r in costs if c.small_kind == "dynamic" and "no-fused" not in c.label]
-    assert (len(fixed), len(fused_budget)) == (12, 9)
+    assert (len(fixed), len(fused_budget)) == (13, 10)
     assert statistics.median(fused_budget) > statistics.median(fixed) + 0.03
     pairs = {}
     for c, r in costs:
         if "no-fused" not in c.label:
             pairs.setdefault(c.source.split("#")[0], {})[c.small_kind] = r
     pairs = {k: p for k, p in pairs.items() if len(p) == 2}  # lease 35 re-ran lease 26's micro-batches of 2 alone
+    fast = pairs.pop("h100_2026-12-07_l68/c-0.5b-h68s.db/c-0.5b-h68s")
     assert len(pairs) == 8 and all(p["dynamic"] > p["fixed"] for p in pairs.values())
+    assert max(fast.values()) < min(min(p.values()) for p in pairs.values())
 
 
 def test_held_out_small_micro_batches_meet_the_targets_but_those_named(held: list[cal.Case]) -> None:

@@ -220,7 +220,15 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
               # and without (a new row), then lease 66's pair again, on another host
               "h100_2026-12-07_l67/c-0.5b-h67.db/c-0.5b-h67#0": "h100_2026-12-07_l67/c-0.5b-h67b.db/c-0.5b-h67b#0",
               "h100_2026-12-07_l66/c-0.5b-h66.db/c-0.5b-h66#1": "h100_2026-12-07_l67/c-0.5b-h67.db/c-0.5b-h67#2",
-              "h100_2026-12-07_l66/c-0.5b-h66.db/c-0.5b-h66#0": "h100_2026-12-07_l67/c-0.5b-h67.db/c-0.5b-h67#3"}
+              "h100_2026-12-07_l66/c-0.5b-h66.db/c-0.5b-h66#0": "h100_2026-12-07_l67/c-0.5b-h67.db/c-0.5b-h67#3",
+              # lease 68's: lease 67's pair again and the same with the actor offloaded (with fused kernels a new row,
+              # once more in c-0.5b-h68b; without, lease 28's), then a spread on one host: dyn4k/8k and micro-batches
+              # of 2/8 at util 0.4 and full recompute at dyn16k/32k (new rows), lease 67's dyn8k/16k
+              "h100_2026-11-27_l28/c-0.5b-kw.db/c-0.5b-kw#1": "h100_2026-12-07_l68/c-0.5b-h68.db/c-0.5b-h68#1",
+              "h100_2026-12-07_l67/c-0.5b-h67.db/c-0.5b-h67#2": "h100_2026-12-07_l68/c-0.5b-h68.db/c-0.5b-h68#2",
+              "h100_2026-12-07_l67/c-0.5b-h67.db/c-0.5b-h67#3": "h100_2026-12-07_l68/c-0.5b-h68.db/c-0.5b-h68#3",
+              "h100_2026-12-07_l68/c-0.5b-h68.db/c-0.5b-h68#0": "h100_2026-12-07_l68/c-0.5b-h68b.db/c-0.5b-h68b#0",
+              "h100_2026-12-07_l67/c-0.5b-h67b.db/c-0.5b-h67b#0": "h100_2026-12-07_l68/c-0.5b-h68s.db/c-0.5b-h68s#3"}
     while any(new in reruns for new in reruns.values()):  # a rerun re-run again: the row is the latest's
         reruns = {old: reruns.get(new, new) for old, new in reruns.items()}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
@@ -300,8 +308,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # one and lease 64's three; its fourth (c-1.5b-h64d) launched the offload pair's off side, which the study
     # predicted out of memory (99.4 GiB of 79.6) and the plan enqueued to measure an OOM: it ran out of memory, and the
     # report names it so, apart from the misses; lease 65's three studies launched enqueued ones: ok, lease 66's one
-    # and lease 67's two too
-    assert "83 of 87 real studies' first launches ran (15 of 18 the model's own picks;" in report
+    # and lease 67's two too, lease 68's three too
+    assert "86 of 90 real studies' first launches ran (15 of 18 the model's own picks;" in report
     assert "ended oom. 1 of them the plan enqueued although the study predicted it out of memory" in report
     assert ("- h100_2026-12-06_l64/c-1.5b-h64d.db/c-1.5b-h64d#0: the plan enqueued it first although the study "
             "predicted it out of memory, and it ended oom as predicted") in report
@@ -470,7 +478,7 @@ def test_the_first_launch_is_read_from_the_replay(tmp_path):
     table.write_text("\n".join(lines) + "\n")
     Path(tmp_path / "t.meta.yaml").write_text((vl.OUT / "verl-qwen2.5-0.5b-h100-g1-fused.meta.yaml").read_text())
     fl = vl.first_launch(table)
-    assert fl.status == "oom" and not fl.good and fl.rows == 10
+    assert fl.status == "oom" and not fl.good and fl.rows == 14
     ok = vl.first_launch(src)
     assert ok.status == "ok" and ok.good and ok.tied and abs(ok.share - 9644.4 / 11484.0) < 1e-9
     assert ok.noise == 0.3694  # the first launch's runs on five hosts: 8,487.1-12,049.6 over their mean

@@ -149,8 +149,9 @@ class Efficiency:
     # micro-batches of 4: 3.2 s above the same host's pick): fixed micro-batches of 4 sequences (32 a step) 2.2 s,
     # of 8 (16) 0.5 s, an 8k budget (19) 1.8 s, against -0.2 s at two. Fitted with logprob_pass_s
     # (benchmarks/cost_fits.py fit_logprob_micro_batch_cost: least squares of what a pass leaves on its count);
-    # 0.076 s since lease 65 (unfused_logit_ps 0: the passes of micro-batches of 4/8 without fused kernels left more).
-    logprob_micro_batch_s: float = 0.076
+    # 0.076 s since lease 65 (unfused_logit_ps 0: the passes of micro-batches of 4/8 without fused kernels left more);
+    # 0.069 s with lease 68's nine 0.5B trials of one host in the fit.
+    logprob_micro_batch_s: float = 0.069
     # The same for the update (forward and backward of each micro-batch, two optimizer steps, loss and metric
     # reductions): 3.3-6.9 s above the FLOP time over the twenty trials without the CPU optimizer, full recompute
     # (whose second forward is priced on its own: estimate_throughput), micro-batches of one sequence (priced on
@@ -316,7 +317,11 @@ class Efficiency:
     # 16k and 32k tokens a micro-batch with the allocator's cache warm (21 ps with verl's entropy, 9 without), and
     # 1.2-2.9x that with the GPU otherwise full and the cache emptied before each micro-batch: the memory the logits
     # fill raises the price, not the micro-batch's size. One price stays until pairs on one host fit that form.
-    unfused_logit_ps: float = 8.45
+    # Lease 68 ran both lease 67 pairs' 32k micro-batches on a fourth H100 host, once with the actor's parameters and
+    # optimizer offloaded (a log-prob pass at 60 GiB in its steady steps against 75 without): 32 ps offloaded, 36 ps
+    # not. The ~15 GiB the offload freed lowered the price by a ninth, within a single step's noise; the 1.5B's pairs
+    # (~0 ps at ~70 GiB) fit no memory form either. The median of the eight pairs: 22.74 ps.
+    unfused_logit_ps: float = 22.74
     # What a step costs outside its phases (reward, advantage, metrics, Ray dispatch), shown as verl's `adv` phase:
     # timing_s/step minus the phases' timings, 0.16-0.21 s (median 0.20) over the nine real verl 0.9.1 steps of the
     # H100 campaign (benchmarks/results/calibration.md). It was 2.6 s, fitted on the step time alone of one 2-layer
