@@ -11,7 +11,8 @@ multiplies them:
   benchmarks/results/correction_accuracy.md);
 - the memory the model is least sure of (each moment's activations, logits and allocator reserve: what the probes
   showed to be wrong, not the weights or vLLM's exact share) by exp(delta), delta's posterior on a grid from every
-  measured peak, every OOM (the peak was above the capacity) and every run that fitted without a measured peak.
+  measured peak (the measured step's, autotune/search/learning.py: not step 1's allocator cache), every OOM (the
+  peak was above the capacity) and every run that fitted without a measured peak.
 
 Simulated trials never teach it (they are the model). Everything here is a pure function of its inputs.
 """

@@ -22,9 +22,10 @@ from typing import Any
 from autotune import units, verl
 from autotune.estimate.lengths import responses_guessed
 from autotune.estimate.memory import as_nvml_sees
+from autotune.store.schema import NVML_MOMENTS
 
 MOMENTS = ("vllm_start", "rollout", "old_log_prob", "update", "reshard")  # in the order a step meets them
-EXTRA = "nvml_moments_gib"  # the key of a trial's extra: {moment: GiB NVML saw}
+EXTRA = NVML_MOMENTS  # the key of a trial's extra: {moment: GiB NVML saw}
 MOMENT_PHASES = {"rollout": "gen", "old_log_prob": "old_log_prob", "update": "update_actor",
                  "reshard": "update_weights"}  # a moment of estimate/memory.py -> the phase it happens in
 MARGIN_S = 0.75  # a sample and a half (the runner samples every 0.5 s)

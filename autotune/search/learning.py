@@ -17,7 +17,7 @@ from autotune.estimate import estimate_unchecked
 from autotune.estimate.correction import NO_CORRECTION, Correction, Observation, fit, moment_terms, warm_prior
 from autotune.model import ModelArch
 from autotune.search.setup import Setup, setup_from_row
-from autotune.store.schema import CorrectionRow, StudyRow, TrialRow
+from autotune.store.schema import NVML_MOMENTS, CorrectionRow, StudyRow, TrialRow
 from autotune.store.store import Store
 
 MEASURED_STATUSES = ("ok", "oom")
@@ -51,8 +51,19 @@ def observation(row: TrialRow, setup: Setup, steps: Sequence[Any] = ()) -> Obser
         candidate=cand, predicted_phases=dict(ev.throughput.phases), measured_phases=measured,
         predicted_throughput=ev.throughput.throughput, measured_throughput=thr if row.status == "ok" else None,
         moments=moment_terms(ev.memory),
-        measured_peak=row.peak_memory_gib * GIB if row.peak_memory_gib and row.status == "ok" else None,
+        measured_peak=peak * GIB if (peak := measured_step_peak_gib(row)) and row.status == "ok" else None,
         oom=row.status == "oom", fitted=row.status == "ok", trial=row.number)
+
+
+def measured_step_peak_gib(row: TrialRow) -> float | None:
+    """The memory a trial's peak teaches the correction: the largest moment NVML saw in its measured step (the
+    runner's, autotune/results/memory_trace.py), else its whole run's peak. Not step 1's: verl 0.9.1 turns the
+    allocator's expandable segments on at the end of each weight sync, the first of which ends step 1, so step 1's
+    log-prob pass can hold a cache the allocator frees before it runs out of memory (lease 68's offloaded 0.5B
+    without fused kernels: 73.7 GiB at step 1, 60.0 at step 3, 65.2 predicted), which the model does not predict
+    and a correction must not learn as its shortfall."""
+    seen = [v for v in ((row.extra or {}).get(NVML_MOMENTS) or {}).values() if isinstance(v, int | float) and v > 0]
+    return max(seen) if seen else row.peak_memory_gib
 
 
 class Learning:

@@ -22,6 +22,7 @@ def utcnow() -> dt.datetime:
 
 REQUESTED = "user"  # origin of a configuration the user asked to launch (`run --enqueue`)
 FORCED = "requested"  # extra key: why a requested configuration launched although the model predicted it fails
+NVML_MOMENTS = "nvml_moments_gib"  # extra key: {moment: GiB NVML saw in the measured step} (results/memory_trace.py)
 
 
 class Base(DeclarativeBase):
