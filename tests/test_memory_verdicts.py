@@ -11,8 +11,10 @@ import pytest
 
 from autotune.candidate import Candidate
 from autotune.cluster import GIB
-from autotune.estimate.correction import Observation, fit
+from autotune.estimate.correction import Correction, Observation, fit
 from autotune.search.learning import observation, study_setup
+from autotune.search.setup import Setup
+from autotune.store.schema import TrialRow
 from autotune.store.store import Store
 from benchmarks.memory_verdicts import RULES, counts, verdicts
 from benchmarks.real_studies import DATA
@@ -39,17 +41,26 @@ def test_low_peaks_lower_the_verdicts_less_than_they_say_high_peaks_raise_them_a
     assert high.memory_factor_used == pytest.approx(high.memory_factor) and high.memory_factor > 1.3
 
 
+def _measured(lease: str, study: str) -> tuple[Setup, list[TrialRow], list[Observation]]:
+    """A committed real study's setup, measured trials and their observations, as its tuner refitted them."""
+    store = Store(f"sqlite:///{DATA / lease / study}.db")
+    setup = study_setup(store, store.get_study(study))
+    rows = store.measured_trials(study)
+    return setup, rows, [observation(r, setup, store.steps(r.id)) for r in rows]
+
+
+def _fits(corr: Correction, obs: Observation) -> bool:
+    """The corrected peak of `obs`'s configuration is within its GPU's capacity (a launch, not a prune)."""
+    return max(p + (corr.memory_factor_used - 1) * u for p, u, _ in obs.moments) <= min(c for _, _, c in obs.moments)
+
+
 def test_lease_66s_fused_trial_does_not_talk_the_study_out_of_its_unfused_twin():
     """c-0.5b-h66: #0 (fused kernels) peaked in the rollout, predicted 52.3 GiB and measured 52.7; its log-prob pass
     held none of the logits of #1 (the same without them). One sd above the mean then scaled #1's 58.8 uncertain
     GiB by 1.28 and predicted 88.8 GiB on a 79.6 GiB H100; #1 ran at 78.1."""
-    db = DATA / "h100_2026-12-07_l66" / "c-0.5b-h66.db"
-    store = Store(f"sqlite:///{db}")
-    setup = study_setup(store, store.get_study("c-0.5b-h66"))
-    first, unfused = (observation(r, setup, store.steps(r.id)) for r in store.measured_trials("c-0.5b-h66"))
+    setup, _, (first, unfused) = _measured("h100_2026-12-07_l66", "c-0.5b-h66")
     corr = fit([first], setup.job)
-    peak = max(p + (corr.memory_factor_used - 1) * u for p, u, _ in unfused.moments)
-    assert peak <= min(c for _, _, c in unfused.moments)  # it fits, as it did
+    assert _fits(corr, unfused)  # it fits, as it did
     assert corr.memory_factor_used == 1.0
 
 
@@ -71,16 +82,10 @@ def test_step_1s_allocator_cache_is_not_learned_as_the_models_shortfall():
     step 3's moments (65.2 predicted). The correction learns step 3's: after #0 and #1 it does not raise the memory
     of #2 (the same without offload, 72.6 GiB predicted on the 79.6 GiB H100), which ran (x0.96); the whole run's peak
     raised it by x1.14 and pruned #2."""
-    db = DATA / "h100_2026-12-07_l68" / "c-0.5b-h68.db"
-    store = Store(f"sqlite:///{db}")
-    setup = study_setup(store, store.get_study("c-0.5b-h68"))
-    rows = store.measured_trials("c-0.5b-h68")
-    first, cached, unfused = (observation(r, setup, store.steps(r.id)) for r in rows[:3])
+    setup, rows, (first, cached, unfused, *_) = _measured("h100_2026-12-07_l68", "c-0.5b-h68")
     assert rows[1].peak_memory_gib == pytest.approx(73.7, abs=0.05)
     assert cached.measured_peak / GIB == pytest.approx(60.0, abs=0.1)
     corr = fit([first, cached], setup.job)
-    assert corr.memory_factor_used <= 1.0
-    assert max(p + (corr.memory_factor_used - 1) * u for p, u, _ in unfused.moments) <= min(
-        c for _, _, c in unfused.moments)
+    assert corr.memory_factor_used <= 1.0 and _fits(corr, unfused)
     whole_run = fit([first, replace(cached, measured_peak=rows[1].peak_memory_gib * GIB)], setup.job)
-    assert whole_run.memory_factor_used > 1.1
+    assert whole_run.memory_factor_used > 1.1 and not _fits(whole_run, unfused)
