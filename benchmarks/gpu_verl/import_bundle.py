@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The lease's records kept beside its studies (device.sh collect writes them at the bundle's top).
-RECORDS = ("*.db", "status-*.txt", "device.log", "doctor.txt", "plan.out", "lane*.out", "cpu_adam_rate.json")
+RECORDS = ("*.db", "status-*.txt", "device.log", "doctor.txt", "plan.out", "lane*.out", "cpu_adam_rate.json",
+           "host_speed*.json")
 TRIAL_DIR = re.compile(r"^(trial_\d{4}|ray_head)$")
 MAX_FILE_BYTES = 2 * 1024 * 1024  # issue 23.2: each committed log, console, metrics file and trace 2 MB at most
 

@@ -79,6 +79,15 @@ cpu_adam_probe() {
     stamp "cpu adam: $(tail -1 /root/smoke/cpu_adam_rate.txt)"
 }
 
+# host_probe TAG: how fast the host's CPU drives its GPU (benchmarks.host_speed: a Python loop, a CPU tensor op, a
+# kernel launch and a launch's round trip) into /root/smoke/host_speed_TAG.json, ~10 s: the per-host speed that
+# trials of one configuration differ by (plans from lease 69 on).
+host_probe() {
+    (cd /root/at_src && python3 -m benchmarks.host_speed --out "/root/smoke/host_speed_$1.json" \
+        > "/root/smoke/host_speed_$1.txt" 2>&1)
+    stamp "host speed ($1): $(tail -1 "/root/smoke/host_speed_$1.txt")"
+}
+
 # lane GPU COMMAND...: COMMAND (a plan's `at`/`profile` line) in the background on GPU GPU of a node of several, as on
 # a one-GPU machine: CUDA_VISIBLE_DEVICES (Ray, vLLM and autotune's NVML monitor see that GPU only), the GPU's share of
 # the host's cores (taskset: a one-GPU lent machine has 16), its own work dir (LANE: trials/gGPU, its own compile

@@ -25,5 +25,7 @@ spread_05b_h69() {
         --enqueue "$(dyn 8192 16384 0.5)"
 }
 
+host_probe before
 by_card h69 spread_05b_h69
+host_probe after
 stamp "plan done"
