@@ -1,0 +1,116 @@
+"""The hosts' speed: how much of the model's disorder over single runs is which host a trial ran on. A section of
+benchmarks/results/calibration.md (benchmarks/calibration.py).
+
+The lent machines of one GPU type differ: a lease's trials run 0.70-0.75 of their predicted step on some hosts and
+1.1-1.3 on others, every phase at once. The same configuration measured on two hosts is then two points the model
+predicts alike and the hosts order. Two levels are set against the model's order here: its host's own (the median
+measured / predicted step of the lease's other trials: an oracle, what a measurement of the host's speed could at
+best give) and one read before any trial (the lease's `autotune doctor` time, its heavy imports: a CPU's speed,
+fitted as a line on the other sizes' trials)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.real_cases import DATA, Case, ok_cases, spearman
+
+READY = re.compile(r"ready: this node can run verl trials \((\d+(?:\.\d+)?) s\)")  # autotune/cli/doctor.py's
+
+
+def doctor_seconds(lease: str, data: Path = DATA) -> float | None:
+    """How long the lease's `autotune doctor` took (its doctor.txt; None where it kept none or the node was not
+    ready)."""
+    f = data / lease / "doctor.txt"
+    m = READY.search(f.read_text()) if f.is_file() else None
+    return float(m.group(1)) if m else None
+
+
+def _ratio(c: Case) -> float:
+    return c.measured_step_s / c.predicted_step_s
+
+
+def host_level(c: Case, cs: list[Case]) -> float:
+    """Its host's level: the median measured / predicted step of its lease's other ok trials (1 where it ran alone);
+    the trial itself is left out of it."""
+    others = [_ratio(o) for o in cs if o.lease == c.lease and o is not c]
+    return statistics.median(others) if others else 1.0
+
+
+def doctor_line(cs: list[Case], seconds: Callable[[str], float | None]) -> tuple[float, float] | None:
+    """(intercept, slope): the least-squares line of the trials' measured / predicted step on their lease's doctor
+    time (None below 3 trials with one, or where every doctor took the same time)."""
+    pts = [(s, _ratio(c)) for c in cs if (s := seconds(c.lease)) is not None]
+    if len(pts) < 3:
+        return None
+    xm, ym = statistics.fmean(x for x, _ in pts), statistics.fmean(y for _, y in pts)
+    sxx = sum((x - xm) ** 2 for x, _ in pts)
+    if sxx == 0:
+        return None
+    slope = sum((x - xm) * (y - ym) for x, y in pts) / sxx
+    return ym - slope * xm, slope
+
+
+def pearson(xs: list[float], ys: list[float]) -> float | None:
+    if len(xs) < 3:
+        return None
+    xm, ym = statistics.fmean(xs), statistics.fmean(ys)
+    sx = sum((x - xm) ** 2 for x in xs) ** 0.5
+    sy = sum((y - ym) ** 2 for y in ys) ** 0.5
+    return sum((x - xm) * (y - ym) for x, y in zip(xs, ys, strict=True)) / (sx * sy) if sx and sy else None
+
+
+def _r(v: float | None) -> str:
+    return f"{v:.2f}" if v is not None and v == v else "n/a"
+
+
+def levels(held: list[Case], seconds: Callable[[str], float | None] = doctor_seconds) -> list[str]:
+    """Per size and GPU type: the model's Spearman over single runs beside the model times its host's level (the
+    lease's other trials) and times the doctor's line (fitted on the other sizes of the GPU type); per GPU type, how
+    the leases' levels follow their doctor's time."""
+    ok = ok_cases(held)
+    lines = ["## The hosts' speed", "",
+             "Spearman of the step (held out, as above) over single runs per size and GPU type: the model's; the "
+             "model's times its host's level (the median measured / predicted step of the lease's other trials, the "
+             "trial left out: an oracle of the host's speed, `host_levels.host_level`); the model's times a level "
+             "read before any trial, the line of measured / predicted step on the lease's `autotune doctor` time "
+             "(its heavy imports; fitted on the other sizes of the GPU type, `doctor_line`; trials of a lease "
+             "without a doctor's time keep the model's). Where the host's level orders a size's runs and the model "
+             "alone does not, what is missing is the host's speed, which one study (one host) never sees: its "
+             "trials share it.", "",
+             "| size | GPU | ok trials | model | model x its host's level | model x the doctor's line (slope a "
+             "second) |", "|---|---|---|---|---|---|"]
+    for size, gpu in sorted({(c.size, c.gpu) for c in ok}):
+        cs = [c for c in ok if c.size == size and c.gpu == gpu]
+        if len(cs) < 3:
+            continue
+        meas = [c.measured_step_s for c in cs]
+        model = spearman([c.predicted_step_s for c in cs], meas)
+        host = spearman([c.predicted_step_s * host_level(c, ok) for c in cs], meas)
+        line = doctor_line([c for c in ok if c.gpu == gpu and c.size != size], seconds)
+        doc = None
+        if line:
+            a, b = line
+            doc = spearman([c.predicted_step_s * (a + b * s if (s := seconds(c.lease)) is not None else 1.0)
+                            for c in cs], meas)
+        lines.append(f"| {size} | {gpu} | {len(cs)} | {_r(model)} | {_r(host)} | {_r(doc)}"
+                     f"{f' ({line[1]:+.3f})' if line else ''} |")
+    lines += ["", "Per GPU type, the leases of 2 or more ok trials: Pearson's r of each lease's level (the median "
+              "measured / predicted step of its trials) on its doctor's time.", ""]
+    for gpu in sorted({c.gpu for c in ok}):
+        by: dict[str, list[Case]] = defaultdict(list)
+        for c in ok:
+            if c.gpu == gpu:
+                by[c.lease].append(c)
+        pts = [(s, statistics.median(_ratio(c) for c in g)) for lease, g in sorted(by.items())
+               if len(g) >= 2 and (s := seconds(lease)) is not None]
+        if pts:
+            lo, hi = min(pts), max(pts)
+            lines.append(f"- {gpu}: {len(pts)} leases, r = {_r(pearson([s for s, _ in pts], [v for _, v in pts]))}; "
+                         f"the quickest doctor {lo[0]:.0f} s (level {lo[1]:.2f}), the slowest {hi[0]:.0f} s (level "
+                         f"{hi[1]:.2f})")
+    lines.append("")
+    return lines

@@ -1,0 +1,72 @@
+"""The hosts' speed (benchmarks/host_levels.py): how much of the model's disorder over single runs is the host a trial
+ran on, by its host's level and by the level its lease's doctor time reads before any trial."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import calibration as cal
+from benchmarks import cost_fits as fits
+from benchmarks import host_levels as hl
+from benchmarks.real_cases import DATA
+
+
+def _case(source: str, predicted: float, measured: float, size: str = "s") -> cal.Case:
+    return cal.Case(source=source, model="m", label=source, status="ok", measured_step_s=measured,
+                    measured_phases={}, predicted_step_s=predicted, predicted_phases={}, measured_peak_gib=None,
+                    predicted_peak_gib=None, predicted_fits=True, binding="", size=size, gpu="h100")
+
+
+def _row(lines: list[str], size: str) -> list[str]:
+    return [c.strip() for c in next(ln for ln in lines if ln.startswith(f"| {size} | h100 |")).strip("|").split("|")]
+
+
+def test_the_doctors_time_is_read_from_its_ready_line(tmp_path: Path) -> None:
+    (tmp_path / "l1").mkdir()
+    (tmp_path / "l1" / "doctor.txt").write_text("ok    gpus: 1 x H100\nready: this node can run verl trials (17 s)\n")
+    (tmp_path / "l2").mkdir()
+    (tmp_path / "l2" / "doctor.txt").write_text("NOT READY: 1 problem(s) to fix before a verl trial can run (9 s)\n")
+    assert hl.doctor_seconds("l1", tmp_path) == 17.0
+    assert hl.doctor_seconds("l2", tmp_path) is None and hl.doctor_seconds("l3", tmp_path) is None
+
+
+def test_a_hosts_level_puts_back_the_order_a_slow_host_scrambled() -> None:
+    """Size s ran three configurations on a fast host (0.7x the model) and three on a slow one (1.3x): over the six
+    the model's Spearman falls, the model times each trial's host level (its lease's other trials, itself left out)
+    orders them all; the doctor's line, fitted on size t's trials of the same two hosts (doctors of 17 and 35 s),
+    reads the same levels before any trial."""
+    fast = [_case(f"l1/a.db/a#{i}", p, 0.7 * p) for i, p in enumerate((10.0, 14.0, 18.0))]
+    slow = [_case(f"l2/b.db/b#{i}", p, 1.3 * p) for i, p in enumerate((11.0, 15.0, 19.0))]
+    other = [_case(f"l{h}/c.db/c#{i}", p, r * p, size="t") for h, r in ((1, 0.7), (2, 1.3)) for i, p in
+             enumerate((20.0, 30.0))]
+    seconds = {"l1": 17.0, "l2": 35.0}.get
+    assert hl.host_level(fast[0], fast + slow) == pytest.approx(0.7)  # not its own ratio: the lease's others'
+    a, b = hl.doctor_line(other, seconds)
+    assert a + 17 * b == pytest.approx(0.7) and a + 35 * b == pytest.approx(1.3)
+    cells = _row(hl.levels(fast + slow + other, seconds), "s")
+    model = cal.spearman([c.predicted_step_s for c in fast + slow], [c.measured_step_s for c in fast + slow])
+    assert model is not None and model < 0.8
+    assert cells == ["s", "h100", "6", f"{model:.2f}", "1.00", f"1.00 ({b:+.3f})"]
+
+
+def test_without_doctors_the_line_is_left_out_and_a_lone_trial_keeps_the_model() -> None:
+    cs = [_case(f"l{i}/a.db/a#0", p, p) for i, p in enumerate((10.0, 20.0, 30.0))]
+    assert hl.host_level(cs[0], cs) == 1.0  # alone on its lease
+    assert hl.doctor_line(cs, lambda lease: None) is None
+    assert _row(hl.levels(cs, lambda lease: None), "s") == ["s", "h100", "3", "1.00", "1.00", "n/a"]
+
+
+@pytest.mark.slow
+def test_the_h100_05b_runs_are_ordered_once_their_hosts_speed_is_known() -> None:
+    """The real trials: the H100 0.5B's 38 runs on 8 hosts (lease 68's nine on a host 0.7x the model) are ordered
+    below the target by the model alone and above it times their host's level, or times the doctor's line (the lease's
+    doctor time, read before any trial); on the H100s the leases' levels follow the doctor's time."""
+    held, _ = fits.held_out(cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED))
+    lines = hl.levels(held)
+    _, _, n, model, host, doctor = _row(lines, "qwen2.5-0.5b")
+    assert int(n) >= 38 and float(model) < cal.SPEARMAN_TARGET <= float(host)
+    assert float(doctor.split()[0]) >= cal.SPEARMAN_TARGET
+    h100 = next(ln for ln in lines if ln.startswith("- h100:"))
+    assert float(h100.split("r = ")[1].split(";")[0]) > 0.4
