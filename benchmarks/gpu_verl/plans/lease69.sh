@@ -9,6 +9,8 @@
 # 68's host was fast (rollouts one 2 s poll under every other H100's, small micro-batches nearly free, full recompute
 # +0.5 s where the model charges +2.6 s): whether the model's order of the five holds on a host of the usual speed
 # (Spearman over single runs of one host, 23.3) and what the same configurations cost there. ~0.5B trials 130-225 s.
+# The host-bound two (full recompute, micro-batches of 2/8) second and third: a short lease gets them. The host's speed
+# probed before and after (host_probe).
 # Either: AT_MORE_MODELS="", LEASE_S as the budget holds; stage with the committed trials out (lease_tree.sh out), and
 # on the setup call `mkdir -p /root/smoke && touch /root/smoke/importtime.txt` first.
 set -u
@@ -19,9 +21,9 @@ cd /root/smoke
 spread_05b_h69() {
     at qwen2.5-0.5b c-0.5b-h69 5 220 --extra-steps 0 \
         --enqueue "$(dyn 16384 32768 0.5)" \
-        --enqueue "$(dyn 4096 8192 0.4)" \
         --enqueue "$(dyn 16384 32768 0.5),$FULL" \
         --enqueue "$(mbs 2 8 0.4)" \
+        --enqueue "$(dyn 4096 8192 0.4)" \
         --enqueue "$(dyn 8192 16384 0.5)"
 }
 
