@@ -80,6 +80,9 @@ def trials(lease: str, study: str, numbers: Iterable[int]) -> set[str]:
 # 66 and 67: one 2 s poll of verl's replay buffer fewer), its dyn8k/16k in 15.3 s a step where lease 67's host ran the
 # same in 18.7-20.2 s, and its updates of micro-batches under 4,500 tokens (dyn4k/8k, micro-batches of 2) left 0.00
 # and 0.04 s a micro-batch above the model's pass where other hosts' left 0.07-0.22 s: its nine are host misses.
+# Lease 69's H100 host (2026-12-07, a short lease: two trials) was another such: both rolled out in 6.1 s at step 3, its
+# dyn16k/32k ran 13.7 s a step past its cold step 3's compile (lease 68's 13.4 s, the model's 18.2 s) and full
+# recompute at the same budgets 15.3 s (lease 68's 14.2 s, the model's 20.8 s): its two are host misses.
 HOST_MISSES = set().union(*(trials(lease, study, numbers) for lease, study, numbers in (
     ("h100_2026-11-26_l10", "c-3b", (0, 3, 4)),
     ("h200_2026-11-27_l32", "c-0.5b-t", range(5)), ("h200_2026-11-27_l32", "c-1.5b-h7", range(4)),
@@ -99,7 +102,7 @@ HOST_MISSES = set().union(*(trials(lease, study, numbers) for lease, study, numb
     ("h200_2026-11-29_l50", "c-7b-h45", range(3)), ("h200_2026-11-29_l52", "c-7b-h50", range(3)),
     ("h100_2026-12-06_l62", "c-0.5b-h62", range(2)), ("h100_2026-12-06_l62", "c-0.5b-h62b", (0,)),
     ("h100_2026-12-07_l68", "c-0.5b-h68", range(4)), ("h100_2026-12-07_l68", "c-0.5b-h68b", (0,)),
-    ("h100_2026-12-07_l68", "c-0.5b-h68s", range(4)))))
+    ("h100_2026-12-07_l68", "c-0.5b-h68s", range(4)), ("h100_2026-12-07_l69", "c-0.5b-h69", range(2)))))
 
 
 # Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at

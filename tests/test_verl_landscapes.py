@@ -228,7 +228,10 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
               "h100_2026-12-07_l67/c-0.5b-h67.db/c-0.5b-h67#2": "h100_2026-12-07_l68/c-0.5b-h68.db/c-0.5b-h68#2",
               "h100_2026-12-07_l67/c-0.5b-h67.db/c-0.5b-h67#3": "h100_2026-12-07_l68/c-0.5b-h68.db/c-0.5b-h68#3",
               "h100_2026-12-07_l68/c-0.5b-h68.db/c-0.5b-h68#0": "h100_2026-12-07_l68/c-0.5b-h68b.db/c-0.5b-h68b#0",
-              "h100_2026-12-07_l67/c-0.5b-h67b.db/c-0.5b-h67b#0": "h100_2026-12-07_l68/c-0.5b-h68s.db/c-0.5b-h68s#3"}
+              "h100_2026-12-07_l67/c-0.5b-h67b.db/c-0.5b-h67b#0": "h100_2026-12-07_l68/c-0.5b-h68s.db/c-0.5b-h68s#3",
+              # lease 69's: lease 68's dyn16k/32k and its full recompute once more, on another host
+              "h100_2026-12-07_l68/c-0.5b-h68.db/c-0.5b-h68#3": "h100_2026-12-07_l69/c-0.5b-h69.db/c-0.5b-h69#0",
+              "h100_2026-12-07_l68/c-0.5b-h68s.db/c-0.5b-h68s#1": "h100_2026-12-07_l69/c-0.5b-h69.db/c-0.5b-h69#1"}
     while any(new in reruns for new in reruns.values()):  # a rerun re-run again: the row is the latest's
         reruns = {old: reruns.get(new, new) for old, new in reruns.items()}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
@@ -243,9 +246,10 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
             update = [past[s][1] if past.get(s) else measured[s].phase_timings["update_actor"] for s in runs]
             assert abs(r.throughput - sum(thr) / len(thr)) < 0.1
             assert abs(r.phases["update_actor"] - sum(update) / len(update)) < 1e-3
-    # the eleven of calibration.md's "past a recompile" (tests/test_step_order.py); lease 34's c-3b-h10 #0 compiled in
-    # every step from 2 on, so its row keeps step 3
-    assert len(past) == 11 and [s for s, v in past.items() if not v] == ["h100_2026-11-27_l34/c-3b-h10.db/c-3b-h10#0"]
+    # the twelve of calibration.md's "past a recompile" (tests/test_step_order.py); lease 34's c-3b-h10 #0 and lease
+    # 69's cold c-0.5b-h69 #0 (steps 1-3 only) compiled in every step from 2 on, so their rows keep step 3
+    assert len(past) == 12 and [s for s, v in past.items() if not v] == [
+        "h100_2026-11-27_l34/c-3b-h10.db/c-3b-h10#0", "h100_2026-12-07_l69/c-0.5b-h69.db/c-0.5b-h69#0"]
     lease63 = "h100_2026-12-06_l63/c-1.5b-h63.db/c-1.5b-h63#0"  # 5,486.5 at step 3, its update 16.8 s
     assert past[lease63][0] == pytest.approx(7480.2, abs=0.1) and measured[lease63].throughput < 5500
     three = {r.extra["trial"]: r for r in tables["verl-qwen2.5-3b-h200-g1-fused.csv"].rows}
@@ -309,7 +313,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # predicted out of memory (99.4 GiB of 79.6) and the plan enqueued to measure an OOM: it ran out of memory, and the
     # report names it so, apart from the misses; lease 65's three studies launched enqueued ones: ok, lease 66's one
     # and lease 67's two too, lease 68's three too
-    assert "86 of 90 real studies' first launches ran (15 of 18 the model's own picks;" in report
+    assert "87 of 91 real studies' first launches ran (15 of 18 the model's own picks;" in report
     assert "ended oom. 1 of them the plan enqueued although the study predicted it out of memory" in report
     assert ("- h100_2026-12-06_l64/c-1.5b-h64d.db/c-1.5b-h64d#0: the plan enqueued it first although the study "
             "predicted it out of memory, and it ended oom as predicted") in report

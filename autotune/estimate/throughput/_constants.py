@@ -84,13 +84,14 @@ class Efficiency:
     # the executor supports it, as the `mp` executor of verl 0.9.1's vLLM server does): a step takes the longer of
     # the two. Fitted on the real verl 0.9.1 GRPO steps (128 sequences decoded together, 1,024
     # decode steps; benchmarks/cost_fits.py fit_decode_overhead: per GPU type, the median decode step of the trials
-    # whose step outlasted their GPU's work, verl's 2 s poll priced): 6.9 ms over the forty on the lent H100 nodes,
-    # 6.7 ms over the fifty-two on the lent H200 nodes, every one of them host-bound (Qwen2.5-0.5B to 7B). Their gen is
+    # whose step outlasted their GPU's work, verl's 2 s poll priced): 6.8 ms over the hundred on the lent H100 nodes
+    # (6.9 ms before leases 68-69's fast hosts), 6.7 ms over the 155 on the lent H200 nodes, every one of them
+    # host-bound (Qwen2.5-0.5B to 7B). Their gen is
     # the rollout rounded up to the poll (6.1, 8.1, 10.1 s ...; one interval is 2 ms a decode step): the H100's
     # 0.5B, 1.5B and 3B all measure 8.1 s, which the GPU's work added to the host's (lease 34's form before) put at
     # 8.1, 9.5 and 11.1 s. The H200 nodes' CPUs as much as their GPUs: a GPU type without its own figure takes the
     # H100's.
-    decode_step_overhead_graph_s: float = 0.0069
+    decode_step_overhead_graph_s: float = 0.0068
     # The H200's: one-GPU nodes ran the rollout within 6.1 s, the four-lane nodes of leases 32-33 within 8.1 s.
     decode_step_overhead_graph_by_gpu: tuple[tuple[str, float], ...] = (("h200", 0.0067),)
     # The host's scheduling overlaps the GPU's replay (vLLM's async scheduling); verl 0.4's vLLM ran them in turn.
