@@ -46,21 +46,19 @@ def doctor_line(cs: list[Case], seconds: Callable[[str], float | None]) -> tuple
     pts = [(s, _ratio(c)) for c in cs if (s := seconds(c.lease)) is not None]
     if len(pts) < 3:
         return None
-    xm, ym = statistics.fmean(x for x, _ in pts), statistics.fmean(y for _, y in pts)
-    sxx = sum((x - xm) ** 2 for x, _ in pts)
-    if sxx == 0:
+    try:
+        slope, intercept = statistics.linear_regression([x for x, _ in pts], [y for _, y in pts])
+    except statistics.StatisticsError:
         return None
-    slope = sum((x - xm) * (y - ym) for x, y in pts) / sxx
-    return ym - slope * xm, slope
+    return intercept, slope
 
 
 def pearson(xs: list[float], ys: list[float]) -> float | None:
-    if len(xs) < 3:
+    """Pearson's r (None below 3 points or where either side is constant)."""
+    try:
+        return statistics.correlation(xs, ys) if len(xs) >= 3 else None
+    except statistics.StatisticsError:
         return None
-    xm, ym = statistics.fmean(xs), statistics.fmean(ys)
-    sx = sum((x - xm) ** 2 for x in xs) ** 0.5
-    sy = sum((y - ym) ** 2 for y in ys) ** 0.5
-    return sum((x - xm) * (y - ym) for x, y in zip(xs, ys, strict=True)) / (sx * sy) if sx and sy else None
 
 
 def _r(v: float | None) -> str:

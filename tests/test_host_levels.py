@@ -55,6 +55,8 @@ def test_without_doctors_the_line_is_left_out_and_a_lone_trial_keeps_the_model()
     cs = [_case(f"l{i}/a.db/a#0", p, p) for i, p in enumerate((10.0, 20.0, 30.0))]
     assert hl.host_level(cs[0], cs) == 1.0  # alone on its lease
     assert hl.doctor_line(cs, lambda lease: None) is None
+    assert hl.doctor_line(cs, lambda lease: 20.0) is None  # every doctor alike: no line to read a level off
+    assert hl.pearson([20.0] * 3, [1.0, 2.0, 3.0]) is None and hl.pearson([1.0, 2.0], [1.0, 2.0]) is None
     assert _row(hl.levels(cs, lambda lease: None), "s") == ["s", "h100", "3", "1.00", "1.00", "n/a"]
 
 
