@@ -16,9 +16,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from autotune.cli import doctor
 from benchmarks.real_cases import DATA, Case, ok_cases, spearman
 
-READY = re.compile(r"ready: this node can run verl trials \((\d+(?:\.\d+)?) s\)")  # autotune/cli/doctor.py's
+READY = re.compile(re.escape(doctor.READY) + r" \((\d+(?:\.\d+)?) s\)")
 
 
 def doctor_seconds(lease: str, data: Path = DATA) -> float | None:

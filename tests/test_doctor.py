@@ -200,6 +200,22 @@ def test_the_command_prints_one_line_per_check_and_exits_1(tmp_path: Path, capsy
     assert code == 1 and doc["ok"] is False and any(f["check"] == "cuda" for f in doc["findings"])
 
 
+def test_a_ready_nodes_last_line_gives_the_time_the_lease_reports_read(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The ready line ends with the doctor's seconds: benchmarks/host_levels.py reads each lease's doctor.txt by it (the
+    lease's doctor time follows its host's speed)."""
+    from benchmarks import host_levels
+
+    root = write_stack(tmp_path / "stack")
+    for k, v in stack_env(root).items():
+        monkeypatch.setenv(k, v)
+    code, out, _ = cli_run(capsys, "doctor", "--model", "qwen2.5-0.5b", "--timeout", "60")
+    assert code == 0, out
+    (tmp_path / "lease").mkdir()
+    (tmp_path / "lease" / "doctor.txt").write_text(out)
+    seconds = host_levels.doctor_seconds("lease", tmp_path)
+    assert seconds is not None and 0 <= seconds < 60
+
+
 # the verl runner runs the same checks before its first trial ----------------------------------------------------
 def test_the_runner_refuses_a_bad_node_before_launching(tmp_path: Path) -> None:
     root = write_stack(tmp_path / "stack", versions={"vllm": None})

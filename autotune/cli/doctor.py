@@ -9,6 +9,8 @@ from autotune.cli.options import out
 from autotune.model import get_model
 from autotune.verl.doctor import run_doctor
 
+READY = "ready: this node can run verl trials"  # the last line of a node that can, before its time in seconds
+
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     head_dim, what = 128, "head size 128 (pass --model for your model's)"
@@ -26,6 +28,5 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             out.print(line, markup=False)
         n = len(diagnosis.problems())
         out.print(f"{'ready' if diagnosis.ok else 'NOT READY'}: {n} problem(s) to fix before a verl trial can run "
-                  f"({diagnosis.seconds:.0f} s)" if n else f"ready: this node can run verl trials "
-                  f"({diagnosis.seconds:.0f} s)", markup=False)
+                  f"({diagnosis.seconds:.0f} s)" if n else f"{READY} ({diagnosis.seconds:.0f} s)", markup=False)
     return 0 if diagnosis.ok else 1
