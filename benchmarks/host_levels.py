@@ -18,6 +18,7 @@ from pathlib import Path
 
 from autotune.cli import doctor
 from benchmarks.real_cases import DATA, Case, ok_cases, spearman
+from benchmarks.step_order import rho_text
 
 READY = re.compile(re.escape(doctor.READY) + r" \((\d+(?:\.\d+)?) s\)")
 
@@ -62,15 +63,12 @@ def pearson(xs: list[float], ys: list[float]) -> float | None:
         return None
 
 
-def _r(v: float | None) -> str:
-    return f"{v:.2f}" if v is not None and v == v else "n/a"
-
-
 def levels(held: list[Case], seconds: Callable[[str], float | None] = doctor_seconds) -> list[str]:
     """Per size and GPU type: the model's Spearman over single runs beside the model times its host's level (the
     lease's other trials) and times the doctor's line (fitted on the other sizes of the GPU type); per GPU type, how
     the leases' levels follow their doctor's time."""
     ok = ok_cases(held)
+    times = {lease: seconds(lease) for lease in {c.lease for c in ok}}  # each lease's doctor.txt read once
     lines = ["## The hosts' speed", "",
              "Spearman of the step (held out, as above) over single runs per size and GPU type: the model's; the "
              "model's times its host's level (the median measured / predicted step of the lease's other trials, the "
@@ -89,13 +87,13 @@ def levels(held: list[Case], seconds: Callable[[str], float | None] = doctor_sec
         meas = [c.measured_step_s for c in cs]
         model = spearman([c.predicted_step_s for c in cs], meas)
         host = spearman([c.predicted_step_s * host_level(c, ok) for c in cs], meas)
-        line = doctor_line([c for c in ok if c.gpu == gpu and c.size != size], seconds)
+        line = doctor_line([c for c in ok if c.gpu == gpu and c.size != size], times.get)
         doc = None
         if line:
             a, b = line
-            doc = spearman([c.predicted_step_s * (a + b * s if (s := seconds(c.lease)) is not None else 1.0)
+            doc = spearman([c.predicted_step_s * (a + b * s if (s := times[c.lease]) is not None else 1.0)
                             for c in cs], meas)
-        lines.append(f"| {size} | {gpu} | {len(cs)} | {_r(model)} | {_r(host)} | {_r(doc)}"
+        lines.append(f"| {size} | {gpu} | {len(cs)} | {rho_text(model)} | {rho_text(host)} | {rho_text(doc)}"
                      f"{f' ({line[1]:+.3f})' if line else ''} |")
     lines += ["", "Per GPU type, the leases of 2 or more ok trials: Pearson's r of each lease's level (the median "
               "measured / predicted step of its trials) on its doctor's time.", ""]
@@ -105,10 +103,11 @@ def levels(held: list[Case], seconds: Callable[[str], float | None] = doctor_sec
             if c.gpu == gpu:
                 by[c.lease].append(c)
         pts = [(s, statistics.median(_ratio(c) for c in g)) for lease, g in sorted(by.items())
-               if len(g) >= 2 and (s := seconds(lease)) is not None]
+               if len(g) >= 2 and (s := times[lease]) is not None]
         if pts:
             lo, hi = min(pts), max(pts)
-            lines.append(f"- {gpu}: {len(pts)} leases, r = {_r(pearson([s for s, _ in pts], [v for _, v in pts]))}; "
+            r = pearson([s for s, _ in pts], [v for _, v in pts])
+            lines.append(f"- {gpu}: {len(pts)} leases, r = {rho_text(r)}; "
                          f"the quickest doctor {lo[0]:.0f} s (level {lo[1]:.2f}), the slowest {hi[0]:.0f} s (level "
                          f"{hi[1]:.2f})")
     lines.append("")

@@ -19,8 +19,9 @@ def study_of(c: Case) -> str:
     return c.source.rsplit("#", 1)[0]
 
 
-def _rho(r: float | None) -> str:
-    return f"{r:.2f}" if r is not None else "n/a"
+def rho_text(r: float | None) -> str:
+    """A rank correlation as the reports write it: "n/a" where there is none (too few points, or a side constant)."""
+    return f"{r:.2f}" if r is not None and r == r else "n/a"
 
 
 def without_gen(step: float | None, phases: dict[str, float]) -> float | None:
@@ -109,9 +110,9 @@ def ordering(held: list[Case]) -> list[str]:
         less = spearman([c.predicted_step_s for c in waited], [c.measured_less_the_idle() for c in waited])
         same = spearman([c.predicted_step_s for c in waited], [c.measured_step_s for c in waited])
         right, pairs = one_host_pairs(cs)
-        lines.append(f"| {size} | {gpu} | {len(cs)} | {_rho(model)} | {_rho(retest)} ({len(both)}) | "
-                     f"{_rho(no_gen)} ({len(gens)}) | {len(rhos)} ({sum(n for n, _ in rhos)}) | {_rho(within)} | "
-                     f"{_rho(over)} ({len(confs)}) | {_rho(past)} ({moved}) | "
-                     f"{_rho(less)} ({len(waited)}; {_rho(same)}) | {right} of {pairs} |")
+        lines.append(f"| {size} | {gpu} | {len(cs)} | {rho_text(model)} | {rho_text(retest)} ({len(both)}) | "
+                     f"{rho_text(no_gen)} ({len(gens)}) | {len(rhos)} ({sum(n for n, _ in rhos)}) | "
+                     f"{rho_text(within)} | {rho_text(over)} ({len(confs)}) | {rho_text(past)} ({moved}) | "
+                     f"{rho_text(less)} ({len(waited)}; {rho_text(same)}) | {right} of {pairs} |")
     lines.append("")
     return lines
