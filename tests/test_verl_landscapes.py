@@ -263,7 +263,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # lease 26's four 1.5B trials on an H100 join the six before, and lease 35's five (two of them re-runs); lease
     # 64's offload pair at dyn16k/32k util 0.5, out of memory on both sides, two more; lease 65's full recompute at
     # dyn8k/16k and micro-batches of 4/8 with fused kernels, two more
-    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 17 |" in report
+    assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 18 |" in report
     # lease 25's three 3B trials join lease 10's five, #2 read from its log (cut in its extra step, after step 3);
     # lease 58's five on one H100 host re-ran four of them and added micro-batches of 2/8 with the optimizer offloaded
     assert "| verl-qwen2.5-3b-h100-g1-fused.csv | 9 |" in report
@@ -313,7 +313,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # predicted out of memory (99.4 GiB of 79.6) and the plan enqueued to measure an OOM: it ran out of memory, and the
     # report names it so, apart from the misses; lease 65's three studies launched enqueued ones: ok, lease 66's one
     # and lease 67's two too, lease 68's three too
-    assert "87 of 91 real studies' first launches ran (15 of 18 the model's own picks;" in report
+    assert "88 of 92 real studies' first launches ran (15 of 18 the model's own picks;" in report
     assert "ended oom. 1 of them the plan enqueued although the study predicted it out of memory" in report
     assert ("- h100_2026-12-06_l64/c-1.5b-h64d.db/c-1.5b-h64d#0: the plan enqueued it first although the study "
             "predicted it out of memory, and it ended oom as predicted") in report
@@ -398,7 +398,7 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # leases 28 and 62 (87% and 100%).
     assert ("| 9644.4 | 84% | tp1 rtp1 dyn32k/32k util0.4 (11484.0) | yes: a tie within the measured noise (37%) | "
             "87% (h100_2026-11-27_l28), 100% (h100_2026-12-06_l62) |") in report
-    assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 17 |" in report and report.count("never on one host |") == 2
+    assert "| verl-qwen2.5-7b-h200-g1-fused.csv | 17 |" in report and report.count("never on one host |") == 3
     assert ("| verl-qwen2.5-1.5b-h200-g1-fused.csv | 27 | tp1 rtp1 dyn32k/96k util0.4 | ok | 7968.6 | 92% | "
             "tp1 rtp1 rc:sel dyn32k/96k util0.4 (8632.5) | yes |" in report)
     one_five = tables["verl-qwen2.5-1.5b-h100-g1-fused.csv"]
@@ -417,11 +417,16 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     runs = (8341.6, 6662.9, 7379.6, 6268.4, 8751.1, 7156.7, 7356.0, 8367.5, 8656.0, 7711.0)
     assert float(rerun.extra["noise_spread"]) == pytest.approx((max(runs) - min(runs)) / (sum(runs) / 10), abs=1e-3)
     assert rerun.throughput == pytest.approx(sum(runs) / 10, abs=0.1)
-    assert one_five.best.extra["trial"] == "h100_2026-12-06_l64/c-1.5b-h64.db/c-1.5b-h64#1"
-    assert one_five.best.throughput == pytest.approx((6109.1 + 8728.3 + 8755.6 + 7480.2 + 9024.9) / 5, abs=0.1)
-    assert ("| verl-qwen2.5-1.5b-h100-g1-fused.csv | 17 | tp1 rtp1 dyn12k/96k util0.4 | ok | 7665.1 | 96% | "
-            "tp1 rtp1 dyn12k/32k util0.5 (8019.6) | yes | 109% (h100_2026-11-27_l35), 84% (h100_2026-12-06_l61), "
-            "112% (h100_2026-12-06_l63), 91% (h100_2026-12-06_l64) |") in report
+    dyn12k_32k = rows["h100_2026-12-06_l64/c-1.5b-h64.db/c-1.5b-h64#1"]
+    assert dyn12k_32k.throughput == pytest.approx((6109.1 + 8728.3 + 8755.6 + 7480.2 + 9024.9) / 5, abs=0.1)
+    # Lease 70's H100 ran dyn16k/32k at util 0.5 once, its study's cold first trial (8,058.2; step 3 19.0 s, gen one
+    # 2 s poll short of the model's): above dyn12k/32k's mean of five (8,019.6), the best of one run on a host that ran
+    # no first launch, so the one-host column has none.
+    assert one_five.best.extra["trial"] == "h100_2026-12-07_l70/c-1.5b-h70.db/c-1.5b-h70#0"
+    best = one_five.best.throughput
+    assert best == pytest.approx(8058.2, abs=0.1) and best > dyn12k_32k.throughput
+    assert ("| verl-qwen2.5-1.5b-h100-g1-fused.csv | 18 | tp1 rtp1 dyn12k/96k util0.4 | ok | 7665.1 | 95% | "
+            "tp1 rtp1 dyn16k/32k util0.5 (8058.2) | yes | never on one host |") in report
     assert ("| verl-qwen2.5-0.5b-h200-g1-fused.csv | 18 | tp1 rtp1 dyn64k/96k util0.5 | ok | 9224.7 | 88% | tp1 rtp1 "
             "dyn32k/96k util0.5 mnbt16k (10462.2) | yes: a tie within the measured noise (18%) |") in report
     assert ("| verl-qwen2.5-3b-h200-g1-fused.csv | 24 | tp1 rtp1 dyn12k/96k util0.4 | ok | 6751.8 | 89% | "
