@@ -173,6 +173,17 @@ pair_h200_05b() {
     at qwen2.5-0.5b "$2" 1 200 --extra-steps 0 --enqueue "$(dyn 65536 98304 0.5)"
 }
 
+# recompute_15b STUDY: the 1.5B's full-recompute pair on one host (dyn16k/32k at util 0.5 without recompute, the cold
+# trial, then with full recompute), then the host-bound two (micro-batches of 2/8, dyn4k/8k) at util 0.4, steps 1-3
+# only (plans from lease 70 on).
+recompute_15b() {
+    at qwen2.5-1.5b "$1" 4 260 --extra-steps 0 \
+        --enqueue "$(dyn 16384 32768 0.5)" \
+        --enqueue "$(dyn 16384 32768 0.5),$FULL" \
+        --enqueue "$(mbs 2 8 0.4)" \
+        --enqueue "$(dyn 4096 8192 0.4)"
+}
+
 # fused_pairs MODEL STUDY STUDY_B NEED NEED_B A B AGAIN: configurations A and B each with and without verl's fused
 # kernels on one host (A with them first, the cold trial; then A without, B without, B with), steps 1-3 only, then
 # AGAIN once more in a second study (plans from lease 65 on: unfused_logit_ps is fitted on such pairs).

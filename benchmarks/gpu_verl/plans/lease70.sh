@@ -18,15 +18,7 @@ cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 
-recompute_15b_h70() {
-    at qwen2.5-1.5b c-1.5b-h70 4 260 --extra-steps 0 \
-        --enqueue "$(dyn 16384 32768 0.5)" \
-        --enqueue "$(dyn 16384 32768 0.5),$FULL" \
-        --enqueue "$(mbs 2 8 0.4)" \
-        --enqueue "$(dyn 4096 8192 0.4)"
-}
-
 host_probe before
-by_card h70 recompute_15b_h70
+by_card h70 recompute_15b c-1.5b-h70
 host_probe after
 stamp "plan done"

@@ -17,15 +17,7 @@ cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 
-recompute_15b_h71() {
-    at qwen2.5-1.5b c-1.5b-h71 4 260 --extra-steps 0 \
-        --enqueue "$(dyn 16384 32768 0.5)" \
-        --enqueue "$(dyn 16384 32768 0.5),$FULL" \
-        --enqueue "$(mbs 2 8 0.4)" \
-        --enqueue "$(dyn 4096 8192 0.4)"
-}
-
 host_probe before
-by_card h71 recompute_15b_h71
+by_card h71 recompute_15b c-1.5b-h71
 host_probe after
 stamp "plan done"
