@@ -57,17 +57,20 @@ def test_full_recompute_costs_one_more_forward_pass(zeroed: list[cal.Case]) -> N
     full recompute at dyn8k/16k on one H100 (with fused kernels 3.2 s, without 1.2 and 2.8 s) and its refit of
     unfused_logit_ps to 0 (the updates without fused kernels no longer pay ~1.1 s of logits, which had closed the gap):
     the H100s' median 2.8 s over eleven, the H200s' 1.8 s over nine (1.5x), logprob_pass_s 2.08 s between them.
-    Lease 68's 0.5B with full recompute on a fast H100 host (HOST_MISSES) left -1.1 s: out of both medians."""
+    Lease 68's 0.5B with full recompute on a fast H100 host (HOST_MISSES) left -1.1 s: out of both medians. Lease 71's
+    1.5B with full recompute at dyn16k/32k on a slow H100 host (c-1.5b-h71 #1; its twin without it, #0, on the same
+    host: 1.3 s between them) left 0.5 s: the H100s' twelve split at 1.5 / 2.8 s, their median 2.15 s, 1.2x the
+    H200s' 1.8 s, logprob_pass_s (2.08 s) between them and within 20 % of both."""
     costs = fits.fit_pass_costs(zeroed)
     assert fits.recompute_residual(zeroed, costs["update_pass_s"]) == pytest.approx(
         DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.25)
     residuals = fits.recompute_residuals(zeroed, costs["update_pass_s"])
     per_gpu = {g: [r for c, r in residuals if c.gpu == g and c.source not in HOST_MISSES] for g in ("h100", "h200")}
-    assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (11, 9)
+    assert (len(per_gpu["h100"]), len(per_gpu["h200"])) == (12, 9)
     h100, h200 = (statistics.median(per_gpu[g]) for g in ("h100", "h200"))
-    assert h200 < DEFAULT_EFFICIENCY.logprob_pass_s < h100 and 1.3 < h100 / h200 < 1.7
+    assert h200 < DEFAULT_EFFICIENCY.logprob_pass_s < h100 and 1.1 < h100 / h200 < 1.3
     for median in (h100, h200):
-        assert median == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.35)
+        assert median == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.2)
     slow = [r for c, r in residuals  # leases 32's, 33's, 41's and 46's 0.5B on multi-lane H200 nodes
             if c.source in HOST_MISSES and c.size == "qwen2.5-0.5b" and c.gpu == "h200"]
     assert len(slow) == 4 and statistics.median(slow) > max(per_gpu["h100"]) and min(slow) > 3.0
@@ -149,7 +152,8 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     of the log-prob pass the model charges for it (logprob_pass_s, 2.13 s since its micro-batches are priced apart: the
     second forward is charged that fixed part only), and 0.3 s for the 7B (lease 50's one pair); 0.25 and 0.16 s for
     the 0.5B on the fast H100 hosts of leases 68 and 69 (a pair each, host misses): where the model charges the 0.5B's
-    second forward about 2 s beyond its FLOPs, two hosts measured a tenth of it."""
+    second forward about 2 s beyond its FLOPs, two hosts measured a tenth of it. The 1.5B's first pair on an H100
+    (lease 71's slow host, dyn16k/32k at util 0.5) left 1.3 s, within 40 % of it as the H200s' 1.5B pairs are."""
     left = {key: {k: statistics.median(v) for k, v in kinds.items() if v}
             for key, kinds in fits.pass_leftovers(zeroed).items()}
     small = [v["old_log_prob"] for (size, _), v in left.items() if size != "qwen2.5-7b"]
@@ -158,10 +162,11 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     assert seven["old_log_prob"] == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.1)
     updates = [v["update"] for (size, _), v in left.items() if size != "qwen2.5-7b"]
     assert 3.6 < min(updates) < seven["update"] < 1.05 * max(updates) and max(updates) < 6.5
-    for size in ("qwen2.5-1.5b", "qwen2.5-3b"):
-        assert left[size, "h200"]["full_less_others"] == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.4)
+    for key in (("qwen2.5-1.5b", "h200"), ("qwen2.5-3b", "h200"), ("qwen2.5-1.5b", "h100")):
+        assert left[key]["full_less_others"] == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.4)
     assert Counter((c.size, c.gpu) for c, _, _ in fits.recompute_pairs(zeroed)) == {
-        ("qwen2.5-1.5b", "h200"): 7, ("qwen2.5-3b", "h200"): 3, ("qwen2.5-7b", "h200"): 1, ("qwen2.5-0.5b", "h100"): 2}
+        ("qwen2.5-1.5b", "h200"): 7, ("qwen2.5-3b", "h200"): 3, ("qwen2.5-7b", "h200"): 1, ("qwen2.5-0.5b", "h100"): 2,
+        ("qwen2.5-1.5b", "h100"): 1}
     assert seven["full_less_others"] < DEFAULT_EFFICIENCY.logprob_pass_s / 1.5
     assert sum(f"| {size} | {gpu} |" in line for line in cal.fixed_costs(zeroed) for size, gpu in left) == len(left)
 

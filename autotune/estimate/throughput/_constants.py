@@ -252,9 +252,11 @@ class Efficiency:
     # micro-batch left plus its GPU work, per layer): 6.7 and 9.5 ms a layer, the 0.5B-3B's 0.11-0.29 s a
     # micro-batch, the 7B's 0 at both kinds. Over the 22 trials with small micro-batches the update's median |error|
     # from them is 1.0 s (1.5 s with the constants per micro-batch); the 7B's micro-batches of 2 left 0.07 and 0.09 s
-    # (with the CPU optimizer, whose host rate varies), priced 0 now, 0.13 before.
-    small_micro_batch_layer_s: float = 0.0067
-    small_budget_micro_batch_layer_s: float = 0.0095
+    # (with the CPU optimizer, whose host rate varies), priced 0 now, 0.13 before. Refitted on lease 71's two (a slow
+    # H100 host's micro-batches of 2 and 4k budget on the 1.5B, 0.114 and 0.129 s a micro-batch, under the kinds'
+    # medians): 6.4 and 9.2 ms (6.6 and 9.3 before them).
+    small_micro_batch_layer_s: float = 0.0064
+    small_budget_micro_batch_layer_s: float = 0.0092
     # Selective recompute checkpoints each layer's core attention (and its MLP with recompute_modules=[core_attn,mlp])
     # in every update micro-batch, and that costs this much a layer and micro-batch beyond the recomputed FLOPs (3% of
     # the update's with core_attn, +20% with mlp): Megatron's checkpoint saves and restores the RNG states and runs
