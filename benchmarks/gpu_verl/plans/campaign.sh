@@ -184,6 +184,16 @@ recompute_15b() {
         --enqueue "$(dyn 4096 8192 0.4)"
 }
 
+# recompute_3b STUDY: the H100 3B table's first launch (selective [core_attn,mlp] at dyn16k/96k util 0.4, parameters
+# offloaded; the cold trial), then full recompute's pair on one host at dyn8k/96k util 0.4 with half the optimizer on
+# the CPU (without it, then with it), steps 1-3 only (plans from lease 72 on: no H100 3B pair yet).
+recompute_3b() {
+    at qwen2.5-3b "$1" 3 320 --extra-steps 0 \
+        --enqueue "$(dyn 16384 98304 0.4),$SEL2,param_offload=true" \
+        --enqueue "$(dyn 8192 98304 0.4),$CPU_ADAM05" \
+        --enqueue "$(dyn 8192 98304 0.4),$FULL,$CPU_ADAM05"
+}
+
 # fused_pairs MODEL STUDY STUDY_B NEED NEED_B A B AGAIN: configurations A and B each with and without verl's fused
 # kernels on one host (A with them first, the cold trial; then A without, B without, B with), steps 1-3 only, then
 # AGAIN once more in a second study (plans from lease 65 on: unfused_logit_ps is fitted on such pairs).
