@@ -21,5 +21,7 @@ fi
 
 ruff check autotune tests benchmarks
 # Two workers, each test file whole on one (module fixtures, one Ray or PostgreSQL per file at a time): 12 min on a fast
-# 2-core machine, 30 on a slow one (11 with -m "not slow"). TEST_WORKERS=0 runs it in this process; arguments go to pytest.
-python -m pytest -q -ra -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
+# 2-core machine, 30 on a slow one (11 with -m "not slow"). The longest files first, in tests/conftest.py's order
+# (LONGEST_FIRST), not xdist's by the number of tests in a file. TEST_WORKERS=0 runs it in this process; arguments go to
+# pytest.
+python -m pytest -q -ra -n "${TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

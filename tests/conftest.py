@@ -171,3 +171,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from tests.ray_cluster import stop_shared_cluster
 
     stop_shared_cluster()  # a run stopped early (-x, Ctrl-C) leaves no cluster behind
+
+
+# The test files that take longest (benchmarks/results/test_durations.md: the soak, the Ray and PostgreSQL fault tests,
+# real verl on the CPU, verl's own validation), longest first. xdist's loadfile hands each worker whole files in the
+# collection's order (scripts/test.sh turns off its own order, by the number of tests in a file, which left these
+# few-test files for the end of the suite while the other worker idled): run first, they overlap the many short ones.
+LONGEST_FIRST = ("test_faults.py", "test_ray_verl.py", "test_verl_study.py", "test_concurrent_pg.py",
+                 "test_kept_ray.py", "test_verl_validate.py", "test_ray_executor.py", "test_ray_faults.py",
+                 "test_real_verl.py", "test_live.py", "test_real_studies.py", "test_verl_log.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
