@@ -34,7 +34,7 @@ from benchmarks.cost_fits import (
     recompute_residual,
     small_micro_batch_costs,
 )
-from benchmarks.host_levels import levels
+from benchmarks.host_levels import levels, probe_levels
 from benchmarks.real_cases import (
     CHECKPOINT_COST,
     HERE,
@@ -166,7 +166,7 @@ def summary(all_cases: list[Case], zeroed: list[Case]) -> list[str]:
                          errors(c for c in steady_held if c.size == size), None))
     lines.append(row("**all**", errors(steady(c) for c in all_cases), errors(steady_held), None))
     lines.append("")
-    return lines + fixed_costs(zeroed) + cpu_adam_table(zeroed) + ordering(held) + levels(held)
+    return lines + fixed_costs(zeroed) + cpu_adam_table(zeroed) + ordering(held) + levels(held) + probe_levels(held)
 
 
 def cpu_adam_table(zeroed: list[Case]) -> list[str]:

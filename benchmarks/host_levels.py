@@ -10,6 +10,7 @@ fitted as a line on the other sizes' trials)."""
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from collections import defaultdict
@@ -29,6 +30,13 @@ def doctor_seconds(lease: str, data: Path = DATA) -> float | None:
     f = data / lease / "doctor.txt"
     m = READY.search(f.read_text()) if f.is_file() else None
     return float(m.group(1)) if m else None
+
+
+def probes(lease: str, data: Path = DATA) -> list[dict]:
+    """The lease's host probes (`benchmarks.host_speed`, plans from lease 69 on), the one before its first trial
+    first; [] where it kept none."""
+    files = sorted((data / lease).glob("host_speed_*.json"), key=lambda f: (f.stem != "host_speed_before", f.stem))
+    return [json.loads(f.read_text()) for f in files]
 
 
 def _ratio(c: Case) -> float:
@@ -111,4 +119,44 @@ def levels(held: list[Case], seconds: Callable[[str], float | None] = doctor_sec
                          f"the quickest doctor {lo[0]:.0f} s (level {lo[1]:.2f}), the slowest {hi[0]:.0f} s (level "
                          f"{hi[1]:.2f})")
     lines.append("")
+    return lines
+
+
+PROBED = ("cuda_launch_us", "python_loop_s")  # the probe's readings set against the levels, in that order
+
+
+def probe_levels(held: list[Case], read: Callable[[str], list[dict]] = probes,
+                 seconds: Callable[[str], float | None] = doctor_seconds) -> list[str]:
+    """Per lease that probed its host before its first trial: the lease's level beside the probe's kernel launch and
+    Python loop (before; the lease's range over its probes) and its doctor's time, and Pearson's r of the level on
+    each, over the same leases: which reading, taken before any trial, could stand in for the host's level."""
+    ok = ok_cases(held)
+    by: dict[str, list[Case]] = defaultdict(list)
+    for c in ok:
+        by[c.lease].append(c)
+    rows = [(lease, g, ps) for lease, g in sorted(by.items())
+            if (ps := read(lease)) and all(k in ps[0] for k in PROBED)]
+    if not rows:
+        return []
+    lines = ["The leases that probed their host before the first trial (`benchmarks.host_speed`: a kernel's launch, a "
+             "fixed Python loop; each the median of 5 repeats): the lease's level (the median measured / predicted "
+             "step of its ok trials) beside each reading before the first trial, the range over the lease's probes "
+             "in brackets, and its doctor's time.", "",
+             "| lease | GPU | ok trials | level | kernel launch us | Python loop s | doctor s |",
+             "|---|---|---|---|---|---|---|"]
+    pts = []
+    for lease, g, ps in rows:
+        level = statistics.median(_ratio(c) for c in g)
+        launch, loop = ([p[k] for p in ps if k in p] for k in PROBED)
+        doc = seconds(lease)
+        pts.append((level, launch[0], loop[0], doc))
+        lines.append(f"| {lease} | {g[0].gpu} | {len(g)} | {level:.2f} | {launch[0]:.1f} ({min(launch):.1f}-"
+                     f"{max(launch):.1f}) | {loop[0]:.3f} ({min(loop):.3f}-{max(loop):.3f}) | "
+                     f"{'-' if doc is None else f'{doc:.0f}'} |")
+    lv = [p[0] for p in pts]
+    docs = [p for p in pts if p[3] is not None]
+    rs = [f"kernel launch {rho_text(pearson([p[1] for p in pts], lv))}",
+          f"Python loop {rho_text(pearson([p[2] for p in pts], lv))}",
+          f"doctor's time {rho_text(pearson([p[3] for p in docs], [p[0] for p in docs]))}"]
+    lines += ["", f"Pearson's r of the level on each, over these {len(pts)} leases: {', '.join(rs)}.", ""]
     return lines

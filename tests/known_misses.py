@@ -83,6 +83,11 @@ def trials(lease: str, study: str, numbers: Iterable[int]) -> set[str]:
 # Lease 69's H100 host (2026-12-07, a short lease: two trials) was another such: both rolled out in 6.1 s at step 3, its
 # dyn16k/32k ran 13.7 s a step past its cold step 3's compile (lease 68's 13.4 s, the model's 18.2 s) and full
 # recompute at the same budgets 15.3 s (lease 68's 14.2 s, the model's 20.8 s): its two are host misses.
+# Lease 72's H100 host (2026-12-07) was the slowest H100 yet (its probe's kernel launch 10.9 us, Python loop 0.167 s
+# before the first trial): it ran lease 58's 3B first launch (selective recompute, dyn16k/96k, parameters offloaded)
+# in 33.4 s at step 3 (lease 58's 27.0 s) and dyn8k/96k with half the optimizer on the CPU in 40.5 s (29.6 s; its
+# update 23.6 against 16.2 s, CPU Adam on a slow CPU), every rollout one 2 s poll longer (10.1 against 8.1 s), its
+# syncs 0.8-1.1 s (0.5-0.6 s): its three are host misses.
 HOST_MISSES = set().union(*(trials(lease, study, numbers) for lease, study, numbers in (
     ("h100_2026-11-26_l10", "c-3b", (0, 3, 4)),
     ("h200_2026-11-27_l32", "c-0.5b-t", range(5)), ("h200_2026-11-27_l32", "c-1.5b-h7", range(4)),
@@ -102,7 +107,8 @@ HOST_MISSES = set().union(*(trials(lease, study, numbers) for lease, study, numb
     ("h200_2026-11-29_l50", "c-7b-h45", range(3)), ("h200_2026-11-29_l52", "c-7b-h50", range(3)),
     ("h100_2026-12-06_l62", "c-0.5b-h62", range(2)), ("h100_2026-12-06_l62", "c-0.5b-h62b", (0,)),
     ("h100_2026-12-07_l68", "c-0.5b-h68", range(4)), ("h100_2026-12-07_l68", "c-0.5b-h68b", (0,)),
-    ("h100_2026-12-07_l68", "c-0.5b-h68s", range(4)), ("h100_2026-12-07_l69", "c-0.5b-h69", range(2)))))
+    ("h100_2026-12-07_l68", "c-0.5b-h68s", range(4)), ("h100_2026-12-07_l69", "c-0.5b-h69", range(2)),
+    ("h100_2026-12-07_l72", "c-3b-h72", range(3)))))
 
 
 # Trials the model misorders on their node beyond a step's noise, known misses: on lease 32's node the 1.5B at

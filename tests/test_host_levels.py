@@ -72,3 +72,48 @@ def test_the_h100_05b_runs_are_ordered_once_their_hosts_speed_is_known() -> None
     assert float(doctor.split()[0]) >= cal.SPEARMAN_TARGET
     h100 = next(ln for ln in lines if ln.startswith("- h100:"))
     assert float(h100.split("r = ")[1].split(";")[0]) > 0.4
+
+
+def test_a_probed_lease_sets_its_level_beside_the_probes_readings(tmp_path: Path) -> None:
+    """A lease that kept host_speed_before.json (and after) is a row: its level, each reading before the first trial
+    with the range over its probes, its doctor's time; Pearson's r of the level on each over the probed leases. A lease
+    without a probe, or whose probe has no GPU (no kernel launch), is no row."""
+    import json
+
+    for lease, before, after in (("l1", (6.0, 0.08), (7.0, 0.09)), ("l2", (9.0, 0.10), (8.0, 0.16)),
+                                 ("l3", (11.0, 0.17), (11.0, 0.12))):
+        (tmp_path / lease).mkdir()
+        for tag, (launch, loop) in (("before", before), ("after", after)):
+            (tmp_path / lease / f"host_speed_{tag}.json").write_text(
+                json.dumps({"cuda_launch_us": launch, "python_loop_s": loop}))
+    (tmp_path / "l4").mkdir()
+    (tmp_path / "l4" / "host_speed_before.json").write_text(json.dumps({"python_loop_s": 0.1}))
+    assert [p["cuda_launch_us"] for p in hl.probes("l2", tmp_path)] == [9.0, 8.0]  # "before" first
+    cs = [_case(f"{lease}/a.db/a#{i}", 10.0, r * 10.0) for lease, rs in (("l1", (0.8, 0.9)), ("l2", (1.0,)),
+                                                                          ("l3", (1.2, 1.3, 1.4)), ("l4", (2.0,)),
+                                                                          ("l5", (0.5,)))
+          for i, r in enumerate(rs)]
+    lines = hl.probe_levels(cs, lambda lease: hl.probes(lease, tmp_path), {"l1": 17.0, "l3": 30.0}.get)
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines if ln.startswith("| l") and "level" not in ln]
+    assert rows == [["l1", "h100", "2", "0.85", "6.0 (6.0-7.0)", "0.080 (0.080-0.090)", "17"],
+                    ["l2", "h100", "1", "1.00", "9.0 (8.0-9.0)", "0.100 (0.100-0.160)", "-"],
+                    ["l3", "h100", "3", "1.30", "11.0 (11.0-11.0)", "0.170 (0.120-0.170)", "30"]]
+    r_launch = hl.pearson([6.0, 9.0, 11.0], [0.85, 1.0, 1.3])
+    assert f"over these 3 leases: kernel launch {r_launch:.2f}, Python loop " in lines[-2]
+    assert lines[-2].endswith("doctor's time n/a.")  # two leases with a doctor's time: no r
+    assert hl.probe_levels(cs, lambda lease: []) == []
+
+
+def test_the_probed_leases_levels_follow_their_kernel_launch() -> None:
+    """The real probes (plans from lease 69 on, all on H100s): leases 69-72's levels 0.83 / 0.91 / 0.98 / 1.29 rise with
+    the kernel launch their probe timed before the first trial (6.0 / 8.4 / 9.9 / 10.9 us), in the same order; the
+    doctor's time (18 / 25 / 20 / 36 s) does not keep it. Four leases: a lead, not yet a fit."""
+    held, _ = fits.held_out(cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED))
+    lines = hl.probe_levels(held)
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines if ln.startswith("| h")]
+    assert [r[0].split("_")[-1] for r in rows] == ["l69", "l70", "l71", "l72"]
+    levels = [float(r[3]) for r in rows]
+    launch = [float(r[4].split()[0]) for r in rows]
+    doctor = [float(r[6]) for r in rows]
+    assert levels == sorted(levels) and launch == sorted(launch) and doctor != sorted(doctor)
+    assert cal.spearman(launch, levels) == pytest.approx(1.0)

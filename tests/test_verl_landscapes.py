@@ -238,7 +238,11 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
               "h100_2026-12-06_l60/c-1.5b-h60.db/c-1.5b-h60#1": "h100_2026-12-07_l71/c-1.5b-h71.db/c-1.5b-h71#1",
               "h100_2026-12-06_l59/c-1.5b-h59.db/c-1.5b-h59#1": "h100_2026-12-07_l71/c-1.5b-h71.db/c-1.5b-h71#2",
               "h100_2026-12-06_l59/c-1.5b-h59.db/c-1.5b-h59#3": "h100_2026-12-07_l71/c-1.5b-h71.db/c-1.5b-h71#3",
-              "h100_2026-12-06_l64/c-1.5b-h64b.db/c-1.5b-h64b#0": "h100_2026-12-07_l71/c-1.5b-h71.db/c-1.5b-h71#4"}
+              "h100_2026-12-06_l64/c-1.5b-h64b.db/c-1.5b-h64b#0": "h100_2026-12-07_l71/c-1.5b-h71.db/c-1.5b-h71#4",
+              # lease 72's, on one host: the H100 3B table's first launch (lease 58's #0) and dyn8k/96k with half the
+              # optimizer on the CPU (lease 58's #4), then the same with full recompute (a new row)
+              "h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#0": "h100_2026-12-07_l72/c-3b-h72.db/c-3b-h72#0",
+              "h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#4": "h100_2026-12-07_l72/c-3b-h72.db/c-3b-h72#1"}
     while any(new in reruns for new in reruns.values()):  # a rerun re-run again: the row is the latest's
         reruns = {old: reruns.get(new, new) for old, new in reruns.items()}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
@@ -272,8 +276,9 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # dyn8k/16k and micro-batches of 4/8 with fused kernels, two more
     assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 18 |" in report
     # lease 25's three 3B trials join lease 10's five, #2 read from its log (cut in its extra step, after step 3);
-    # lease 58's five on one H100 host re-ran four of them and added micro-batches of 2/8 with the optimizer offloaded
-    assert "| verl-qwen2.5-3b-h100-g1-fused.csv | 9 |" in report
+    # lease 58's five on one H100 host re-ran four of them and added micro-batches of 2/8 with the optimizer offloaded;
+    # lease 72's three re-ran two of lease 58's and added full recompute at dyn8k/96k with half the optimizer on the CPU
+    assert "| verl-qwen2.5-3b-h100-g1-fused.csv | 10 |" in report
     assert abs(rows["h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#3"].throughput - (3830.96 + 4138.2) / 2) < 0.1
     # Two real 7B studies' first launches ran out of memory (leases 9 and 12): the report says so. Since lease 40 the
     # model holds a recomputed MLP in its backward (14f a token): at the job's 512-token prompts, lease 13's
@@ -319,8 +324,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # one and lease 64's three; its fourth (c-1.5b-h64d) launched the offload pair's off side, which the study
     # predicted out of memory (99.4 GiB of 79.6) and the plan enqueued to measure an OOM: it ran out of memory, and the
     # report names it so, apart from the misses; lease 65's three studies launched enqueued ones: ok, lease 66's one
-    # and lease 67's two too, lease 68's three too
-    assert "89 of 93 real studies' first launches ran (15 of 18 the model's own picks;" in report
+    # and lease 67's two too, lease 68's three too, lease 72's one too
+    assert "90 of 94 real studies' first launches ran (15 of 18 the model's own picks;" in report
     assert "ended oom. 1 of them the plan enqueued although the study predicted it out of memory" in report
     assert ("- h100_2026-12-06_l64/c-1.5b-h64d.db/c-1.5b-h64d#0: the plan enqueued it first although the study "
             "predicted it out of memory, and it ended oom as predicted") in report
