@@ -6,7 +6,9 @@ The lent machines of one GPU type differ: a lease's trials run 0.70-0.75 of thei
 predicts alike and the hosts order. Two levels are set against the model's order here: its host's own (the median
 measured / predicted step of the lease's other trials: an oracle, what a measurement of the host's speed could at
 best give) and one read before any trial (the lease's `autotune doctor` time, its heavy imports: a CPU's speed,
-fitted as a line on the other sizes' trials)."""
+fitted as a line on the other sizes' trials). The leases that ran `benchmarks.host_speed` before their first trial
+(plans from lease 69 on) set its readings beside their levels (`probe_levels`): which one could stand in for the
+host's level once enough leases carry it."""
 
 from __future__ import annotations
 
