@@ -3,6 +3,7 @@ ran on, by its host's level and by the level its lease's doctor time reads befor
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -78,8 +79,6 @@ def test_a_probed_lease_sets_its_level_beside_the_probes_readings(tmp_path: Path
     """A lease that kept host_speed_before.json (and after) is a row: its level, each reading before the first trial
     with the range over its probes, its doctor's time; Pearson's r of the level on each over the probed leases. A lease
     without a probe, or whose probe has no GPU (no kernel launch), is no row."""
-    import json
-
     for lease, before, after in (("l1", (6.0, 0.08), (7.0, 0.09)), ("l2", (9.0, 0.10), (8.0, 0.16)),
                                  ("l3", (11.0, 0.17), (11.0, 0.12))):
         (tmp_path / lease).mkdir()
