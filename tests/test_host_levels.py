@@ -1,5 +1,6 @@
 """The hosts' speed (benchmarks/host_levels.py): how much of the model's disorder over single runs is the host a trial
-ran on, by its host's level and by the level its lease's doctor time reads before any trial."""
+ran on, by its host's level and by the level its lease's doctor time reads before any trial; the probed leases' levels
+beside their host probe's readings."""
 
 from __future__ import annotations
 
