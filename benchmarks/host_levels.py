@@ -45,6 +45,19 @@ def _ratio(c: Case) -> float:
     return c.measured_step_s / c.predicted_step_s
 
 
+def by_lease(cs: list[Case]) -> dict[str, list[Case]]:
+    """The trials of each lease, the leases in order."""
+    by: dict[str, list[Case]] = defaultdict(list)
+    for c in cs:
+        by[c.lease].append(c)
+    return dict(sorted(by.items()))
+
+
+def lease_level(g: list[Case]) -> float:
+    """A lease's level: the median measured / predicted step of its trials."""
+    return statistics.median(_ratio(c) for c in g)
+
+
 def host_level(c: Case, cs: list[Case]) -> float:
     """Its host's level: the median measured / predicted step of its lease's other ok trials (1 where it ran alone);
     the trial itself is left out of it."""
@@ -108,11 +121,7 @@ def levels(held: list[Case], seconds: Callable[[str], float | None] = doctor_sec
     lines += ["", "Per GPU type, the leases of 2 or more ok trials: Pearson's r of each lease's level (the median "
               "measured / predicted step of its trials) on its doctor's time.", ""]
     for gpu in sorted({c.gpu for c in ok}):
-        by: dict[str, list[Case]] = defaultdict(list)
-        for c in ok:
-            if c.gpu == gpu:
-                by[c.lease].append(c)
-        pts = [(s, statistics.median(_ratio(c) for c in g)) for lease, g in sorted(by.items())
+        pts = [(s, lease_level(g)) for lease, g in by_lease([c for c in ok if c.gpu == gpu]).items()
                if len(g) >= 2 and (s := times[lease]) is not None]
         if pts:
             lo, hi = min(pts), max(pts)
@@ -132,11 +141,7 @@ def probe_levels(held: list[Case], read: Callable[[str], list[dict]] = probes,
     """Per lease that probed its host before its first trial: the lease's level beside the probe's kernel launch and
     Python loop (before; the lease's range over its probes) and its doctor's time, and Pearson's r of the level on
     each, over the same leases: which reading, taken before any trial, could stand in for the host's level."""
-    ok = ok_cases(held)
-    by: dict[str, list[Case]] = defaultdict(list)
-    for c in ok:
-        by[c.lease].append(c)
-    rows = [(lease, g, ps) for lease, g in sorted(by.items())
+    rows = [(lease, g, ps) for lease, g in by_lease(ok_cases(held)).items()
             if (ps := read(lease)) and all(k in ps[0] for k in PROBED)]
     if not rows:
         return []
@@ -148,7 +153,7 @@ def probe_levels(held: list[Case], read: Callable[[str], list[dict]] = probes,
              "|---|---|---|---|---|---|---|"]
     pts = []
     for lease, g, ps in rows:
-        level = statistics.median(_ratio(c) for c in g)
+        level = lease_level(g)
         launch, loop = ([p[k] for p in ps if k in p] for k in PROBED)
         doc = seconds(lease)
         pts.append((level, launch[0], loop[0], doc))

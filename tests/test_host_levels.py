@@ -21,8 +21,12 @@ def _case(source: str, predicted: float, measured: float, size: str = "s") -> ca
                     predicted_peak_gib=None, predicted_fits=True, binding="", size=size, gpu="h100")
 
 
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
 def _row(lines: list[str], size: str) -> list[str]:
-    return [c.strip() for c in next(ln for ln in lines if ln.startswith(f"| {size} | h100 |")).strip("|").split("|")]
+    return _cells(next(ln for ln in lines if ln.startswith(f"| {size} | h100 |")))
 
 
 def test_the_doctors_time_is_read_from_its_ready_line(tmp_path: Path) -> None:
@@ -94,7 +98,7 @@ def test_a_probed_lease_sets_its_level_beside_the_probes_readings(tmp_path: Path
                                                                           ("l5", (0.5,)))
           for i, r in enumerate(rs)]
     lines = hl.probe_levels(cs, lambda lease: hl.probes(lease, tmp_path), {"l1": 17.0, "l3": 30.0}.get)
-    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines if ln.startswith("| l") and "level" not in ln]
+    rows = [_cells(ln) for ln in lines if ln.startswith("| l") and "level" not in ln]
     assert rows == [["l1", "h100", "2", "0.85", "6.0 (6.0-7.0)", "0.080 (0.080-0.090)", "17"],
                     ["l2", "h100", "1", "1.00", "9.0 (8.0-9.0)", "0.100 (0.100-0.160)", "-"],
                     ["l3", "h100", "3", "1.30", "11.0 (11.0-11.0)", "0.170 (0.120-0.170)", "30"]]
@@ -110,7 +114,7 @@ def test_the_probed_leases_levels_follow_their_kernel_launch() -> None:
     doctor's time (18 / 25 / 20 / 36 s) does not keep it. Four leases: a lead, not yet a fit."""
     held, _ = fits.held_out(cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED))
     lines = hl.probe_levels(held)
-    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines if ln.startswith("| h")]
+    rows = [_cells(ln) for ln in lines if ln.startswith("| h")]
     assert [r[0].split("_")[-1] for r in rows] == ["l69", "l70", "l71", "l72"]
     levels = [float(r[3]) for r in rows]
     launch = [float(r[4].split()[0]) for r in rows]

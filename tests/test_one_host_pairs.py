@@ -167,10 +167,11 @@ def test_every_size_leaves_one_fixed_cost_above_its_passes_gpu_work(zeroed: list
     assert 3.6 < min(updates) < seven["update"] < 1.05 * max(updates) and max(updates) < 6.5
     for key in (("qwen2.5-1.5b", "h200"), ("qwen2.5-3b", "h200"), ("qwen2.5-1.5b", "h100")):
         assert left[key]["full_less_others"] == pytest.approx(DEFAULT_EFFICIENCY.logprob_pass_s, rel=0.4)
-    assert Counter((c.size, c.gpu) for c, _, _ in fits.recompute_pairs(zeroed)) == {
+    pairs = fits.recompute_pairs(zeroed)
+    assert Counter((c.size, c.gpu) for c, _, _ in pairs) == {
         ("qwen2.5-1.5b", "h200"): 7, ("qwen2.5-3b", "h200"): 3, ("qwen2.5-7b", "h200"): 1, ("qwen2.5-0.5b", "h100"): 2,
         ("qwen2.5-1.5b", "h100"): 1, ("qwen2.5-3b", "h100"): 1}
-    slow = next((c, o) for c, o, _ in fits.recompute_pairs(zeroed) if (c.size, c.gpu) == ("qwen2.5-3b", "h100"))
+    slow = next((c, o) for c, o, _ in pairs if (c.size, c.gpu) == ("qwen2.5-3b", "h100"))
     assert {x.source for x in slow} <= HOST_MISSES
     assert left["qwen2.5-3b", "h100"]["full_less_others"] > 2 * DEFAULT_EFFICIENCY.logprob_pass_s
     assert seven["full_less_others"] < DEFAULT_EFFICIENCY.logprob_pass_s / 1.5
