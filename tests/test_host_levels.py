@@ -109,15 +109,21 @@ def test_a_probed_lease_sets_its_level_beside_the_probes_readings(tmp_path: Path
 
 
 def test_the_probed_leases_levels_follow_their_kernel_launch() -> None:
-    """The real probes (plans from lease 69 on, all on H100s): leases 69-72's levels 0.83 / 0.91 / 0.98 / 1.29 rise with
-    the kernel launch their probe timed before the first trial (6.0 / 8.4 / 9.9 / 10.9 us), in the same order; the
-    doctor's time (18 / 25 / 20 / 36 s) does not keep it. Four leases: a lead, not yet a fit."""
+    """The real probes (plans from lease 69 on, all on H100s): leases 69-73's levels 0.84 / 0.91 / 0.98 / 1.29 / 0.94
+    follow the kernel launch their probe timed before the first trial (6.0 / 8.4 / 9.9 / 10.9 / 6.7 us): leases 69-72
+    in the same order, lease 73's fast host (the second quickest launch) a level above lease 70's (Spearman 0.90). The
+    Python loop keeps the order better (0.97: lease 72's slow host twice the others' loop); the doctor's time
+    (18 / 25 / 20 / 36 / 25 s) less (0.67). Five leases: a lead, not yet a fit."""
     held, _ = fits.held_out(cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED))
     lines = hl.probe_levels(held)
     rows = [_cells(ln) for ln in lines if ln.startswith("| h")]
-    assert [r[0].split("_")[-1] for r in rows] == ["l69", "l70", "l71", "l72"]
+    assert [r[0].split("_")[-1] for r in rows] == ["l69", "l70", "l71", "l72", "l73"]
     levels = [float(r[3]) for r in rows]
     launch = [float(r[4].split()[0]) for r in rows]
+    loop = [float(r[5].split()[0]) for r in rows]
     doctor = [float(r[6]) for r in rows]
-    assert levels == sorted(levels) and launch == sorted(launch) and doctor != sorted(doctor)
-    assert cal.spearman(launch, levels) == pytest.approx(1.0)
+    assert levels[:4] == sorted(levels[:4]) and launch[:4] == sorted(launch[:4]) and doctor[:4] != sorted(doctor[:4])
+    assert max(levels) == levels[3] and max(launch) == launch[3] and max(loop) == loop[3]
+    assert cal.spearman(launch, levels) == pytest.approx(0.9)
+    assert cal.spearman(loop, levels) == pytest.approx(0.975, abs=0.001)
+    assert cal.spearman(doctor, levels) == pytest.approx(0.667, abs=0.001)

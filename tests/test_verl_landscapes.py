@@ -242,7 +242,13 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
               # lease 72's, on one host: the H100 3B table's first launch (lease 58's #0) and dyn8k/96k with half the
               # optimizer on the CPU (lease 58's #4), then the same with full recompute (a new row)
               "h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#0": "h100_2026-12-07_l72/c-3b-h72.db/c-3b-h72#0",
-              "h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#4": "h100_2026-12-07_l72/c-3b-h72.db/c-3b-h72#1"}
+              "h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#4": "h100_2026-12-07_l72/c-3b-h72.db/c-3b-h72#1",
+              # lease 73's, on a fast host: lease 72's three again, then two of lease 58's (rc:full at dyn16k/96k with
+              # the whole optimizer on the CPU, micro-batches of 2/8 with the optimizer offloaded) in a second study
+              **{f"h100_2026-12-07_l72/c-3b-h72.db/c-3b-h72#{n}": f"h100_2026-12-07_l73/c-3b-h73.db/c-3b-h73#{n}"
+                 for n in range(3)},
+              "h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#3": "h100_2026-12-07_l73/c-3b-h73b.db/c-3b-h73b#0",
+              "h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#1": "h100_2026-12-07_l73/c-3b-h73b.db/c-3b-h73b#1"}
     while any(new in reruns for new in reruns.values()):  # a rerun re-run again: the row is the latest's
         reruns = {old: reruns.get(new, new) for old, new in reruns.items()}
     assert set(rows) == set(measured) - set(reruns) and set(reruns.values()) <= set(rows)
@@ -277,9 +283,10 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     assert "| verl-qwen2.5-1.5b-h100-g1-fused.csv | 18 |" in report
     # lease 25's three 3B trials join lease 10's five, #2 read from its log (cut in its extra step, after step 3);
     # lease 58's five on one H100 host re-ran four of them and added micro-batches of 2/8 with the optimizer offloaded;
-    # lease 72's three re-ran two of lease 58's and added full recompute at dyn8k/96k with half the optimizer on the CPU
+    # lease 72's three re-ran two of lease 58's and added full recompute at dyn8k/96k with half the optimizer on the
+    # CPU; lease 73's five re-ran lease 72's three and two more of lease 58's
     assert "| verl-qwen2.5-3b-h100-g1-fused.csv | 10 |" in report
-    assert abs(rows["h100_2026-12-06_l58/c-3b-h58.db/c-3b-h58#3"].throughput - (3830.96 + 4138.2) / 2) < 0.1
+    assert abs(rows["h100_2026-12-07_l73/c-3b-h73b.db/c-3b-h73b#0"].throughput - (3830.96 + 4138.2 + 4275.6) / 3) < 0.1
     # Two real 7B studies' first launches ran out of memory (leases 9 and 12): the report says so. Since lease 40 the
     # model holds a recomputed MLP in its backward (14f a token): at the job's 512-token prompts, lease 13's
     # dyn32k/96k is at the limit at the worst case (138 of 140.4 GiB) and the pick is dyn24k/96k. A live study reads
@@ -324,8 +331,8 @@ def test_every_measured_trial_is_a_row_with_its_numbers(generated: Path):
     # one and lease 64's three; its fourth (c-1.5b-h64d) launched the offload pair's off side, which the study
     # predicted out of memory (99.4 GiB of 79.6) and the plan enqueued to measure an OOM: it ran out of memory, and the
     # report names it so, apart from the misses; lease 65's three studies launched enqueued ones: ok, lease 66's one
-    # and lease 67's two too, lease 68's three too, lease 72's one too
-    assert "90 of 94 real studies' first launches ran (15 of 18 the model's own picks;" in report
+    # and lease 67's two too, lease 68's three too, lease 72's one too, lease 73's two too
+    assert "92 of 96 real studies' first launches ran (15 of 18 the model's own picks;" in report
     assert "ended oom. 1 of them the plan enqueued although the study predicted it out of memory" in report
     assert ("- h100_2026-12-06_l64/c-1.5b-h64d.db/c-1.5b-h64d#0: the plan enqueued it first although the study "
             "predicted it out of memory, and it ended oom as predicted") in report

@@ -194,6 +194,18 @@ recompute_3b() {
         --enqueue "$(dyn 8192 98304 0.4),$FULL,$CPU_ADAM05"
 }
 
+# spread_05b STUDY: lease 68's one-host H100 0.5B spread (plans from lease 69 on): dyn16k/32k at util 0.5 (the cold
+# trial), full recompute at the same budgets, micro-batches of 2/8 and dyn4k/8k at util 0.4, dyn8k/16k at util 0.5;
+# the host-bound two (full recompute, micro-batches of 2/8) early, so that a short lease gets them. ~130-225 s a trial.
+spread_05b() {
+    at qwen2.5-0.5b "$1" 5 220 --extra-steps 0 \
+        --enqueue "$(dyn 16384 32768 0.5)" \
+        --enqueue "$(dyn 16384 32768 0.5),$FULL" \
+        --enqueue "$(mbs 2 8 0.4)" \
+        --enqueue "$(dyn 4096 8192 0.4)" \
+        --enqueue "$(dyn 8192 16384 0.5)"
+}
+
 # fused_pairs MODEL STUDY STUDY_B NEED NEED_B A B AGAIN: configurations A and B each with and without verl's fused
 # kernels on one host (A with them first, the cold trial; then A without, B without, B with), steps 1-3 only, then
 # AGAIN once more in a second study (plans from lease 65 on: unfused_logit_ps is fitted on such pairs).

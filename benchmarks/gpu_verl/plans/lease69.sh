@@ -18,16 +18,7 @@ cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 
-spread_05b_h69() {
-    at qwen2.5-0.5b c-0.5b-h69 5 220 --extra-steps 0 \
-        --enqueue "$(dyn 16384 32768 0.5)" \
-        --enqueue "$(dyn 16384 32768 0.5),$FULL" \
-        --enqueue "$(mbs 2 8 0.4)" \
-        --enqueue "$(dyn 4096 8192 0.4)" \
-        --enqueue "$(dyn 8192 16384 0.5)"
-}
-
 host_probe before
-by_card h69 spread_05b_h69
+by_card h69 spread_05b c-0.5b-h69
 host_probe after
 stamp "plan done"
