@@ -10,6 +10,7 @@
 # the hosts or the model. ~0.5B trials 130-225 s: about 1,150 s of lease with setup. The host probed before and after
 # (the sixth probed lease: leases 69-73's levels follow the Python loop timed before the first trial at Spearman 0.97,
 # the kernel launch at 0.90; calibration.md, "The hosts' speed").
+# With 400 s or more left after it on an H100, `plans/lease74b.sh` adds the 0.5B table's first launch and best.
 # Either: AT_MORE_MODELS="", LEASE_S as the budget holds; stage with the committed trials out (lease_tree.sh out), and
 # on the setup call `mkdir -p /root/smoke && touch /root/smoke/importtime.txt` first.
 set -u
