@@ -129,8 +129,9 @@ start() {
     [ -f "$plan" ] || { log "no plan $plan"; exit 1; }
     cp "$plan" /root/smoke/plan.sh
     cd /root/smoke || exit 1
-    # setsid: the plan outlives this device call (the machine keeps it running until it is given back).
-    setsid nohup bash /root/smoke/plan.sh > /root/smoke/plan.out 2>&1 < /dev/null &
+    # setsid: the plan outlives this device call (the machine keeps it running until it is given back). Appended: a
+    # second plan started on the warm machine (leases 68, 71, 73) keeps the first's lines in the bundle's plan.out.
+    setsid nohup bash /root/smoke/plan.sh >> /root/smoke/plan.out 2>&1 < /dev/null &
     echo $! > /root/smoke/plan.pid
     log "plan $1 started (pid $(cat /root/smoke/plan.pid))"
 }
