@@ -61,8 +61,8 @@ def lease_level(g: list[Case]) -> float:
 def host_level(c: Case, cs: list[Case]) -> float:
     """Its host's level: the median measured / predicted step of its lease's other ok trials (1 where it ran alone);
     the trial itself is left out of it."""
-    others = [_ratio(o) for o in cs if o.lease == c.lease and o is not c]
-    return statistics.median(others) if others else 1.0
+    others = [o for o in cs if o.lease == c.lease and o is not c]
+    return lease_level(others) if others else 1.0
 
 
 def doctor_line(cs: list[Case], seconds: Callable[[str], float | None]) -> tuple[float, float] | None:
