@@ -4,12 +4,13 @@
 # second study: the H100 0.5B table's replayed first launch (dyn32k/96k at util 0.4) and its best (dyn32k/32k at util
 # 0.4; a tie within the measured noise, 84 % of it over hosts, 87 % and 100 % where leases 28 and 62 ran both on one
 # host), steps 1-3 only: the first launch beside the best a third time (23.5), and seven configurations of the 0.5B
-# on one host (23.3). ~150-200 s a warm 0.5B trial.
+# on one host (23.3). ~150-200 s a warm 0.5B trial. Started first on a short lease (the host then probed before it).
 set -u
 cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 
+[ -e /root/smoke/host_speed_before.json ] || host_probe before
 at qwen2.5-0.5b c-0.5b-h74b 2 200 --extra-steps 0 \
     --enqueue "$(dyn 32768 98304 0.4)" \
     --enqueue "$(dyn 32768 32768 0.4)"
