@@ -68,14 +68,15 @@ def test_without_doctors_the_line_is_left_out_and_a_lone_trial_keeps_the_model()
 
 @pytest.mark.slow
 def test_the_h100_05b_runs_are_ordered_once_their_hosts_speed_is_known() -> None:
-    """The real trials: the H100 0.5B's 38 runs on 8 hosts (lease 68's nine on a host 0.7x the model) are ordered
-    below the target by the model alone and above it times their host's level, or times the doctor's line (the lease's
-    doctor time, read before any trial); on the H100s the leases' levels follow the doctor's time."""
+    """The real trials: the H100 0.5B's 41 runs (lease 68's nine on a host 0.7x the model) are ordered below the
+    target by the model alone (0.58) and above it times their host's level (0.88); times the doctor's line (the
+    lease's doctor time, read before any trial) at the target's edge (0.80 until lease 74's lone trial, 0.79 with it),
+    well above the model alone; on the H100s the leases' levels follow the doctor's time."""
     held, _ = fits.held_out(cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED))
     lines = hl.levels(held)
     _, _, n, model, host, doctor = _row(lines, "qwen2.5-0.5b")
-    assert int(n) >= 38 and float(model) < cal.SPEARMAN_TARGET <= float(host)
-    assert float(doctor.split()[0]) >= cal.SPEARMAN_TARGET
+    assert int(n) >= 41 and float(model) < cal.SPEARMAN_TARGET <= float(host)
+    assert float(model) + 0.15 <= float(doctor.split()[0]) <= float(host)
     h100 = next(ln for ln in lines if ln.startswith("- h100:"))
     assert float(h100.split("r = ")[1].split(";")[0]) > 0.4
 
@@ -109,21 +110,21 @@ def test_a_probed_lease_sets_its_level_beside_the_probes_readings(tmp_path: Path
 
 
 def test_the_probed_leases_levels_follow_their_kernel_launch() -> None:
-    """The real probes (plans from lease 69 on, all on H100s): leases 69-73's levels 0.84 / 0.91 / 0.98 / 1.29 / 0.94
-    follow the kernel launch their probe timed before the first trial (6.0 / 8.4 / 9.9 / 10.9 / 6.7 us): leases 69-72
-    in the same order, lease 73's fast host (the second quickest launch) a level above lease 70's (Spearman 0.90). The
-    Python loop keeps the order better (0.97: lease 72's slow host twice the others' loop); the doctor's time
-    (18 / 25 / 20 / 36 / 25 s) less (0.67). Five leases: a lead, not yet a fit."""
+    """The real probes (plans from lease 69 on, all on H100s): leases 69-74's levels 0.84 / 0.91 / 0.98 / 1.29 / 0.94 /
+    0.92 follow the kernel launch their probe timed before the first trial (6.0 / 8.4 / 9.9 / 10.9 / 6.7 / 6.6 us):
+    leases 69-72 in the same order, leases 73's and 74's fast hosts (the quickest launches after lease 69's) a level
+    above lease 70's (Spearman 0.83). The Python loop keeps the order better (0.93: lease 72's slow host twice the
+    others' loop); the doctor's time (18 / 25 / 20 / 36 / 25 / 20 s) less (0.62). Six leases: a lead, not yet a fit."""
     held, _ = fits.held_out(cal.cases(list(DATA.glob("*/*.db")), cal.ZEROED))
     lines = hl.probe_levels(held)
     rows = [_cells(ln) for ln in lines if ln.startswith("| h")]
-    assert [r[0].split("_")[-1] for r in rows] == ["l69", "l70", "l71", "l72", "l73"]
+    assert [r[0].split("_")[-1] for r in rows] == ["l69", "l70", "l71", "l72", "l73", "l74"]
     levels = [float(r[3]) for r in rows]
     launch = [float(r[4].split()[0]) for r in rows]
     loop = [float(r[5].split()[0]) for r in rows]
     doctor = [float(r[6]) for r in rows]
     assert levels[:4] == sorted(levels[:4]) and launch[:4] == sorted(launch[:4]) and doctor[:4] != sorted(doctor[:4])
     assert max(levels) == levels[3] and max(launch) == launch[3] and max(loop) == loop[3]
-    assert cal.spearman(launch, levels) == pytest.approx(0.9)
-    assert cal.spearman(loop, levels) == pytest.approx(0.975, abs=0.001)
-    assert cal.spearman(doctor, levels) == pytest.approx(0.667, abs=0.001)
+    assert cal.spearman(launch, levels) == pytest.approx(0.829, abs=0.001)
+    assert cal.spearman(loop, levels) == pytest.approx(0.928, abs=0.001)
+    assert cal.spearman(doctor, levels) == pytest.approx(0.618, abs=0.001)
