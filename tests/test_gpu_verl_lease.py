@@ -137,6 +137,22 @@ def test_fused_pairs_runs_each_configuration_with_and_without_fused_kernels_on_o
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_first_and_best_probes_the_host_only_where_no_plan_did(tmp_path: Path) -> None:
+    """`first_and_best_05b` (leases 74 on): the H100 0.5B table's first launch and best in one study, the host probed
+    before them where the lease's probe has not run (lease 74 ran it first, on a lease too short for the spread), and
+    not again where an earlier plan probed it (the studies and the probe replaced by echoes here)."""
+    call = "at() { echo \"$*\"; }; host_probe() { echo probe \"$1\"; }; first_and_best_05b s"
+    tokens = "ppo_max_token_len_per_gpu=32768,log_prob_max_token_len_per_gpu={},gpu_memory_utilization=0.4"
+    first = _campaign(tmp_path, call).splitlines()
+    assert first[0] == "probe before" and len(first) == 2
+    assert first[1].startswith("qwen2.5-0.5b s 2 200 --extra-steps 0 --enqueue ")
+    assert [e.split(",use_dynamic_bsz=true,")[1].strip() for e in first[1].split("--enqueue ")[1:]] == [
+        tokens.format(98304), tokens.format(32768)]
+    (tmp_path / "host_speed_before.json").write_text("{}")
+    assert _campaign(tmp_path, call).splitlines() == first[1:]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize(("name", "ran"), [
     ("NVIDIA H200", "h200-05b c-0.5b-h9 c-0.5b-h9b"), ("NVIDIA H100 80GB HBM3", "own fused_pairs x")])
 def test_a_one_gpu_plan_runs_its_branch_for_the_card_lent(tmp_path: Path, name: str, ran: str) -> None:

@@ -206,6 +206,16 @@ spread_05b() {
         --enqueue "$(dyn 8192 16384 0.5)"
 }
 
+# first_and_best_05b STUDY: the H100 0.5B table's replayed first launch (dyn32k/96k util 0.4) and its best (dyn32k/32k
+# util 0.4) on one host, steps 1-3 only; the host probed before them where no earlier plan of the lease did (plans from
+# lease 74 on).
+first_and_best_05b() {
+    [ -e "${SMOKE:-/root/smoke}/host_speed_before.json" ] || host_probe before
+    at qwen2.5-0.5b "$1" 2 200 --extra-steps 0 \
+        --enqueue "$(dyn 32768 98304 0.4)" \
+        --enqueue "$(dyn 32768 32768 0.4)"
+}
+
 # fused_pairs MODEL STUDY STUDY_B NEED NEED_B A B AGAIN: configurations A and B each with and without verl's fused
 # kernels on one host (A with them first, the cold trial; then A without, B without, B with), steps 1-3 only, then
 # AGAIN once more in a second study (plans from lease 65 on: unfused_logit_ps is fitted on such pairs).

@@ -10,9 +10,6 @@ cd /root/smoke
 # shellcheck source=campaign.sh
 . /root/at_src/benchmarks/gpu_verl/plans/campaign.sh
 
-[ -e /root/smoke/host_speed_before.json ] || host_probe before
-at qwen2.5-0.5b c-0.5b-h74b 2 200 --extra-steps 0 \
-    --enqueue "$(dyn 32768 98304 0.4)" \
-    --enqueue "$(dyn 32768 32768 0.4)"
+first_and_best_05b c-0.5b-h74b
 host_probe after2
 stamp "plan done"
