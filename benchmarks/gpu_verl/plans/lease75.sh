@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Calibration campaign, lease 75 (issue 23.3, 23.5), written 2026-12-07 (fiftieth session) as lease74.sh; the
 # fifty-first session's lease 74 came with 480 s of budget after twelve failed asks and four refusals and ran only
-# lease74b.sh's first trial, so this plan moved on to lease 75 unchanged but for its tags. By the card and the workload set up.
+# lease74b.sh's first trial, so this plan moved on to lease 75 unchanged but for its tags. By the card and the
+# workload set up.
 # On an H200 with AT_MODEL=qwen2.5-7b: the 7B table's replayed first launch and its best on one host (pair_7b, about
 # 1,100 s of lease). On an H200 with AT_MODEL=qwen2.5-0.5b: the H200 0.5B table's first launch and best on one host
 # (pair_h200_05b). Both tables' first launch and best never ran on one host (23.5).
