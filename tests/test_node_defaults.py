@@ -12,6 +12,7 @@ from autotune import verl
 from autotune.candidate import Candidate
 from autotune.estimate.memory import estimate_memory
 from autotune.job import Job
+from autotune.search.ranking import make_ranking
 from autotune.study.study import Tuner
 from autotune.verl.doctor import Diagnosis
 from tests.conftest import make_setup
@@ -50,6 +51,7 @@ def test_unfused_scores_grow_with_the_square_of_the_length_and_core_attn_recompu
 
 def test_the_tuner_estimates_with_the_nodes_defaults_and_resumes_without_them(tmp_path: Path) -> None:
     setup = make_setup("qwen2.5-0.5b", gpus=1)
+    make_ranking(setup)  # the plain job's ranking, kept in this process: the node's must not reuse it
     url = f"sqlite:///{tmp_path / 's.db'}"
     runner = fake_runner()
     runner.diagnosis = Diagnosis(findings=(), job_defaults=dict(UNFUSED))  # as the H100's doctor found it

@@ -259,8 +259,9 @@ def make_ranking(setup: Any, domain: Sequence[Candidate] | None = None) -> Model
     # the lengths' numbers, not their sources: a measured trial that leaves them as they were (its responses no
     # longer than an earlier trial's) changes only the words "of N earlier trials", and keeps the ranking
     lengths = setup.lengths if setup.lengths is None else replace(setup.lengths, sources=())
-    key = (json.dumps(setup.fingerprint(), sort_keys=True), repr(lengths), setup.objective,
-           repr(setup.constants), None if domain is None else tuple(c.key() for c in domain))
+    # the node's defaults are not in the fingerprint (the study is the user's job) but they change the estimates
+    key = (json.dumps(setup.fingerprint(), sort_keys=True), repr(setup.job.node_defaults), repr(lengths),
+           setup.objective, repr(setup.constants), None if domain is None else tuple(c.key() for c in domain))
     if key not in _MEMO:
         if len(_MEMO) >= _MEMO_SIZE:
             del _MEMO[next(iter(_MEMO))]
