@@ -205,3 +205,21 @@ def test_a_measured_trial_that_leaves_the_lengths_as_they_were_keeps_the_ranking
     assert make_ranking(two) is make_ranking(one)
     assert make_ranking(longer) is not make_ranking(one)  # longer responses: other verdicts, a new ranking
     assert make_ranking(longer).setup.lengths.response_mean == 900.0
+
+
+def test_what_the_fingerprint_leaves_out_but_the_estimates_see_makes_a_new_ranking() -> None:
+    """A resumed study keeps its fingerprint when the node needs unfused attention or the host's memory is known;
+    the ranking kept in this process for the plain setup must not serve it (CI once ranked an unfused node's study
+    with a fused ranking an earlier test had left)."""
+    from autotune import verl
+    from autotune.search.ranking import make_ranking
+
+    plain = make_setup("qwen2.5-0.5b", gpus=1)
+    node = dataclasses.replace(plain, job=plain.job.with_node_defaults({verl.ATTENTION_BACKEND: "unfused"}))
+    host = dataclasses.replace(plain, cluster=dataclasses.replace(plain.cluster, host_memory_gib=64.0))
+    assert node.fingerprint() == host.fingerprint() == plain.fingerprint()
+    assert make_ranking(plain) is make_ranking(make_setup("qwen2.5-0.5b", gpus=1))
+    assert make_ranking(node) is not make_ranking(plain)
+    assert make_ranking(node).setup.job.attention_backend == "unfused"
+    assert make_ranking(host) is not make_ranking(plain)
+    assert make_ranking(host).setup.cluster.host_memory_gib == 64.0

@@ -259,9 +259,11 @@ def make_ranking(setup: Any, domain: Sequence[Candidate] | None = None) -> Model
     # the lengths' numbers, not their sources: a measured trial that leaves them as they were (its responses no
     # longer than an earlier trial's) changes only the words "of N earlier trials", and keeps the ranking
     lengths = setup.lengths if setup.lengths is None else replace(setup.lengths, sources=())
-    # the node's defaults are not in the fingerprint (the study is the user's job) but they change the estimates
-    key = (json.dumps(setup.fingerprint(), sort_keys=True), repr(setup.job.node_defaults), repr(lengths),
-           setup.objective, repr(setup.constants), None if domain is None else tuple(c.key() for c in domain))
+    # the fingerprint leaves out what a resumed study may change but the estimates see: the node's defaults (the
+    # study is the user's job), the host's memory and the trials sharing it
+    key = (json.dumps(setup.fingerprint(), sort_keys=True), repr(setup.job.node_defaults), repr(setup.cluster),
+           repr(lengths), setup.objective, repr(setup.constants),
+           None if domain is None else tuple(c.key() for c in domain))
     if key not in _MEMO:
         if len(_MEMO) >= _MEMO_SIZE:
             del _MEMO[next(iter(_MEMO))]
